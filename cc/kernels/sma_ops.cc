@@ -1,0 +1,385 @@
+// CPU kernels for synchronous model averaging (SMA); ops in cc/ops/sma_ops.cc.
+//
+// Kernels validate their inputs and lock the variables they write, as
+// TensorFlow's own training ops do (training_op_helpers.h handles the
+// difference between reference and resource variables); the arithmetic is in
+// the functors, each one pass over the variable's memory, split across
+// TensorFlow's intra-op thread pool for large tensors.
+#define EIGEN_USE_THREADS
+
+#include "cc/kernels/sma_ops.h"
+
+#include <vector>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_var.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/kernels/training_op_helpers.h"
+
+namespace tensorbow {
+
+using CPUDevice = Eigen::ThreadPoolDevice;
+using Eigen::Index;
+using tensorflow::DataTypeString;
+using tensorflow::DataTypeToEnum;
+using tensorflow::DT_RESOURCE;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShapeUtils;
+namespace errors = tensorflow::errors;
+
+namespace functor {
+
+// Cost of one element for Eigen's parallelFor: loads, stores, cycles.
+template <typename T>
+Eigen::TensorOpCost ElementCost(int loads, int stores, int cycles) {
+  return Eigen::TensorOpCost(loads * sizeof(T), stores * sizeof(T), cycles);
+}
+
+template <typename T>
+struct ApplySmaGradientDescent<CPUDevice, T> {
+  void operator()(const CPUDevice& d, Flat<T> var, Flat<T> correction,
+                  ConstFlat<T> central, T alpha, T lr, ConstFlat<T> delta) {
+    T* w = var.data();
+    T* c = correction.data();
+    const T* z = central.data();
+    const T* g = delta.data();
+    d.parallelFor(var.size(), ElementCost<T>(3, 2, 5),
+                  [=](Index first, Index last) {
+                    for (Index i = first; i < last; ++i) {
+                      const T ci = alpha * (w[i] - z[i]);
+                      c[i] = ci;
+                      w[i] = w[i] - lr * g[i] - ci;
+                    }
+                  });
+  }
+};
+
+template <typename T>
+struct ApplySmaMomentum<CPUDevice, T> {
+  void operator()(const CPUDevice& d, Flat<T> var, Flat<T> accum,
+                  Flat<T> correction, ConstFlat<T> central, T alpha, T lr,
+                  ConstFlat<T> grad, T momentum, bool use_nesterov) {
+    T* w = var.data();
+    T* a = accum.data();
+    T* c = correction.data();
+    const T* z = central.data();
+    const T* g = grad.data();
+    d.parallelFor(var.size(), ElementCost<T>(4, 3, 9),
+                  [=](Index first, Index last) {
+                    for (Index i = first; i < last; ++i) {
+                      const T ci = alpha * (w[i] - z[i]);
+                      c[i] = ci;
+                      const T ai = momentum * a[i] + g[i];
+                      a[i] = ai;
+                      const T step = use_nesterov
+                                         ? lr * g[i] + lr * momentum * ai
+                                         : lr * ai;
+                      w[i] = w[i] - step - ci;
+                    }
+                  });
+  }
+};
+
+template <typename T>
+struct SmaCorrection<CPUDevice, T> {
+  void operator()(const CPUDevice& d, ConstFlat<T> var, Flat<T> correction,
+                  ConstFlat<T> central, T alpha) {
+    const T* w = var.data();
+    T* c = correction.data();
+    const T* z = central.data();
+    d.parallelFor(var.size(), ElementCost<T>(2, 1, 2),
+                  [=](Index first, Index last) {
+                    for (Index i = first; i < last; ++i) {
+                      c[i] = alpha * (w[i] - z[i]);
+                    }
+                  });
+  }
+};
+
+template <typename T>
+struct ApplySmaCorrection<CPUDevice, T> {
+  void operator()(const CPUDevice& d, Flat<T> var, ConstFlat<T> correction) {
+    T* w = var.data();
+    const T* c = correction.data();
+    d.parallelFor(var.size(), ElementCost<T>(2, 1, 1),
+                  [=](Index first, Index last) {
+                    for (Index i = first; i < last; ++i) w[i] -= c[i];
+                  });
+  }
+};
+
+template <typename T>
+struct ApplySmaCentral<CPUDevice, T> {
+  void operator()(const CPUDevice& d, Flat<T> central, Flat<T> central_prev,
+                  const std::vector<ConstFlat<T>>& corrections, T momentum) {
+    T* z = central.data();
+    T* zp = central_prev.data();
+    std::vector<const T*> cs;
+    cs.reserve(corrections.size());
+    for (const auto& c : corrections) cs.push_back(c.data());
+    const int n = static_cast<int>(cs.size());
+    d.parallelFor(central.size(), ElementCost<T>(2 + n, 2, 3 + n),
+                  [z, zp, &cs, n, momentum](Index first, Index last) {
+                    for (Index i = first; i < last; ++i) {
+                      T sum = T(0);
+                      for (int j = 0; j < n; ++j) sum += cs[j][i];
+                      const T zi = z[i];
+                      z[i] = zi + sum + momentum * (zi - zp[i]);
+                      zp[i] = zi;
+                    }
+                  });
+  }
+};
+
+}  // namespace functor
+
+namespace {
+
+// The writable tensor behind variable input `index` (ref or resource),
+// checked to be initialised and of dtype T. Callers hold the locks.
+template <typename T>
+tensorflow::Status GetVariable(OpKernelContext* ctx, int index,
+                               bool lock_held, const char* name,
+                               Tensor* out) {
+  TF_RETURN_IF_ERROR(tensorflow::GetInputTensorFromVariable<CPUDevice, T>(
+      ctx, index, lock_held, /*sparse=*/false, out));
+  if (!out->IsInitialized()) {
+    return errors::FailedPrecondition(
+        "Attempting to use uninitialized variable '", name, "' (input ",
+        index, ") of ", ctx->op_kernel().name());
+  }
+  if (out->dtype() != DataTypeToEnum<T>::value) {
+    return errors::InvalidArgument(
+        ctx->op_kernel().name(), ": variable '", name, "' has dtype ",
+        DataTypeString(out->dtype()), " but the op computes in ",
+        DataTypeString(DataTypeToEnum<T>::value));
+  }
+  return absl::OkStatus();
+}
+
+tensorflow::Status CheckSameShape(OpKernelContext* ctx, const Tensor& var,
+                                  const Tensor& other, const char* name) {
+  if (!var.shape().IsSameSize(other.shape())) {
+    return errors::InvalidArgument(
+        ctx->op_kernel().name(), ": '", name, "' must have the shape of var ",
+        var.shape().DebugString(), ", got ", other.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+tensorflow::Status CheckScalar(OpKernelContext* ctx, const Tensor& t,
+                               const char* name) {
+  if (!TensorShapeUtils::IsScalar(t.shape())) {
+    return errors::InvalidArgument(ctx->op_kernel().name(), ": '", name,
+                                   "' must be a scalar, got shape ",
+                                   t.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+void MaybeForwardRef(OpKernelContext* ctx) {
+  if (ctx->input_dtype(0) != DT_RESOURCE) {
+    ctx->forward_ref_input_to_ref_output(0, 0);
+  }
+}
+
+class SmaOpBase : public OpKernel {
+ public:
+  explicit SmaOpBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_exclusive_lock_));
+  }
+
+ protected:
+  bool use_exclusive_lock_ = false;
+};
+
+template <typename T>
+class ApplySmaGradientDescentOp : public SmaOpBase {
+ public:
+  using SmaOpBase::SmaOpBase;
+
+  void Compute(OpKernelContext* ctx) override {
+    auto locks =
+        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
+            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
+    Tensor var, correction;
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, use_exclusive_lock_, "var",
+                                       &var));
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, use_exclusive_lock_,
+                                       "correction", &correction));
+    const Tensor& central = ctx->input(2);
+    const Tensor& alpha = ctx->input(3);
+    const Tensor& lr = ctx->input(4);
+    const Tensor& delta = ctx->input(5);
+    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, correction, "correction"));
+    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, central, "central"));
+    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, delta, "delta"));
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, alpha, "alpha"));
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, lr, "lr"));
+    functor::ApplySmaGradientDescent<CPUDevice, T>()(
+        ctx->eigen_device<CPUDevice>(), var.flat<T>(), correction.flat<T>(),
+        central.flat<T>(), alpha.scalar<T>()(), lr.scalar<T>()(),
+        delta.flat<T>());
+    MaybeForwardRef(ctx);
+  }
+};
+
+template <typename T>
+class ApplySmaMomentumOp : public SmaOpBase {
+ public:
+  explicit ApplySmaMomentumOp(OpKernelConstruction* ctx) : SmaOpBase(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_nesterov", &use_nesterov_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    auto locks =
+        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
+            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1, 2});
+    Tensor var, accum, correction;
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, use_exclusive_lock_, "var",
+                                       &var));
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, use_exclusive_lock_, "accum",
+                                       &accum));
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 2, use_exclusive_lock_,
+                                       "correction", &correction));
+    const Tensor& central = ctx->input(3);
+    const Tensor& alpha = ctx->input(4);
+    const Tensor& lr = ctx->input(5);
+    const Tensor& grad = ctx->input(6);
+    const Tensor& momentum = ctx->input(7);
+    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, accum, "accum"));
+    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, correction, "correction"));
+    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, central, "central"));
+    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, grad, "grad"));
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, alpha, "alpha"));
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, lr, "lr"));
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, momentum, "momentum"));
+    functor::ApplySmaMomentum<CPUDevice, T>()(
+        ctx->eigen_device<CPUDevice>(), var.flat<T>(), accum.flat<T>(),
+        correction.flat<T>(), central.flat<T>(), alpha.scalar<T>()(),
+        lr.scalar<T>()(), grad.flat<T>(), momentum.scalar<T>()(),
+        use_nesterov_);
+    MaybeForwardRef(ctx);
+  }
+
+ private:
+  bool use_nesterov_ = false;
+};
+
+template <typename T>
+class SmaCorrectionOp : public SmaOpBase {
+ public:
+  using SmaOpBase::SmaOpBase;
+
+  void Compute(OpKernelContext* ctx) override {
+    auto locks =
+        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
+            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
+    Tensor var, correction;
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, use_exclusive_lock_, "var",
+                                       &var));
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, use_exclusive_lock_,
+                                       "correction", &correction));
+    const Tensor& central = ctx->input(2);
+    const Tensor& alpha = ctx->input(3);
+    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, correction, "correction"));
+    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, central, "central"));
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, alpha, "alpha"));
+    functor::SmaCorrection<CPUDevice, T>()(
+        ctx->eigen_device<CPUDevice>(), const_cast<const Tensor&>(var).flat<T>(),
+        correction.flat<T>(), central.flat<T>(), alpha.scalar<T>()());
+  }
+};
+
+template <typename T>
+class ApplySmaCorrectionOp : public SmaOpBase {
+ public:
+  using SmaOpBase::SmaOpBase;
+
+  void Compute(OpKernelContext* ctx) override {
+    auto locks =
+        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
+            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
+    Tensor var, correction;
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, use_exclusive_lock_, "var",
+                                       &var));
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, use_exclusive_lock_,
+                                       "correction", &correction));
+    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, correction, "correction"));
+    functor::ApplySmaCorrection<CPUDevice, T>()(
+        ctx->eigen_device<CPUDevice>(), var.flat<T>(),
+        const_cast<const Tensor&>(correction).flat<T>());
+    MaybeForwardRef(ctx);
+  }
+};
+
+template <typename T>
+class ApplySmaCentralOp : public SmaOpBase {
+ public:
+  using SmaOpBase::SmaOpBase;
+
+  void Compute(OpKernelContext* ctx) override {
+    auto locks =
+        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
+            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
+    Tensor central, central_prev;
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, use_exclusive_lock_,
+                                       "central", &central));
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, use_exclusive_lock_,
+                                       "central_prev", &central_prev));
+    OP_REQUIRES_OK(ctx,
+                   CheckSameShape(ctx, central, central_prev, "central_prev"));
+    tensorflow::OpInputList corrections;
+    OP_REQUIRES_OK(ctx, ctx->input_list("corrections", &corrections));
+    std::vector<functor::ConstFlat<T>> flats;
+    flats.reserve(corrections.size());
+    for (int i = 0; i < corrections.size(); ++i) {
+      OP_REQUIRES_OK(ctx, CheckSameShape(ctx, central, corrections[i],
+                                         "corrections"));
+      flats.push_back(corrections[i].flat<T>());
+    }
+    const Tensor& momentum = ctx->input(2 + corrections.size());
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, momentum, "momentum"));
+    functor::ApplySmaCentral<CPUDevice, T>()(
+        ctx->eigen_device<CPUDevice>(), central.flat<T>(),
+        central_prev.flat<T>(), flats, momentum.scalar<T>()());
+    MaybeForwardRef(ctx);
+  }
+};
+
+#define TENSORBOW_REGISTER_PAIR(op, kernel, T)                          \
+  REGISTER_KERNEL_BUILDER(Name("TensorBow" op)                          \
+                              .Device(tensorflow::DEVICE_CPU)           \
+                              .TypeConstraint<T>("T"),                  \
+                          kernel<T>);                                   \
+  REGISTER_KERNEL_BUILDER(Name("TensorBowResource" op)                  \
+                              .Device(tensorflow::DEVICE_CPU)           \
+                              .TypeConstraint<T>("T"),                  \
+                          kernel<T>);
+
+#define TENSORBOW_REGISTER_CPU(T)                                        \
+  TENSORBOW_REGISTER_PAIR("ApplySmaGradientDescent",                     \
+                          ApplySmaGradientDescentOp, T)                  \
+  TENSORBOW_REGISTER_PAIR("ApplySmaMomentum", ApplySmaMomentumOp, T)     \
+  TENSORBOW_REGISTER_PAIR("SmaCorrection", SmaCorrectionOp, T)           \
+  TENSORBOW_REGISTER_PAIR("ApplySmaCorrection", ApplySmaCorrectionOp, T) \
+  REGISTER_KERNEL_BUILDER(Name("TensorBowApplySmaCentral")               \
+                              .Device(tensorflow::DEVICE_CPU)            \
+                              .TypeConstraint<T>("T"),                   \
+                          ApplySmaCentralOp<T>);                         \
+  REGISTER_KERNEL_BUILDER(Name("TensorBowResourceApplySmaCentral")       \
+                              .Device(tensorflow::DEVICE_CPU)            \
+                              .TypeConstraint<T>("T"),                   \
+                          ApplySmaCentralOp<T>);
+
+TENSORBOW_REGISTER_CPU(float)
+TENSORBOW_REGISTER_CPU(double)
+
+#undef TENSORBOW_REGISTER_CPU
+#undef TENSORBOW_REGISTER_PAIR
+
+}  // namespace
+}  // namespace tensorbow

@@ -1,0 +1,221 @@
+// Op registrations for synchronous model averaging (SMA).
+//
+// Every op comes as a pair, like TensorFlow's own training ops: the
+// `TensorBowApply...` form takes reference variables (`Ref(T)`), the
+// `TensorBowResourceApply...` form takes resource handles. Correction buffers
+// and the central model's previous value (`central_prev`) are always
+// resource variables owned by TensorBow. The maths is in
+// cc/kernels/sma_ops.h.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tensorbow {
+
+using tensorflow::Status;  // absl::Status
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+
+// The shape of variable input `index`: a ref input's own shape, or the shape
+// recorded on a resource handle (unknown if the handle carries none).
+ShapeHandle VariableShape(InferenceContext* c, int index, bool resource) {
+  if (!resource) return c->input(index);
+  const auto* handle = c->input_handle_shapes_and_types(index);
+  if (handle != nullptr && !handle->empty()) return (*handle)[0].shape;
+  return c->UnknownShape();
+}
+
+// Merges the shapes of the variable inputs `ref_inputs` and
+// `resource_inputs` and the dense inputs `dense_inputs` (all of them the
+// variable's shape), checks `scalar_inputs` are scalars, and sets the ref
+// output of the reference-variable forms to the variable's shape.
+Status SmaShape(InferenceContext* c, std::vector<int> ref_inputs,
+                std::vector<int> resource_inputs, std::vector<int> dense_inputs,
+                std::vector<int> scalar_inputs) {
+  ShapeHandle s = c->UnknownShape();
+  for (int i : ref_inputs) {
+    TF_RETURN_IF_ERROR(c->Merge(s, VariableShape(c, i, false), &s));
+  }
+  for (int i : resource_inputs) {
+    TF_RETURN_IF_ERROR(c->Merge(s, VariableShape(c, i, true), &s));
+  }
+  for (int i : dense_inputs) {
+    TF_RETURN_IF_ERROR(c->Merge(s, c->input(i), &s));
+  }
+  ShapeHandle unused;
+  for (int i : scalar_inputs) {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
+  }
+  if (!ref_inputs.empty() && c->num_outputs() > 0) c->set_output(0, s);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---- SMA fused with plain SGD -----------------------------------------------
+
+REGISTER_OP("TensorBowApplySmaGradientDescent")
+    .Input("var: Ref(T)")
+    .Input("correction: resource")
+    .Input("central: T")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("delta: T")
+    .Output("out: Ref(T)")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {0}, {1}, {2, 5}, {3, 4});
+    })
+    .Doc(R"doc(
+One replica's SGD step with its SMA correction, in one pass:
+c = alpha * (var - central); correction = c; var = var - lr * delta - c.
+)doc");
+
+REGISTER_OP("TensorBowResourceApplySmaGradientDescent")
+    .Input("var: resource")
+    .Input("correction: resource")
+    .Input("central: T")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("delta: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {}, {0, 1}, {2, 5}, {3, 4});
+    });
+
+// ---- SMA fused with momentum SGD --------------------------------------------
+
+REGISTER_OP("TensorBowApplySmaMomentum")
+    .Input("var: Ref(T)")
+    .Input("accum: Ref(T)")
+    .Input("correction: resource")
+    .Input("central: T")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("grad: T")
+    .Input("momentum: T")
+    .Output("out: Ref(T)")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .Attr("use_nesterov: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {0, 1}, {2}, {3, 6}, {4, 5, 7});
+    })
+    .Doc(R"doc(
+One replica's momentum step with its SMA correction, in one pass:
+c = alpha * (var - central); correction = c;
+accum = momentum * accum + grad;
+var = var - lr * accum - c                              (use_nesterov false)
+var = var - lr * grad - lr * momentum * accum - c       (use_nesterov true)
+)doc");
+
+REGISTER_OP("TensorBowResourceApplySmaMomentum")
+    .Input("var: resource")
+    .Input("accum: resource")
+    .Input("correction: resource")
+    .Input("central: T")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("grad: T")
+    .Input("momentum: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .Attr("use_nesterov: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {}, {0, 1, 2}, {3, 6}, {4, 5, 7});
+    });
+
+// ---- Generic correction around any optimizer's apply op ---------------------
+
+REGISTER_OP("TensorBowSmaCorrection")
+    .Input("var: Ref(T)")
+    .Input("correction: resource")
+    .Input("central: T")
+    .Input("alpha: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {0}, {1}, {2}, {3});
+    })
+    .Doc(R"doc(
+correction = alpha * (var - central); run before the optimizer's apply op.
+)doc");
+
+REGISTER_OP("TensorBowResourceSmaCorrection")
+    .Input("var: resource")
+    .Input("correction: resource")
+    .Input("central: T")
+    .Input("alpha: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {}, {0, 1}, {2}, {3});
+    });
+
+REGISTER_OP("TensorBowApplySmaCorrection")
+    .Input("var: Ref(T)")
+    .Input("correction: resource")
+    .Output("out: Ref(T)")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {0}, {1}, {}, {});
+    })
+    .Doc(R"doc(
+var = var - correction; run after the optimizer's apply op.
+)doc");
+
+REGISTER_OP("TensorBowResourceApplySmaCorrection")
+    .Input("var: resource")
+    .Input("correction: resource")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {}, {0, 1}, {}, {});
+    });
+
+// ---- Central-model update ---------------------------------------------------
+
+REGISTER_OP("TensorBowApplySmaCentral")
+    .Input("central: Ref(T)")
+    .Input("central_prev: resource")
+    .Input("corrections: N * T")
+    .Input("momentum: T")
+    .Output("out: Ref(T)")
+    .Attr("T: {float, double}")
+    .Attr("N: int >= 1")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      int n;
+      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
+      std::vector<int> dense;
+      for (int i = 0; i < n; ++i) dense.push_back(2 + i);
+      return SmaShape(c, {0}, {1}, dense, {2 + n});
+    })
+    .Doc(R"doc(
+The synchronisation step of SMA for one variable:
+central_new = central + sum(corrections) + momentum * (central - central_prev);
+central_prev = central; central = central_new.
+)doc");
+
+REGISTER_OP("TensorBowResourceApplySmaCentral")
+    .Input("central: resource")
+    .Input("central_prev: resource")
+    .Input("corrections: N * T")
+    .Input("momentum: T")
+    .Attr("T: {float, double}")
+    .Attr("N: int >= 1")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      int n;
+      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
+      std::vector<int> dense;
+      for (int i = 0; i < n; ++i) dense.push_back(2 + i);
+      return SmaShape(c, {}, {0, 1}, dense, {2 + n});
+    });
+
+}  // namespace tensorbow

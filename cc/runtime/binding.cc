@@ -1,0 +1,253 @@
+// Python binding of the runtime (module tensorbow._runtime).
+//
+// The only file that knows pybind11 and NumPy: it turns TensorFlow's Python
+// handles (TF_Session, TF_Operation) into pointers, NumPy arrays into
+// HostTensors and fetched tensors back into arrays without copying them,
+// and releases the GIL for the whole of a wave.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <typeinfo>
+#include <vector>
+
+#include "cc/runtime/scheduler.h"
+#include "cc/runtime/tf_adapter.h"
+
+// TensorFlow's Python module wraps TF_Session and TF_Operation with its own
+// pybind11, whose "conduit" hands out the raw pointer when asked with the
+// right type: std::type_info is compared by mangled name, so these
+// definitions, local to this file, name the same types as TF's C API.
+struct TF_Session {};
+struct TF_Operation {};
+
+namespace py = pybind11;
+
+namespace tensorbow {
+namespace runtime {
+namespace {
+
+constexpr int kTfString = 7;  // TF_STRING
+
+// The raw C pointer behind one of TensorFlow's pybind11 handles, asked of
+// its conduit under each platform ABI id in turn (TensorFlow's pybind11 was
+// built by another compiler, so its id differs from ours).
+template <typename T>
+void* PointerFromConduit(py::handle obj, const std::vector<std::string>& abi_ids,
+                         const char* what) {
+  if (!py::hasattr(obj, "_pybind11_conduit_v1_")) {
+    throw py::type_error(std::string("TensorBow: expected TensorFlow's ") +
+                         what + " handle, got " +
+                         py::str(py::type::of(obj)).cast<std::string>());
+  }
+  py::capsule type_info(
+      static_cast<void*>(const_cast<std::type_info*>(&typeid(T))),
+      typeid(std::type_info).name());
+  for (const std::string& abi : abi_ids) {
+    py::object cap = obj.attr("_pybind11_conduit_v1_")(
+        py::bytes(abi), type_info, py::bytes("raw_pointer_ephemeral"));
+    if (!cap.is_none()) {
+      return PyCapsule_GetPointer(cap.ptr(), PyCapsule_GetName(cap.ptr()));
+    }
+  }
+  throw py::type_error(std::string("TensorBow: cannot read the ") + what +
+                       " pointer from TensorFlow's Python handle; this "
+                       "TensorFlow build is not supported (pybind11 ABI)");
+}
+
+py::dtype NumpyDtype(int tf_dtype) {
+  switch (tf_dtype) {
+    case 1: return py::dtype::of<float>();
+    case 2: return py::dtype::of<double>();
+    case 3: return py::dtype::of<int32_t>();
+    case 4: return py::dtype::of<uint8_t>();
+    case 5: return py::dtype::of<int16_t>();
+    case 6: return py::dtype::of<int8_t>();
+    case 8: return py::dtype("complex64");
+    case 9: return py::dtype::of<int64_t>();
+    case 10: return py::dtype::of<bool>();
+    case 17: return py::dtype::of<uint16_t>();
+    case 18: return py::dtype("complex128");
+    case 19: return py::dtype("float16");
+    case 22: return py::dtype::of<uint32_t>();
+    case 23: return py::dtype::of<uint64_t>();
+    default:
+      throw py::type_error("TensorBow: cannot fetch a tensor of TF_DataType " +
+                           std::to_string(tf_dtype) + " in a training run");
+  }
+}
+
+// Borrows `array`'s memory; the caller keeps `array` alive for the run.
+HostTensor ToHostTensor(const py::array& array, int tf_dtype) {
+  HostTensor host;
+  host.dtype = tf_dtype;
+  for (py::ssize_t i = 0; i < array.ndim(); ++i) {
+    host.dims.push_back(array.shape(i));
+  }
+  if (tf_dtype == kTfString) {
+    for (py::handle item : array.attr("ravel")()) {
+      if (py::isinstance<py::bytes>(item)) {
+        host.strings.push_back(item.cast<std::string>());
+      } else {
+        host.strings.push_back(py::str(item).cast<std::string>());
+      }
+    }
+    return host;
+  }
+  if (!(array.flags() & py::array::c_style)) {
+    throw py::value_error("TensorBow: feeds must be C-contiguous");
+  }
+  host.data = const_cast<void*>(array.data());
+  host.nbytes = static_cast<size_t>(array.nbytes());
+  return host;
+}
+
+// Wraps a fetched tensor as a NumPy array that owns it (no copy).
+py::object ToNumpy(FetchedTensor& t) {
+  std::vector<py::ssize_t> shape;
+  for (int64_t d : t.dims()) shape.push_back(static_cast<py::ssize_t>(d));
+  if (t.dtype() == kTfString) {
+    py::array out(py::dtype("O"), shape);
+    auto strings = t.strings();
+    py::list items;
+    for (auto& s : strings) items.append(py::bytes(s));
+    out.attr("reshape")(-1).attr("__setitem__")(py::slice(0, strings.size(), 1),
+                                                 items);
+    return out;
+  }
+  py::dtype dtype = NumpyDtype(t.dtype());
+  void* data = t.data();
+  void* owned = t.Release();
+  py::capsule owner(owned, [](void* p) { FetchedTensor::Delete(p); });
+  return py::array(dtype, shape, {}, data, owner);
+}
+
+std::vector<Endpoint> ToEndpoints(const py::list& items,
+                                  const std::vector<std::string>& abi_ids) {
+  std::vector<Endpoint> out;
+  for (py::handle item : items) {
+    auto pair = item.cast<py::tuple>();
+    out.push_back(Endpoint{
+        PointerFromConduit<TF_Operation>(pair[0], abi_ids, "TF_Operation"),
+        pair[1].cast<int>()});
+  }
+  return out;
+}
+
+class Runtime {
+ public:
+  Runtime(py::handle session, int num_stream_groups,
+          std::vector<std::string> abi_ids)
+      : abi_ids_(std::move(abi_ids)),
+        session_(PointerFromConduit<TF_Session>(session, abi_ids_,
+                                                "TF_Session")),
+        scheduler_(num_stream_groups) {}
+
+  int AddCall(const py::list& feeds, const py::list& fetches,
+              const py::list& targets) {
+    std::vector<void*> target_ops;
+    for (py::handle op : targets) {
+      target_ops.push_back(
+          PointerFromConduit<TF_Operation>(op, abi_ids_, "TF_Operation"));
+    }
+    return session_.AddCall(ToEndpoints(feeds, abi_ids_),
+                            ToEndpoints(fetches, abi_ids_), target_ops);
+  }
+
+  // Runs calls[r] with feeds[r] for every replica r as one wave, then
+  // `sync_call` (if >= 0). Returns (code, message, outputs, run_metadata):
+  // outputs[r] holds replica r's fetches; run_metadata is replica 0's.
+  py::tuple RunWave(const std::vector<int>& calls, const py::list& feeds,
+                    const std::vector<int>& dtypes, int sync_call,
+                    const py::bytes& run_options, bool want_metadata) {
+    const size_t n = calls.size();
+    if (py::len(feeds) != n) {
+      throw py::value_error("TensorBow: one feed list per replica expected");
+    }
+    std::vector<std::vector<HostTensor>> host(n);
+    for (size_t r = 0; r < n; ++r) {
+      py::list replica_feeds = feeds[r].cast<py::list>();
+      if (py::len(replica_feeds) != dtypes.size()) {
+        throw py::value_error("TensorBow: feeds and dtypes differ in length");
+      }
+      for (size_t i = 0; i < dtypes.size(); ++i) {
+        host[r].push_back(
+            ToHostTensor(replica_feeds[i].cast<py::array>(), dtypes[i]));
+      }
+    }
+    const std::string options = run_options;
+    std::vector<std::vector<FetchedTensor>> outputs(n);
+    std::string metadata;
+    std::vector<TaskScheduler::Task> tasks;
+    tasks.reserve(n);
+    for (size_t r = 0; r < n; ++r) {
+      tasks.emplace_back([&, r](int) {
+        return session_.Run(calls[r], host[r], options, &outputs[r],
+                            want_metadata && r == 0 ? &metadata : nullptr);
+      });
+    }
+    TaskScheduler::Task sync;
+    if (sync_call >= 0) {
+      sync = [&](int) {
+        std::vector<FetchedTensor> none;
+        return session_.Run(sync_call, {}, options, &none, nullptr);
+      };
+    }
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = scheduler_.RunWave(tasks, sync);
+    }
+    py::list result;
+    if (status.ok()) {
+      for (auto& replica : outputs) {
+        py::list values;
+        for (auto& t : replica) values.append(ToNumpy(t));
+        result.append(values);
+      }
+    }
+    return py::make_tuple(status.code(), status.message(), result,
+                          py::bytes(metadata));
+  }
+
+  py::list TaskTimings() const {
+    py::list out;
+    for (const TaskTiming& t : scheduler_.Timings()) {
+      out.append(py::make_tuple(t.wave, t.replica, t.stream_group,
+                                t.start_ns * 1e-9, t.end_ns * 1e-9));
+    }
+    return out;
+  }
+
+  void ClearTaskTimings() { scheduler_.ClearTimings(); }
+  int num_stream_groups() const { return scheduler_.num_stream_groups(); }
+
+ private:
+  std::vector<std::string> abi_ids_;
+  TfSession session_;
+  TaskScheduler scheduler_;
+};
+
+}  // namespace
+}  // namespace runtime
+}  // namespace tensorbow
+
+PYBIND11_MODULE(_runtime, m) {
+  using tensorbow::runtime::Runtime;
+  m.doc() = "TensorBow's task scheduler over a TensorFlow session.";
+  py::class_<Runtime>(m, "Runtime")
+      .def(py::init<py::handle, int, std::vector<std::string>>(),
+           py::arg("session"), py::arg("num_stream_groups"),
+           py::arg("abi_ids"))
+      .def("add_call", &Runtime::AddCall, py::arg("feeds"), py::arg("fetches"),
+           py::arg("targets"))
+      .def("run_wave", &Runtime::RunWave, py::arg("calls"), py::arg("feeds"),
+           py::arg("dtypes"), py::arg("sync_call"), py::arg("run_options"),
+           py::arg("want_metadata"))
+      .def("task_timings", &Runtime::TaskTimings)
+      .def("clear_task_timings", &Runtime::ClearTaskTimings)
+      .def_property_readonly("num_stream_groups", &Runtime::num_stream_groups);
+}

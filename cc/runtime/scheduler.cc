@@ -1,0 +1,109 @@
+#include "cc/runtime/scheduler.h"
+
+#include <chrono>
+
+namespace tensorbow {
+namespace runtime {
+namespace {
+
+// Timings are kept for the latest waves only, so a long run stays bounded.
+constexpr size_t kMaxTimings = 1 << 20;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+TaskScheduler::TaskScheduler(int num_stream_groups)
+    : num_stream_groups_(num_stream_groups < 1 ? 1 : num_stream_groups) {
+  for (int g = 1; g < num_stream_groups_; ++g) {
+    threads_.emplace_back([this, g] { WorkerLoop(g); });
+  }
+}
+
+TaskScheduler::~TaskScheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+Status TaskScheduler::RunWave(const std::vector<Task>& tasks,
+                              const Task& sync) {
+  std::lock_guard<std::mutex> wave_lock(wave_mu_);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++wave_;
+    statuses_.assign(tasks.size(), Status::Ok());
+    remaining_ = static_cast<int>(tasks.size());
+    for (size_t r = 0; r < tasks.size(); ++r) {
+      queue_.push_back(Pending{&tasks[r], static_cast<int>(r)});
+    }
+    // Wake only as many workers as there are tasks beyond the caller's.
+    const size_t others = tasks.size() > 0 ? tasks.size() - 1 : 0;
+    for (size_t i = 0; i < others && i < threads_.size(); ++i) {
+      work_cv_.notify_one();
+    }
+    Drain(/*stream_group=*/0, lock);
+    done_cv_.wait(lock, [this] { return remaining_ == 0; });
+  }
+  for (const Status& s : statuses_) {
+    if (!s.ok()) return s;
+  }
+  if (!sync) return Status::Ok();
+  const int64_t start = NowNs();
+  Status s = sync(0);
+  Record(/*replica=*/-1, /*stream_group=*/0, start, NowNs());
+  return s;
+}
+
+void TaskScheduler::Drain(int stream_group,
+                          std::unique_lock<std::mutex>& lock) {
+  while (!queue_.empty()) {
+    Pending p = queue_.front();
+    queue_.pop_front();
+    lock.unlock();
+    const int64_t start = NowNs();
+    Status s = (*p.task)(stream_group);
+    const int64_t end = NowNs();
+    lock.lock();
+    statuses_[p.replica] = std::move(s);
+    if (timings_.size() >= kMaxTimings) timings_.clear();
+    timings_.push_back(TaskTiming{wave_, p.replica, stream_group, start, end});
+    if (--remaining_ == 0) done_cv_.notify_all();
+  }
+}
+
+void TaskScheduler::WorkerLoop(int stream_group) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    Drain(stream_group, lock);
+  }
+}
+
+void TaskScheduler::Record(int replica, int stream_group, int64_t start,
+                           int64_t end) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (timings_.size() >= kMaxTimings) timings_.clear();
+  timings_.push_back(TaskTiming{wave_, replica, stream_group, start, end});
+}
+
+std::vector<TaskTiming> TaskScheduler::Timings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timings_;
+}
+
+void TaskScheduler::ClearTimings() {
+  std::lock_guard<std::mutex> lock(mu_);
+  timings_.clear();
+}
+
+}  // namespace runtime
+}  // namespace tensorbow

@@ -1,0 +1,85 @@
+// A Crossbow-like task scheduler: a pool of stream groups (worker threads)
+// that runs one wave of learning tasks concurrently, then returns.
+//
+// Plain C++: no TensorFlow, no Python. A learning task is a callable that
+// is told which stream group runs it. The thread that submits a wave works
+// as stream group 0 while it waits, so a wave costs one hand-off per extra
+// stream group and none at all with one.
+#ifndef TENSORBOW_CC_RUNTIME_SCHEDULER_H_
+#define TENSORBOW_CC_RUNTIME_SCHEDULER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cc/runtime/status.h"
+
+namespace tensorbow {
+namespace runtime {
+
+// When and where one task ran, in nanoseconds of a steady clock.
+struct TaskTiming {
+  int64_t wave;
+  int replica;       // -1 for a synchronisation task
+  int stream_group;  // which worker ran it
+  int64_t start_ns;
+  int64_t end_ns;
+};
+
+class TaskScheduler {
+ public:
+  using Task = std::function<Status(int stream_group)>;
+
+  // Starts `num_stream_groups - 1` worker threads (the caller is group 0).
+  explicit TaskScheduler(int num_stream_groups);
+  ~TaskScheduler();
+
+  TaskScheduler(const TaskScheduler&) = delete;
+  TaskScheduler& operator=(const TaskScheduler&) = delete;
+
+  int num_stream_groups() const { return num_stream_groups_; }
+
+  // Runs tasks[r] for replica r, concurrently over the stream groups, and
+  // returns when every one has finished (the wave's barrier); then runs
+  // `sync` on the calling thread if every task succeeded and `sync` is set.
+  // Returns the first failure, by replica order, or the sync's status.
+  // Waves are serialised: a second caller waits for the first wave.
+  Status RunWave(const std::vector<Task>& tasks, const Task& sync);
+
+  std::vector<TaskTiming> Timings() const;
+  void ClearTimings();
+
+ private:
+  struct Pending {
+    const Task* task;
+    int replica;
+  };
+
+  void WorkerLoop(int stream_group);
+  // Pops and runs queued tasks of the current wave until none is left.
+  void Drain(int stream_group, std::unique_lock<std::mutex>& lock);
+  void Record(int replica, int stream_group, int64_t start, int64_t end);
+
+  const int num_stream_groups_;
+  std::mutex wave_mu_;  // one wave at a time
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<Pending> queue_;
+  std::vector<Status> statuses_;
+  int remaining_ = 0;
+  int64_t wave_ = 0;
+  bool stopping_ = false;
+  std::vector<TaskTiming> timings_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace runtime
+}  // namespace tensorbow
+
+#endif  // TENSORBOW_CC_RUNTIME_SCHEDULER_H_

@@ -1,0 +1,174 @@
+#include "cc/runtime/tf_adapter.h"
+
+#include <cstring>
+
+#include "tensorflow/c/c_api.h"
+#include "tensorflow/c/tf_tstring.h"
+
+namespace tensorbow {
+namespace runtime {
+
+struct TfSession::Call {
+  std::vector<TF_Output> feeds;
+  std::vector<TF_Output> fetches;
+  std::vector<TF_Operation*> targets;
+};
+
+namespace {
+
+void NoDeallocate(void*, size_t, void*) {}
+
+TF_Output ToOutput(const Endpoint& e) {
+  return TF_Output{static_cast<TF_Operation*>(e.op), e.index};
+}
+
+// A TF_Tensor over `host`: borrowed memory for plain dtypes (TF copies it
+// only if it is not aligned as Eigen wants), fresh TF_TStrings for strings.
+TF_Tensor* ToTfTensor(const HostTensor& host) {
+  const auto dtype = static_cast<TF_DataType>(host.dtype);
+  if (dtype != TF_STRING) {
+    return TF_NewTensor(dtype, host.dims.data(),
+                        static_cast<int>(host.dims.size()), host.data,
+                        host.nbytes, &NoDeallocate, nullptr);
+  }
+  TF_Tensor* t =
+      TF_AllocateTensor(TF_STRING, host.dims.data(),
+                        static_cast<int>(host.dims.size()),
+                        host.strings.size() * sizeof(TF_TString));
+  auto* elems = static_cast<TF_TString*>(TF_TensorData(t));
+  for (size_t i = 0; i < host.strings.size(); ++i) {
+    TF_TString_Init(&elems[i]);
+    TF_TString_Copy(&elems[i], host.strings[i].data(), host.strings[i].size());
+  }
+  return t;
+}
+
+}  // namespace
+
+FetchedTensor::FetchedTensor(FetchedTensor&& other) noexcept
+    : tensor_(other.tensor_) {
+  other.tensor_ = nullptr;
+}
+
+FetchedTensor& FetchedTensor::operator=(FetchedTensor&& other) noexcept {
+  if (this != &other) {
+    Delete(tensor_);
+    tensor_ = other.tensor_;
+    other.tensor_ = nullptr;
+  }
+  return *this;
+}
+
+FetchedTensor::~FetchedTensor() { Delete(tensor_); }
+
+int FetchedTensor::dtype() const {
+  return TF_TensorType(static_cast<TF_Tensor*>(tensor_));
+}
+
+std::vector<int64_t> FetchedTensor::dims() const {
+  auto* t = static_cast<TF_Tensor*>(tensor_);
+  std::vector<int64_t> dims(TF_NumDims(t));
+  for (size_t i = 0; i < dims.size(); ++i) dims[i] = TF_Dim(t, i);
+  return dims;
+}
+
+void* FetchedTensor::data() const {
+  return TF_TensorData(static_cast<TF_Tensor*>(tensor_));
+}
+
+size_t FetchedTensor::nbytes() const {
+  return TF_TensorByteSize(static_cast<TF_Tensor*>(tensor_));
+}
+
+std::vector<std::string> FetchedTensor::strings() const {
+  auto* t = static_cast<TF_Tensor*>(tensor_);
+  const int64_t n = TF_TensorElementCount(t);
+  const auto* elems = static_cast<const TF_TString*>(TF_TensorData(t));
+  std::vector<std::string> out;
+  out.reserve(n);
+  for (int64_t i = 0; i < n; ++i) {
+    out.emplace_back(TF_TString_GetDataPointer(&elems[i]),
+                     TF_TString_GetSize(&elems[i]));
+  }
+  return out;
+}
+
+void* FetchedTensor::Release() {
+  void* t = tensor_;
+  tensor_ = nullptr;
+  return t;
+}
+
+void FetchedTensor::Delete(void* tf_tensor) {
+  if (tf_tensor != nullptr) TF_DeleteTensor(static_cast<TF_Tensor*>(tf_tensor));
+}
+
+int TfSession::AddCall(const std::vector<Endpoint>& feeds,
+                       const std::vector<Endpoint>& fetches,
+                       const std::vector<void*>& targets) {
+  auto call = std::make_shared<Call>();
+  for (const auto& e : feeds) call->feeds.push_back(ToOutput(e));
+  for (const auto& e : fetches) call->fetches.push_back(ToOutput(e));
+  for (void* op : targets) {
+    call->targets.push_back(static_cast<TF_Operation*>(op));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_.push_back(std::move(call));
+  return static_cast<int>(calls_.size()) - 1;
+}
+
+Status TfSession::Run(int call_id, const std::vector<HostTensor>& feeds,
+                      const std::string& run_options,
+                      std::vector<FetchedTensor>* outputs,
+                      std::string* run_metadata) const {
+  std::shared_ptr<const Call> call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (call_id < 0 || call_id >= static_cast<int>(calls_.size())) {
+      return Status(kInternal, "TensorBow runtime: unknown call " +
+                                   std::to_string(call_id));
+    }
+    call = calls_[call_id];
+  }
+  if (feeds.size() != call->feeds.size()) {
+    return Status(kInvalidArgument,
+                  "TensorBow runtime: call expects " +
+                      std::to_string(call->feeds.size()) + " feeds, got " +
+                      std::to_string(feeds.size()));
+  }
+  std::vector<TF_Tensor*> inputs;
+  inputs.reserve(feeds.size());
+  for (const auto& f : feeds) inputs.push_back(ToTfTensor(f));
+  std::vector<TF_Tensor*> values(call->fetches.size(), nullptr);
+
+  TF_Buffer* options = nullptr;
+  if (!run_options.empty()) {
+    options = TF_NewBufferFromString(run_options.data(), run_options.size());
+  }
+  TF_Buffer* metadata = run_metadata != nullptr ? TF_NewBuffer() : nullptr;
+  TF_Status* status = TF_NewStatus();
+  TF_SessionRun(static_cast<TF_Session*>(session_), options,
+                call->feeds.data(), inputs.data(),
+                static_cast<int>(inputs.size()), call->fetches.data(),
+                values.data(), static_cast<int>(values.size()),
+                call->targets.data(), static_cast<int>(call->targets.size()),
+                metadata, status);
+  Status result(TF_GetCode(status), TF_Message(status));
+  TF_DeleteStatus(status);
+  for (TF_Tensor* t : inputs) TF_DeleteTensor(t);
+  if (options != nullptr) TF_DeleteBuffer(options);
+  if (metadata != nullptr) {
+    if (result.ok()) {
+      run_metadata->assign(static_cast<const char*>(metadata->data),
+                           metadata->length);
+    }
+    TF_DeleteBuffer(metadata);
+  }
+  outputs->clear();
+  outputs->reserve(values.size());
+  for (TF_Tensor* t : values) outputs->emplace_back(t);
+  return result;
+}
+
+}  // namespace runtime
+}  // namespace tensorbow

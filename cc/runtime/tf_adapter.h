@@ -1,0 +1,90 @@
+// The runtime's one adapter over TensorFlow's C API.
+//
+// A TfSession borrows the TF_Session of the user's tf.compat.v1.Session, so
+// learning tasks run on the very graph and variables that plain runs use.
+// Calls (feeds, fetches, targets) are prepared once and run many times from
+// any thread; host tensors go in without a copy where TF allows it.
+#ifndef TENSORBOW_CC_RUNTIME_TF_ADAPTER_H_
+#define TENSORBOW_CC_RUNTIME_TF_ADAPTER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cc/runtime/status.h"
+
+namespace tensorbow {
+namespace runtime {
+
+// One output of an operation: a borrowed TF_Operation* and an index.
+struct Endpoint {
+  void* op;
+  int index;
+};
+
+// A host buffer to feed, borrowed for the duration of one run. For strings
+// (TF_STRING), `strings` holds the elements and `data` is unused.
+struct HostTensor {
+  int dtype = 0;  // TF_DataType
+  std::vector<int64_t> dims;
+  void* data = nullptr;
+  size_t nbytes = 0;
+  std::vector<std::string> strings;
+};
+
+// A fetched tensor; owns its TF_Tensor until Release().
+class FetchedTensor {
+ public:
+  FetchedTensor() = default;
+  explicit FetchedTensor(void* tf_tensor) : tensor_(tf_tensor) {}
+  FetchedTensor(FetchedTensor&& other) noexcept;
+  FetchedTensor& operator=(FetchedTensor&& other) noexcept;
+  ~FetchedTensor();
+
+  int dtype() const;
+  std::vector<int64_t> dims() const;
+  void* data() const;
+  size_t nbytes() const;
+  std::vector<std::string> strings() const;  // for TF_STRING
+
+  // Hands the TF_Tensor to the caller, who frees it with Delete().
+  void* Release();
+  static void Delete(void* tf_tensor);
+
+ private:
+  void* tensor_ = nullptr;
+};
+
+class TfSession {
+ public:
+  // `tf_session` is a TF_Session* that outlives this object.
+  explicit TfSession(void* tf_session) : session_(tf_session) {}
+
+  // Prepares a call and returns its id.
+  int AddCall(const std::vector<Endpoint>& feeds,
+              const std::vector<Endpoint>& fetches,
+              const std::vector<void*>& targets);
+
+  // Runs call `call` with `feeds` (in AddCall's order); thread-safe.
+  // `run_options` is a serialized RunOptions proto (may be empty);
+  // `run_metadata`, if not null, receives a serialized RunMetadata.
+  Status Run(int call, const std::vector<HostTensor>& feeds,
+             const std::string& run_options,
+             std::vector<FetchedTensor>* outputs,
+             std::string* run_metadata) const;
+
+ private:
+  struct Call;
+
+  void* session_;
+  mutable std::mutex mu_;
+  std::deque<std::shared_ptr<const Call>> calls_;
+};
+
+}  // namespace runtime
+}  // namespace tensorbow
+
+#endif  // TENSORBOW_CC_RUNTIME_TF_ADAPTER_H_

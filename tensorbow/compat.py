@@ -1,0 +1,52 @@
+"""Every use of TensorFlow's private Python API, in one place.
+
+TensorBow reuses TensorFlow's own fetch handling (so `run` accepts exactly
+the fetch structures `tf.compat.v1.Session.run` accepts), the default-session
+stack, and the pybind11 handles behind a `Session` and an `Operation` that
+its C++ runtime needs. A TensorFlow upgrade touches this file only.
+"""
+from tensorflow.python.client import session as _tf_session
+from tensorflow.python.framework import ops as _ops
+
+SessionInterface = _tf_session.SessionInterface
+
+# Platform ABI ids under which TensorFlow's pybind11 may answer the conduit
+# that hands out raw pointers (TF 2.21's wheel is built with clang).
+PYBIND11_ABI_IDS = (
+    "_clang_libstdcpp_cxxabi1002",
+    "system_libstdcpp_gxx_abi_1xxx_use_cxx11_abi_1",
+    "_gcc_libstdcpp_cxxabi1002",
+    "_gcc_libstdcpp_cxxabi1011",
+    "_clang_libstdcpp_cxxabi1011",
+)
+
+
+def fetch_handler(graph, fetches, feeds):
+  """TensorFlow's handler for a fetch structure.
+
+  Args:
+    graph: the `tf.Graph` of the fetches.
+    fetches: any structure `tf.compat.v1.Session.run` accepts.
+    feeds: dict from fed `Tensor.ref()` to fed value.
+
+  Returns:
+    An object with `fetches()` (unique tensors to fetch, fed ones left
+    out), `targets()` (operations to run) and
+    `build_results(session, values)` (the user's structure, rebuilt).
+  """
+  return _tf_session._FetchHandler(graph, fetches, feeds)  # pylint: disable=protected-access
+
+
+def session_handle(session):
+  """The pybind11 handle of a `tf.compat.v1.Session`'s TF_Session."""
+  return session._session  # pylint: disable=protected-access
+
+
+def operation_handle(op):
+  """The pybind11 handle of an `Operation`'s TF_Operation."""
+  return op._c_op  # pylint: disable=protected-access
+
+
+def default_session(session):
+  """Context manager that makes `session` the default session."""
+  return _ops.default_session(session)

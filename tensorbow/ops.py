@@ -1,0 +1,121 @@
+"""Python wrappers of TensorBow's SMA ops (cc/ops/sma_ops.cc).
+
+Each wrapper picks the resource form (`TensorBowResource...`) for a resource
+handle and the reference form for a reference variable, like TensorFlow's
+`ResourceApply...` / `Apply...` pairs. The maths of each op is in its
+docstring; the kernels are in cc/kernels/sma_ops.cc.
+"""
+import os
+
+import tensorflow as tf
+
+_LIBRARY = None
+
+
+def library():
+  """The loaded op library (loaded on first use).
+
+  Raises:
+    ImportError: if the library was not built.
+  """
+  global _LIBRARY
+  if _LIBRARY is None:
+    path = os.path.join(os.path.dirname(__file__), "_sma_ops.so")
+    if not os.path.exists(path):
+      raise ImportError(
+          f"TensorBow's op library is missing ({path}); build it with "
+          "`pip install --no-build-isolation .` from the TensorBow checkout")
+    _LIBRARY = tf.load_op_library(path)
+  return _LIBRARY
+
+
+def _is_resource(var):
+  return var.dtype == tf.resource
+
+
+def apply_sma_gradient_descent(var, correction, central, alpha, lr, delta,
+                               use_locking=False, name=None):
+  """One replica's SGD step with its SMA correction.
+
+    c = alpha * (var - central);  correction = c
+    var = var - lr * delta - c
+
+  Args:
+    var: the replica's variable (resource handle or ref).
+    correction: resource handle of the replica's correction buffer.
+    central: the central model's value (a tensor of var's shape).
+    alpha, lr: scalars.
+    delta: the gradient.
+    use_locking: hold the variables' locks for the update.
+    name: op name.
+
+  Returns:
+    The op (resource form) or the updated ref (reference form).
+  """
+  if _is_resource(var):
+    return library().tensor_bow_resource_apply_sma_gradient_descent(
+        var, correction, central, alpha, lr, delta, use_locking=use_locking,
+        name=name)
+  return library().tensor_bow_apply_sma_gradient_descent(
+      var, correction, central, alpha, lr, delta, use_locking=use_locking,
+      name=name)
+
+
+def apply_sma_momentum(var, accum, correction, central, alpha, lr, grad,
+                       momentum, use_locking=False, use_nesterov=False,
+                       name=None):
+  """One replica's momentum step with its SMA correction.
+
+    c = alpha * (var - central);  correction = c
+    accum = momentum * accum + grad
+    var = var - lr * accum - c                          (use_nesterov=False)
+    var = var - lr * grad - lr * momentum * accum - c   (use_nesterov=True)
+
+  Args and Returns as `apply_sma_gradient_descent`; `accum` is the momentum
+  slot, of var's kind.
+  """
+  if _is_resource(var):
+    return library().tensor_bow_resource_apply_sma_momentum(
+        var, accum, correction, central, alpha, lr, grad, momentum,
+        use_locking=use_locking, use_nesterov=use_nesterov, name=name)
+  return library().tensor_bow_apply_sma_momentum(
+      var, accum, correction, central, alpha, lr, grad, momentum,
+      use_locking=use_locking, use_nesterov=use_nesterov, name=name)
+
+
+def sma_correction(var, correction, central, alpha, use_locking=False,
+                   name=None):
+  """correction = alpha * (var - central), before any optimizer's apply op."""
+  if _is_resource(var):
+    return library().tensor_bow_resource_sma_correction(
+        var, correction, central, alpha, use_locking=use_locking, name=name)
+  return library().tensor_bow_sma_correction(
+      var, correction, central, alpha, use_locking=use_locking, name=name)
+
+
+def apply_sma_correction(var, correction, use_locking=False, name=None):
+  """var = var - correction, after the optimizer's apply op."""
+  if _is_resource(var):
+    return library().tensor_bow_resource_apply_sma_correction(
+        var, correction, use_locking=use_locking, name=name)
+  return library().tensor_bow_apply_sma_correction(
+      var, correction, use_locking=use_locking, name=name)
+
+
+def apply_sma_central(central, central_prev, corrections, momentum,
+                      use_locking=False, name=None):
+  """The central model's SMA update (reference-variable form).
+
+    z_new = z + sum_j c_j + momentum * (z - z_prev);  z_prev = z;  z = z_new
+  """
+  return library().tensor_bow_apply_sma_central(
+      central, central_prev, corrections, momentum, use_locking=use_locking,
+      name=name)
+
+
+def resource_apply_sma_central(central, central_prev, corrections, momentum,
+                               use_locking=False, name=None):
+  """The central model's SMA update (resource form); see apply_sma_central."""
+  return library().tensor_bow_resource_apply_sma_central(
+      central, central_prev, corrections, momentum, use_locking=use_locking,
+      name=name)

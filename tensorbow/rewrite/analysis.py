@@ -1,0 +1,182 @@
+"""Reads a user's graph: what a run executes, and what a training run writes.
+
+A run's *closure* is every operation TensorFlow executes for its fetches and
+targets. A run is a training run when its closure holds an optimizer's
+apply op. The variables written there are classified as DESIGN.md section 2
+says: model variables (updated by an apply op, averaged by SMA), slots (the
+optimizer's other state), and other written variables (a global step,
+batch-norm moving statistics).
+"""
+import collections
+
+import tensorflow as tf
+
+VARIABLE_OPS = frozenset(["VariableV2", "Variable", "VarHandleOp"])
+_APPLY_PREFIXES = ("Apply", "ResourceApply", "SparseApply",
+                   "ResourceSparseApply")
+_WRITE_PREFIXES = _APPLY_PREFIXES + ("Assign", "Scatter", "ResourceScatter")
+_OTHER_WRITES = frozenset(["StridedSliceAssign", "ResourceStridedSliceAssign",
+                           "CountUpTo", "ResourceCountUpTo"])
+# Ops through which a variable (ref or handle) reaches the op using it.
+_PASS_THROUGH = frozenset(["Identity", "RefIdentity"])
+# Input ops whose state a replica cannot copy; batches must come as feeds.
+_UNSUPPORTED_INPUT_OPS = frozenset([
+    "IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional",
+    "QueueDequeue", "QueueDequeueV2", "QueueDequeueMany",
+    "QueueDequeueManyV2", "QueueDequeueUpTo", "QueueDequeueUpToV2",
+    "ReaderRead", "ReaderReadV2", "ReaderReadUpTo", "ReaderReadUpToV2",
+])
+
+
+def is_apply(op):
+  return op.type.startswith(_APPLY_PREFIXES)
+
+
+def is_write(op):
+  return op.type.startswith(_WRITE_PREFIXES) or op.type in _OTHER_WRITES
+
+
+def variable_of(tensor):
+  """The variable op behind a ref or resource tensor, or None."""
+  op = tensor.op
+  while op.type in _PASS_THROUGH and op.inputs:
+    op = op.inputs[0].op
+  return op if op.type in VARIABLE_OPS else None
+
+
+def is_variable_value(tensor):
+  """Whether fetching `tensor` reads a variable's current value."""
+  op = tensor.op
+  if op.type in VARIABLE_OPS:
+    return True
+  if op.type in ("Identity", "ReadVariableOp") and op.inputs:
+    return variable_of(op.inputs[0]) is not None
+  return False
+
+
+def closure(fetch_ops, fed_names):
+  """Every op executed to produce `fetch_ops`, as TensorFlow prunes it.
+
+  Args:
+    fetch_ops: operations fetched or targeted.
+    fed_names: names of fed tensors; their producers do not run.
+
+  Returns:
+    A list of operations in dependency order (inputs first).
+  """
+  seen = set()
+  order = []
+  stack = [(op, False) for op in fetch_ops]
+  while stack:
+    op, expanded = stack.pop()
+    if expanded:
+      order.append(op)
+      continue
+    if op.name in seen:
+      continue
+    seen.add(op.name)
+    stack.append((op, True))
+    if any(t.name in fed_names for t in op.outputs):
+      continue
+    for t in op.inputs:
+      if t.op.name not in seen:
+        stack.append((t.op, False))
+    for c in op.control_inputs:
+      if c.name not in seen:
+        stack.append((c, False))
+  return order
+
+
+class TrainingInfo(collections.namedtuple("TrainingInfo", [
+    "ops", "apply_ops", "model_vars", "slot_vars", "other_vars",
+    "batch_dependent", "written"])):
+  """What a training run's closure holds.
+
+  Attributes:
+    ops: the closure, inputs first.
+    apply_ops: optimizer apply ops, by name.
+    model_vars: names of variable ops an apply op updates (input 0).
+    slot_vars: names of the apply ops' other variables.
+    other_vars: names of other variables the closure writes.
+    batch_dependent: the subset of other_vars whose written value depends
+      on a batch feed (batch-norm statistics): averaged, not copied.
+    written: names of all variable ops written.
+  """
+
+
+def analyse_training(ops, batch_feed_names):
+  """Classifies a training run's closure (see TrainingInfo).
+
+  Raises:
+    tf.errors.UnimplementedError: for what TensorBow cannot train.
+  """
+  apply_ops, model_vars, slot_vars, written = [], [], [], {}
+  for op in ops:
+    if op.type in _UNSUPPORTED_INPUT_OPS:
+      raise tf.errors.UnimplementedError(
+          None, op,
+          f"TensorBow cannot train through op '{op.name}' (type {op.type}): "
+          "each replica needs its own batch, so training inputs must be "
+          "fed through placeholders in feed_dict")
+    if not is_write(op):
+      continue
+    var = variable_of(op.inputs[0]) if op.inputs else None
+    if var is None:
+      raise tf.errors.UnimplementedError(
+          None, op,
+          f"TensorBow cannot train op '{op.name}' (type {op.type}): the "
+          "variable it writes is not a VariableV2 or VarHandleOp output")
+    written[var.name] = op
+    if is_apply(op):
+      apply_ops.append(op.name)
+      if var.name in model_vars:
+        raise tf.errors.UnimplementedError(
+            None, op,
+            f"TensorBow cannot train variable '{var.name}': it is updated "
+            "by more than one apply op in the same run")
+      model_vars.append(var.name)
+      for t in op.inputs[1:]:
+        slot = variable_of(t)
+        if slot is not None and slot.name not in slot_vars:
+          slot_vars.append(slot.name)
+  trainable = _trainable_variable_ops(ops[0].graph if ops else None)
+  model = set(model_vars)
+  for name, op in written.items():
+    if name in trainable and name not in model:
+      raise tf.errors.UnimplementedError(
+          None, op,
+          f"TensorBow cannot train op '{op.name}' (type {op.type}): it "
+          f"writes trainable variable '{name}' outside an optimizer's apply "
+          "op; supported are the tf.compat.v1.train optimizers")
+  slots = set(slot_vars)
+  other_vars = [n for n in written if n not in model and n not in slots]
+  batch_dependent = [
+      n for n in other_vars
+      if _depends_on(written[n].inputs[1:], batch_feed_names)]
+  return TrainingInfo(ops, apply_ops, model_vars, slot_vars, other_vars,
+                      batch_dependent, sorted(written))
+
+
+def _trainable_variable_ops(graph):
+  if graph is None:
+    return set()
+  names = set()
+  for v in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES):
+    op = getattr(v, "op", None)
+    if op is not None:
+      names.add(op.name)
+  return names
+
+
+def _depends_on(tensors, names):
+  if not names:
+    return False
+  for op in closure([t.op for t in tensors], fed_names=frozenset()):
+    if any(t.name in names for t in op.outputs):
+      return True
+  return False
+
+
+def writes_variables(ops):
+  """Whether any of `ops` may write a variable (a plain run's closure)."""
+  return any(is_write(op) for op in ops)

@@ -1,0 +1,380 @@
+"""Builds the execution graph: replicas of the learning part, and SMA.
+
+The user's operations stay as they are: they are the central model, and
+plain runs use them. For a training run, every operation of its closure is
+copied once per replica under `<prefix>/replica_<r>/`, with the variables it
+writes copied too (`<prefix>/replica_<r>/<name>`); placeholders, fed
+tensors and read-only variables are shared with the user's graph, so a
+learning task feeds the user's own placeholders. In the copies, each
+optimizer apply op on a model variable is fused with its SMA correction
+(SGD and momentum) or wrapped by the generic correction (any other
+optimizer). The synchronisation op updates the central model from the
+replicas' corrections (DESIGN.md section 3) and refreshes other written
+variables; seed ops copy the central model into the replicas.
+
+Copies are made incrementally: a later training run with a different
+closure copies only the operations not yet copied.
+"""
+import tensorflow as tf
+
+from tensorbow import ops as tb_ops
+from tensorbow.rewrite import analysis
+
+_FLOAT_TYPES = (tf.float32.as_datatype_enum, tf.float64.as_datatype_enum)
+# Variables shared by name across sessions must not share replicas.
+_SHARED_NAME = "shared_name"
+
+
+class _Sma(object):
+  """TensorBow's own state for one model variable under SMA."""
+
+  def __init__(self, corrections, central_prev, central_value):
+    self.corrections = corrections  # one resource handle per replica
+    self.central_prev = central_prev  # resource handle
+    self.central_value = central_value  # the central model, read
+
+
+class Replicator(object):
+  """Extends a user's graph with replicas of its learning part.
+
+  Args:
+    graph: the user's `tf.Graph`.
+    num_replicas: L.
+    algorithm: "sma" or "none".
+    alpha: the SMA correction factor.
+    central_momentum: the SMA central momentum.
+  """
+
+  def __init__(self, graph, num_replicas, algorithm, alpha, central_momentum):
+    self._graph = graph
+    self._num_replicas = num_replicas
+    self._algorithm = algorithm
+    self._alpha = alpha
+    self._central_momentum = central_momentum
+    with graph.as_default():
+      self._prefix = graph.unique_name("tensorbow", mark_as_used=True)
+    self._copied = set()  # op names copied into every replica
+    self._kinds = {}  # replicated variable op name -> "model" | "slot" | "other"
+    self._sma = {}  # model variable op name -> _Sma
+    self._seeds = {}  # replicated variable op name -> seed op
+    self._pending_seed = set()  # replicated variables to seed before training
+    self._stubs = {}  # op name -> tensor that carries a control dependency
+    self._refresh = None  # (variables it covers, op)
+    self._constants = {}
+
+  @property
+  def prefix(self):
+    return self._prefix
+
+  def replica_name(self, replica, name):
+    return f"{self._prefix}/replica_{replica}/{name}"
+
+  def is_copied(self, name):
+    return name in self._copied
+
+  # ---- Building replicas ---------------------------------------------------
+
+  def extend(self, info, fed_names):
+    """Copies what `info`'s closure needs into every replica (idempotent)."""
+    graph = self._graph
+    replicated = set(info.written)
+    for name in info.written:
+      if name not in self._kinds:
+        if name in info.model_vars:
+          self._kinds[name] = "model"
+        elif name in info.slot_vars:
+          self._kinds[name] = "slot"
+        else:
+          self._kinds[name] = "other"
+    new_ops = []
+    for op in info.ops:
+      if op.name in self._copied:
+        continue
+      if op.type in ("Placeholder", "PlaceholderV2"):
+        continue
+      if any(t.name in fed_names for t in op.outputs):
+        continue
+      if op.type in analysis.VARIABLE_OPS and op.name not in replicated:
+        continue
+      new_ops.append(op)
+    if not new_ops:
+      return
+    with graph.as_default(), graph.control_dependencies(None):
+      if self._algorithm == "sma":
+        for name in info.model_vars:
+          if name not in self._sma:
+            self._sma[name] = self._make_sma_state(graph.get_operation_by_name(name))
+      local = set(op.name for op in new_ops)
+      for r in range(self._num_replicas):
+        graph_def, input_map = self._replica_graph_def(new_ops, local, r)
+        tf.compat.v1.import_graph_def(
+            graph_def, input_map=input_map,
+            name=self.replica_name(r, "")[:-1] + "/")
+      self._copied.update(local)
+      for op in new_ops:
+        if op.type in analysis.VARIABLE_OPS:
+          self._seeds[op.name] = self._make_seed(op)
+          self._pending_seed.add(op.name)
+
+  def _replica_graph_def(self, new_ops, local, replica):
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.versions.CopyFrom(self._graph.graph_def_versions)
+    input_map = {}
+
+    def external(name, index):
+      key = f"{name}:{index}"
+      if key not in input_map:
+        input_map[key] = self._replica_tensor(name, index, replica)
+      return key
+
+    def resolve(inp):
+      if inp.startswith("^"):
+        name = inp[1:]
+        if name not in local:
+          key = "^" + name
+          if key not in input_map:
+            input_map[key] = self._control_stub(name, replica)
+        return inp
+      name, _, index = inp.partition(":")
+      if name in local:
+        return inp
+      return external(name, int(index or 0))
+
+    def aux(key, tensor):
+      input_map[key + ":0"] = tensor
+      return key + ":0"
+
+    for op in new_ops:
+      node = tf.compat.v1.NodeDef()
+      node.CopyFrom(op.node_def)
+      if "_class" in node.attr:
+        del node.attr["_class"]
+      if op.type in analysis.VARIABLE_OPS and _SHARED_NAME in node.attr:
+        node.attr[_SHARED_NAME].s = (
+            self.replica_name(replica, op.name).encode()
+            if op.type == "VarHandleOp" else b"")
+      inputs = [resolve(i) for i in node.input]
+      del node.input[:]
+      node.input.extend(inputs)
+      var = (analysis.variable_of(op.inputs[0])
+             if analysis.is_apply(op) else None)
+      if var is not None and var.name in self._sma:
+        for extra in self._sma_nodes(node, var, replica, aux):
+          graph_def.node.add().CopyFrom(extra)
+      else:
+        graph_def.node.add().CopyFrom(node)
+    return graph_def, input_map
+
+  def _replica_tensor(self, name, index, replica):
+    if name in self._copied:
+      name = self.replica_name(replica, name)
+    return self._graph.get_tensor_by_name(f"{name}:{index}")
+
+  def _control_stub(self, name, replica):
+    if name in self._copied:
+      name = self.replica_name(replica, name)
+    if name not in self._stubs:
+      op = self._graph.get_operation_by_name(name)
+      if op.outputs:
+        self._stubs[name] = op.outputs[0]
+      else:
+        with self._graph.control_dependencies([op]):
+          self._stubs[name] = tf.constant(
+              0, name=f"{self._prefix}/control/{name}")
+    return self._stubs[name]
+
+  # ---- SMA in the replicas -------------------------------------------------
+
+  def _make_sma_state(self, var_op):
+    dtype, shape = _dtype_and_shape(var_op)
+    if dtype.as_datatype_enum not in _FLOAT_TYPES:
+      raise tf.errors.UnimplementedError(
+          None, var_op,
+          f"TensorBow's SMA supports float32 and float64 model variables; "
+          f"'{var_op.name}' is {dtype.name}")
+    scope = f"{self._prefix}/sma/{var_op.name}"
+    corrections = [
+        _resource(f"{scope}/correction_{r}", dtype, shape)
+        for r in range(self._num_replicas)]
+    central_prev = _resource(f"{scope}/central_prev", dtype, shape)
+    central_value = tf.identity(read(var_op), name=f"{scope}/central")
+    return _Sma(corrections, central_prev, central_value)
+
+  def _constant(self, value, dtype):
+    key = (value, dtype)
+    if key not in self._constants:
+      self._constants[key] = tf.constant(
+          value, dtype=dtype, name=f"{self._prefix}/constant")
+    return self._constants[key]
+
+  def _sma_nodes(self, node, var, replica, aux):
+    """The NodeDefs that replace apply op `node` on model variable `var`."""
+    state = self._sma[var.name]
+    dtype = tf.as_dtype(node.attr["T"].type)
+    data = [i for i in node.input if not i.startswith("^")]
+    control = [i for i in node.input if i.startswith("^")]
+    resource = node.op.startswith("Resource")
+    kind = node.op[len("Resource"):] if resource else node.op
+    op_prefix = "TensorBowResource" if resource else "TensorBow"
+    ext = f"__tensorbow__/{var.name}"
+    correction = aux(f"{ext}/correction", state.corrections[replica])
+    central = aux(f"{ext}/central", state.central_value)
+    alpha = aux(f"{ext}/alpha", self._constant(self._alpha, dtype))
+
+    def make(name, op_type, inputs, attrs=("T", "use_locking")):
+      out = tf.compat.v1.NodeDef(name=name, op=op_type, device=node.device)
+      out.input.extend(inputs)
+      for a in attrs:
+        if a in node.attr:
+          out.attr[a].CopyFrom(node.attr[a])
+      return out
+
+    if kind == "ApplyGradientDescent":
+      var_in, lr, delta = data
+      return [make(node.name, op_prefix + "ApplySmaGradientDescent",
+                   [var_in, correction, central, alpha, lr, delta] + control)]
+    if kind == "ApplyMomentum":
+      var_in, accum, lr, grad, momentum = data
+      return [make(node.name, op_prefix + "ApplySmaMomentum",
+                   [var_in, accum, correction, central, alpha, lr, grad,
+                    momentum] + control,
+                   attrs=("T", "use_locking", "use_nesterov"))]
+    # Any other optimizer: correction before its apply op, applied after it;
+    # the last op takes the apply op's name, so what waited for the apply op
+    # now waits for the corrected variable.
+    before = make(node.name + "/tensorbow_correction",
+                  op_prefix + "SmaCorrection",
+                  [data[0], correction, central, alpha] + control)
+    inner = tf.compat.v1.NodeDef()
+    inner.CopyFrom(node)
+    inner.name = node.name + "/tensorbow_apply"
+    inner.input.append("^" + before.name)
+    after = make(node.name, op_prefix + "ApplySmaCorrection",
+                 [data[0], correction, "^" + inner.name])
+    return [before, inner, after]
+
+  # ---- Seeding, synchronisation, refresh -----------------------------------
+
+  def _make_seed(self, var_op):
+    """Op that sets every replica of `var_op` from the central model."""
+    graph = self._graph
+    value = read(var_op)
+    assigns = []
+    for r in range(self._num_replicas):
+      replica = graph.get_operation_by_name(self.replica_name(r, var_op.name))
+      assigns.append(assign(replica, value))
+    state = self._sma.get(var_op.name)
+    if state is not None:
+      assigns.append(tf.raw_ops.AssignVariableOp(
+          resource=state.central_prev, value=value))
+      zeros = tf.zeros_like(value)
+      for c in state.corrections:
+        assigns.append(tf.raw_ops.AssignVariableOp(resource=c, value=zeros))
+    return tf.group(*assigns, name=f"{self._prefix}/seed/{var_op.name}")
+
+  def seed_op(self):
+    """Op seeding the replicas that need it, or None; marks them seeded."""
+    if not self._pending_seed:
+      return None
+    ops = [self._seeds[n] for n in sorted(self._pending_seed)]
+    self._pending_seed.clear()
+    with self._graph.as_default(), self._graph.control_dependencies(None):
+      return tf.group(*ops, name=f"{self._prefix}/seed/group")
+
+  def reseed_all(self):
+    """Every replica is to be re-seeded before the next training run."""
+    self._pending_seed.update(self._seeds)
+
+  def sync_op(self, info):
+    """The synchronisation op of a training run with `info`, or None."""
+    graph = self._graph
+    updates = []
+    with graph.as_default(), graph.control_dependencies(None):
+      for name in info.model_vars:
+        if name in self._sma:
+          updates.append(self._central_update(graph.get_operation_by_name(name)))
+      for name in info.other_vars:
+        var = graph.get_operation_by_name(name)
+        replicas = self._replica_vars(name)
+        if name in info.batch_dependent:
+          updates.append(assign(var, _mean([read(v) for v in replicas])))
+        else:
+          updates.append(assign(var, read(replicas[0])))
+      if not updates:
+        return None
+      return tf.group(*updates, name=f"{self._prefix}/sync")
+
+  def _central_update(self, var_op):
+    state = self._sma[var_op.name]
+    dtype, _ = _dtype_and_shape(var_op)
+    corrections = [tf.raw_ops.ReadVariableOp(resource=c, dtype=dtype)
+                   for c in state.corrections]
+    momentum = self._constant(self._central_momentum, dtype)
+    if var_op.type == "VarHandleOp":
+      return tb_ops.resource_apply_sma_central(
+          var_op.outputs[0], state.central_prev, corrections, momentum)
+    return tb_ops.apply_sma_central(
+        var_op.outputs[0], state.central_prev, corrections, momentum).op
+
+  def _replica_vars(self, name):
+    return [self._graph.get_operation_by_name(self.replica_name(r, name))
+            for r in range(self._num_replicas)]
+
+  def refresh_op(self):
+    """Op that brings user-named slots (and, without SMA, the model) up to date.
+
+    Slots become the replicas' mean; with algorithm "none" the central
+    model is replica 0's. Returns None if there is nothing to refresh.
+    """
+    names = sorted(n for n, k in self._kinds.items()
+                   if k == "slot" or (k == "model" and self._algorithm == "none"))
+    if not names:
+      return None
+    if self._refresh is not None and self._refresh[0] == names:
+      return self._refresh[1]
+    graph = self._graph
+    updates = []
+    with graph.as_default(), graph.control_dependencies(None):
+      for name in names:
+        var = graph.get_operation_by_name(name)
+        replicas = self._replica_vars(name)
+        if self._kinds[name] == "slot":
+          updates.append(assign(var, _mean([read(v) for v in replicas])))
+        else:
+          updates.append(assign(var, read(replicas[0])))
+      op = tf.group(*updates, name=f"{self._prefix}/refresh")
+    self._refresh = (names, op)
+    return op
+
+
+def _resource(name, dtype, shape):
+  return tf.raw_ops.VarHandleOp(dtype=dtype, shape=shape, shared_name=name,
+                                name=name)
+
+
+def _dtype_and_shape(var_op):
+  dtype = tf.as_dtype(var_op.get_attr("dtype"))
+  shape = tf.TensorShape(var_op.get_attr("shape"))
+  return dtype.base_dtype, shape
+
+
+def read(var_op):
+  """The value of variable op `var_op` (ref or resource)."""
+  if var_op.type == "VarHandleOp":
+    return tf.raw_ops.ReadVariableOp(resource=var_op.outputs[0],
+                                     dtype=var_op.get_attr("dtype"))
+  return tf.identity(var_op.outputs[0])
+
+
+def assign(var_op, value):
+  """Op assigning `value` to variable op `var_op` (ref or resource)."""
+  if var_op.type == "VarHandleOp":
+    return tf.raw_ops.AssignVariableOp(resource=var_op.outputs[0], value=value)
+  return tf.raw_ops.Assign(ref=var_op.outputs[0], value=value).op
+
+
+def _mean(values):
+  """The replicas' mean; replica 0's value where a mean is not defined."""
+  if len(values) == 1 or not values[0].dtype.is_floating:
+    return values[0]
+  return tf.math.add_n(values) / tf.cast(len(values), values[0].dtype)

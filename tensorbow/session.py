@@ -1,0 +1,390 @@
+"""`TensorBowSession`: the user's entry point (DESIGN.md section 2).
+
+A drop-in for `tf.compat.v1.Session`. Each `run` is classified: a *plain
+run* goes to an ordinary `tf.compat.v1.Session` over the user's graph (the
+central model), so it behaves exactly as TensorFlow; a *training run* (one
+whose closure holds an optimizer's apply op) is planned once per
+signature by `tensorbow.rewrite`, then executed as a wave of learning tasks
+by the C++ runtime, on the same TensorFlow session: batch feeds are sharded
+across the replicas and the replicas' fetches merged.
+"""
+import collections
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from tensorbow import compat
+from tensorbow import runtime as tb_runtime
+from tensorbow.rewrite import analysis
+from tensorbow.rewrite import replicate
+
+ALGORITHMS = ("sma", "none")
+
+# One training run's execution, prepared once per signature.
+_Plan = collections.namedtuple("_Plan", [
+    "feeds",  # fed tensors, in call order
+    "batch",  # per feed: is it a batch feed (sharded)?
+    "dtypes",  # per feed: TF_DataType enum
+    "calls",  # per replica: runtime call id
+    "sync_call",  # runtime call id of the synchronisation, or -1
+    "central_fetches",  # fetch positions read from the central model
+])
+
+
+class TensorBowSession(compat.SessionInterface):
+  """Trains several replicas of a TF1 model at once, kept together by SMA.
+
+  Args:
+    target: as for `tf.compat.v1.Session`.
+    graph: as for `tf.compat.v1.Session` (default: the default graph).
+    config: as for `tf.compat.v1.Session`.
+    replicas: L, the number of model replicas (learners), >= 1.
+    algorithm: "sma" (synchronous model averaging) or "none" (independent
+      replicas; the central model is replica 0's, for measuring the cost of
+      synchronisation).
+    alpha: the SMA correction factor; None means 1 / replicas.
+    central_momentum: the momentum of the central model, in [0, 1).
+
+  Raises:
+    ValueError: for an argument out of range.
+  """
+
+  def __init__(self, target="", graph=None, config=None, *, replicas=2,
+               algorithm="sma", alpha=None, central_momentum=0.9):
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+      raise ValueError(f"replicas must be an int >= 1, got {replicas!r}")
+    if algorithm not in ALGORITHMS:
+      raise ValueError(f"algorithm must be one of {ALGORITHMS}, got "
+                       f"{algorithm!r}")
+    if alpha is None:
+      alpha = 1.0 / replicas
+    if not 0.0 < float(alpha) <= 1.0:
+      raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+    if not 0.0 <= float(central_momentum) < 1.0:
+      raise ValueError(
+          f"central_momentum must be in [0, 1), got {central_momentum!r}")
+    self._session = tf.compat.v1.Session(target=target, graph=graph,
+                                         config=config)
+    self._replicas = replicas
+    self._algorithm = algorithm
+    self._alpha = float(alpha)
+    self._central_momentum = float(central_momentum)
+    self._runtime = None
+    self._replicator = None
+    self._plans = {}
+    self._closures = {}  # signature -> (is_training, writes, ops)
+    self._needs_refresh = False
+    self._lock = threading.RLock()
+    self._context = None
+
+  # ---- SessionInterface ----------------------------------------------------
+
+  @property
+  def graph(self):
+    return self._session.graph
+
+  @property
+  def graph_def(self):
+    return self._session.graph_def
+
+  @property
+  def sess_str(self):
+    return self._session.sess_str
+
+  @property
+  def replicas(self):
+    return self._replicas
+
+  def list_devices(self):
+    return self._session.list_devices()
+
+  def close(self):
+    """Stops the runtime's threads and closes the TensorFlow session."""
+    with self._lock:
+      self._runtime = None
+      self._session.close()
+
+  def as_default(self):
+    """Context manager that makes this the default session."""
+    return compat.default_session(self)
+
+  def __enter__(self):
+    if self._context is not None:
+      raise RuntimeError("Session context managers are not re-entrant. Use "
+                         "`Session.as_default()` to enter a session again.")
+    self._context = (self.graph.as_default(), self.as_default())
+    self._context[0].__enter__()
+    return self._context[1].__enter__()
+
+  def __exit__(self, exc_type, exc_value, exc_tb):
+    graph_context, session_context = self._context
+    self._context = None
+    session_context.__exit__(exc_type, exc_value, exc_tb)
+    graph_context.__exit__(exc_type, exc_value, exc_tb)
+    self.close()
+
+  def partial_run_setup(self, fetches, feeds=None):
+    return self._session.partial_run_setup(fetches, feeds)
+
+  def partial_run(self, handle, fetches, feed_dict=None):
+    return self._session.partial_run(handle, fetches, feed_dict)
+
+  def make_callable(self, fetches, feed_list=None, accept_options=False):
+    """A callable running `fetches` with positional feeds for `feed_list`.
+
+    As `tf.compat.v1.Session.make_callable`; training runs are sharded and
+    merged as by `run`.
+    """
+    feed_list = list(feed_list or [])
+
+    def call(*args, **kwargs):
+      if len(args) != len(feed_list):
+        raise TypeError(f"expected {len(feed_list)} feed values, got "
+                        f"{len(args)}")
+      options = run_metadata = None
+      if accept_options:
+        options = kwargs.pop("options", None)
+        run_metadata = kwargs.pop("run_metadata", None)
+      if kwargs:
+        raise TypeError(f"unexpected keyword arguments: {sorted(kwargs)}")
+      return self.run(fetches, dict(zip(feed_list, args)), options,
+                      run_metadata)
+
+    return call
+
+  def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+    """Runs `fetches` as `tf.compat.v1.Session.run` does.
+
+    A training run trains every replica on its shard of the batch feeds,
+    then synchronises; fetched values are merged (DESIGN.md section 2.4).
+
+    Raises:
+      tf.errors.InvalidArgumentError: batch feeds of different sizes, or
+        fewer rows than replicas (nothing is changed).
+      tf.errors.UnimplementedError: a training graph TensorBow cannot train.
+      As `tf.compat.v1.Session.run` otherwise.
+    """
+    feed_dict = feed_dict or {}
+    try:
+      feeds = self._resolve_feeds(feed_dict)
+    except (TypeError, ValueError, KeyError):
+      feeds = None  # let TensorFlow report it, exactly as it would
+    if feeds is None:
+      return self._plain_run(fetches, feed_dict, options, run_metadata, None)
+    handler = compat.fetch_handler(self.graph, fetches,
+                                   {t.ref(): v for t, v in feeds})
+    signature = (tuple(t.name for t in handler.fetches()),
+                 tuple(op.name for op in handler.targets()),
+                 tuple(sorted(t.name for t, _ in feeds)))
+    with self._lock:
+      closure = self._closures.get(signature)
+      if closure is None:
+        fed_names = frozenset(signature[2])
+        ops = analysis.closure(
+            [t.op for t in handler.fetches()] + list(handler.targets()),
+            fed_names)
+        closure = (any(analysis.is_apply(op) for op in ops),
+                   analysis.writes_variables(ops), ops)
+        self._closures[signature] = closure
+    is_training, writes, ops = closure
+    if not is_training:
+      return self._plain_run(fetches, feed_dict, options, run_metadata, writes)
+    return self._training_run(handler, signature, ops, feeds, options,
+                              run_metadata)
+
+  # ---- Plain runs ----------------------------------------------------------
+
+  def _plain_run(self, fetches, feed_dict, options, run_metadata, writes):
+    with self._lock:
+      if self._needs_refresh and self._replicator is not None:
+        refresh = self._replicator.refresh_op()
+        if refresh is not None:
+          self._session.run(refresh)
+        self._needs_refresh = False
+      try:
+        return self._session.run(fetches, feed_dict, options, run_metadata)
+      finally:
+        # Even a failed run may have written some variables.
+        if (writes or writes is None) and self._replicator is not None:
+          self._replicator.reseed_all()
+
+  # ---- Training runs -------------------------------------------------------
+
+  def _training_run(self, handler, signature, ops, feeds, options,
+                    run_metadata):
+    with self._lock:
+      plan = self._plans.get(signature)
+      if plan is None:
+        plan = self._build_plan(handler, ops, feeds)
+        self._plans[signature] = plan
+      values = self._feed_values(plan, dict(feeds))
+      shards = self._shard(plan, values)
+      if self._replicator is not None:
+        seed = self._replicator.seed_op()
+        if seed is not None:
+          self._session.run(seed)
+      run_options = tf.compat.v1.RunOptions()
+      if options is not None:
+        run_options.CopyFrom(options)
+      per_replica = [[s[r] for s in shards] for r in range(len(plan.calls))]
+      try:
+        outputs = self._runtime.run_wave(
+            plan.calls, per_replica, plan.dtypes, plan.sync_call,
+            run_options.SerializeToString(), run_metadata)
+      except tf.errors.OpError:
+        # Replicas that finished their step are put back on the central
+        # model, which the failed wave did not change.
+        if self._replicator is not None:
+          self._replicator.reseed_all()
+        raise
+      self._needs_refresh = True
+      fetched = handler.fetches()
+      central = {}
+      if plan.central_fetches:
+        central_values = self._session.run(
+            [fetched[i] for i in plan.central_fetches])
+        central = dict(zip(plan.central_fetches, central_values))
+    sizes = [len(s) for s in shards[plan.batch.index(True)]] if any(
+        plan.batch) else None
+    results = []
+    k = 0  # position among the replicas' fetches
+    for i in range(len(fetched)):
+      if i in central:
+        results.append(central[i])
+      else:
+        results.append(_merge([o[k] for o in outputs], sizes))
+        k += 1
+    return handler.build_results(self, results)
+
+  def _build_plan(self, handler, ops, feeds):
+    fed = [t for t, _ in feeds]
+    fed_names = frozenset(t.name for t in fed)
+    batch = [_is_batch_feed(t) for t in fed]
+    fetches = handler.fetches()
+    targets = handler.targets()
+    if self._runtime is None:
+      self._runtime = tb_runtime.Runtime(
+          self._session, tb_runtime.default_stream_groups(self._replicas))
+    if self._replicas == 1:
+      # One replica is plain training (DESIGN.md 2.7): the user's own graph.
+      call = self._runtime.add_call(fed, fetches, targets)
+      return _Plan(fed, batch, [t.dtype.as_datatype_enum for t in fed],
+                   [call], -1, [])
+    if self._replicator is None:
+      self._replicator = replicate.Replicator(
+          self.graph, self._replicas, self._algorithm, self._alpha,
+          self._central_momentum)
+    rep = self._replicator
+    batch_names = [t.name for t, b in zip(fed, batch) if b]
+    info = analysis.analyse_training(ops, batch_names)
+    rep.extend(info, fed_names)
+    sync = rep.sync_op(info)
+    sync_call = self._runtime.add_call([], [], [sync]) if sync is not None else -1
+    central_fetches = [i for i, t in enumerate(fetches)
+                       if analysis.is_variable_value(t)]
+
+    def replica_tensor(t, r):
+      if rep.is_copied(t.op.name):
+        return self.graph.get_tensor_by_name(
+            rep.replica_name(r, t.op.name) + f":{t.value_index}")
+      return t
+
+    def replica_op(op, r):
+      if rep.is_copied(op.name):
+        return self.graph.get_operation_by_name(rep.replica_name(r, op.name))
+      return op
+
+    replica_fetches = [t for i, t in enumerate(fetches)
+                       if i not in central_fetches]
+    calls = [self._runtime.add_call(
+        fed, [replica_tensor(t, r) for t in replica_fetches],
+        [replica_op(op, r) for op in targets])
+             for r in range(self._replicas)]
+    return _Plan(fed, batch, [t.dtype.as_datatype_enum for t in fed], calls,
+                 sync_call, central_fetches)
+
+  def _resolve_feeds(self, feed_dict):
+    """[(tensor, value)] for a feed_dict of Tensors or tensor names."""
+    feeds = []
+    for key, value in feed_dict.items():
+      if not isinstance(key, (tf.Tensor, str)):
+        return None
+      t = self.graph.as_graph_element(key, allow_tensor=True,
+                                      allow_operation=False)
+      feeds.append((t, value))
+    return feeds
+
+  def _feed_values(self, plan, fed):
+    """The fed values as NumPy arrays, checked as TensorFlow checks them."""
+    values = []
+    rows = {}
+    for t, is_batch in zip(plan.feeds, plan.batch):
+      value = fed[t]
+      if isinstance(value, tf.Tensor):
+        raise TypeError(
+            f"The value of a feed cannot be a tf.Tensor object (feed "
+            f"{t.name}); feed NumPy arrays, lists or scalars")
+      array = np.asarray(value, dtype=t.dtype.as_numpy_dtype)
+      if not t.shape.is_compatible_with(array.shape):
+        raise ValueError(
+            f"Cannot feed value of shape {array.shape} for Tensor {t.name}, "
+            f"which has shape {t.shape}")
+      if not self.graph.is_feedable(t):
+        raise ValueError(f"Tensor {t.name} may not be fed.")
+      if is_batch:
+        rows[t.name] = array.shape[0]
+      values.append(array)
+    if rows:
+      sizes = set(rows.values())
+      described = ", ".join(f"{n}: {s}" for n, s in sorted(rows.items()))
+      if len(sizes) > 1:
+        raise tf.errors.InvalidArgumentError(
+            None, None,
+            "TensorBow: all batch feeds of a training run must have the same "
+            f"first dimension; got {described}")
+      if sizes.pop() < self._replicas:
+        raise tf.errors.InvalidArgumentError(
+            None, None,
+            f"TensorBow: a batch feed needs at least one row per replica "
+            f"({self._replicas} replicas); got {described}")
+    return values
+
+  def _shard(self, plan, values):
+    """Per feed, one array per replica: batch feeds split, others whole."""
+    n = len(plan.calls)
+    shards = []
+    for array, is_batch in zip(values, plan.batch):
+      if is_batch and n > 1:
+        shards.append([np.ascontiguousarray(s)
+                       for s in np.array_split(array, n)])
+      else:
+        array = np.ascontiguousarray(array)
+        shards.append([array] * n)
+    return shards
+
+  # ---- For benchmarks and tuning -------------------------------------------
+
+  def task_timings(self):
+    """Start, end, replica and stream group of every learning task run."""
+    return self._runtime.task_timings() if self._runtime is not None else []
+
+
+def _is_batch_feed(tensor):
+  shape = tensor.shape
+  return shape.rank is not None and shape.rank >= 1 and shape[0] is None
+
+
+def _merge(values, sizes):
+  """Merges one fetch's per-replica values (DESIGN.md section 2.4)."""
+  first = values[0]
+  if first.ndim == 0:
+    if first.dtype.kind == "f" and len(values) > 1:
+      weights = np.asarray(sizes if sizes else [1] * len(values), np.float64)
+      mean = np.dot(weights, np.asarray(values, np.float64)) / weights.sum()
+      return first.dtype.type(mean)
+    return first[()]
+  if (sizes is not None and len(values) > 1 and
+      all(v.ndim >= 1 and v.shape[0] == n for v, n in zip(values, sizes))):
+    return np.concatenate(values)
+  return first
