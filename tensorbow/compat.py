@@ -6,7 +6,8 @@ stack, and the pybind11 handles behind a `Session` and an `Operation` that
 its C++ runtime needs. A TensorFlow upgrade touches this file only.
 """
 from tensorflow.python.client import session as _tf_session
-from tensorflow.python.framework import ops as _ops
+from tensorflow.python.framework import errors_impl as _errors_impl
+from tensorflow.python.framework import stack as _stack
 
 SessionInterface = _tf_session.SessionInterface
 
@@ -49,4 +50,18 @@ def operation_handle(op):
 
 def default_session(session):
   """Context manager that makes `session` the default session."""
-  return _ops.default_session(session)
+  return _stack.default_session(session)
+
+
+def error_from_code(code, message):
+  """The `tf.errors.OpError` subclass instance for a TF_Code."""
+  return _errors_impl.exception_type_from_error_code(code)(None, None, message)
+
+
+def extend_session(session):
+  """Makes a `tf.compat.v1.Session` see every op now in its graph.
+
+  Sessions made from Python extend their TF_Session only when Python runs
+  them; the runtime's TF_SessionRun calls do not.
+  """
+  session._extend_graph()  # pylint: disable=protected-access

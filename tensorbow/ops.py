@@ -5,6 +5,7 @@ handle and the reference form for a reference variable, like TensorFlow's
 `ResourceApply...` / `Apply...` pairs. The maths of each op is in its
 docstring; the kernels are in cc/kernels/sma_ops.cc.
 """
+import glob
 import os
 
 import tensorflow as tf
@@ -20,12 +21,14 @@ def library():
   """
   global _LIBRARY
   if _LIBRARY is None:
-    path = os.path.join(os.path.dirname(__file__), "_sma_ops.so")
-    if not os.path.exists(path):
+    here = os.path.dirname(__file__)
+    found = sorted(glob.glob(os.path.join(here, "_sma_ops*.so")))
+    if not found:
       raise ImportError(
-          f"TensorBow's op library is missing ({path}); build it with "
-          "`pip install --no-build-isolation .` from the TensorBow checkout")
-    _LIBRARY = tf.load_op_library(path)
+          f"TensorBow's op library (_sma_ops*.so) is missing from {here}; "
+          "build it with `pip install --no-build-isolation .` from the "
+          "TensorBow checkout")
+    _LIBRARY = tf.load_op_library(found[0])
   return _LIBRARY
 
 

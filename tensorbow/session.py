@@ -227,6 +227,9 @@ class TensorBowSession(compat.SessionInterface):
       run_options = tf.compat.v1.RunOptions()
       if options is not None:
         run_options.CopyFrom(options)
+      import os
+      if os.environ.get("TB_INLINE"):
+        run_options.inter_op_thread_pool = -1
       per_replica = [[s[r] for s in shards] for r in range(len(plan.calls))]
       try:
         outputs = self._runtime.run_wave(
@@ -269,6 +272,7 @@ class TensorBowSession(compat.SessionInterface):
     if self._replicas == 1:
       # One replica is plain training (DESIGN.md 2.7): the user's own graph.
       call = self._runtime.add_call(fed, fetches, targets)
+      compat.extend_session(self._session)
       return _Plan(fed, batch, [t.dtype.as_datatype_enum for t in fed],
                    [call], -1, [])
     if self._replicator is None:
@@ -301,6 +305,7 @@ class TensorBowSession(compat.SessionInterface):
         fed, [replica_tensor(t, r) for t in replica_fetches],
         [replica_op(op, r) for op in targets])
              for r in range(self._replicas)]
+    compat.extend_session(self._session)
     return _Plan(fed, batch, [t.dtype.as_datatype_enum for t in fed], calls,
                  sync_call, central_fetches)
 

@@ -139,7 +139,9 @@ struct ApplySmaCentral<CPUDevice, T> {
 namespace {
 
 // The writable tensor behind variable input `index` (ref or resource),
-// checked to be initialised and of dtype T. Callers hold the locks.
+// checked to be initialised and of dtype T. Callers hold the locks: every
+// SMA op has a resource input, so MaybeLockVariableInputMutexesInOrder
+// always locks, reference variables' mutexes included.
 template <typename T>
 tensorflow::Status GetVariable(OpKernelContext* ctx, int index,
                                bool lock_held, const char* name,
@@ -206,9 +208,9 @@ class ApplySmaGradientDescentOp : public SmaOpBase {
         tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
             ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
     Tensor var, correction;
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, use_exclusive_lock_, "var",
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true, "var",
                                        &var));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, use_exclusive_lock_,
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true,
                                        "correction", &correction));
     const Tensor& central = ctx->input(2);
     const Tensor& alpha = ctx->input(3);
@@ -239,11 +241,11 @@ class ApplySmaMomentumOp : public SmaOpBase {
         tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
             ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1, 2});
     Tensor var, accum, correction;
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, use_exclusive_lock_, "var",
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true, "var",
                                        &var));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, use_exclusive_lock_, "accum",
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true, "accum",
                                        &accum));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 2, use_exclusive_lock_,
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 2, /*lock_held=*/true,
                                        "correction", &correction));
     const Tensor& central = ctx->input(3);
     const Tensor& alpha = ctx->input(4);
@@ -279,9 +281,9 @@ class SmaCorrectionOp : public SmaOpBase {
         tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
             ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
     Tensor var, correction;
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, use_exclusive_lock_, "var",
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true, "var",
                                        &var));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, use_exclusive_lock_,
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true,
                                        "correction", &correction));
     const Tensor& central = ctx->input(2);
     const Tensor& alpha = ctx->input(3);
@@ -304,9 +306,9 @@ class ApplySmaCorrectionOp : public SmaOpBase {
         tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
             ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
     Tensor var, correction;
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, use_exclusive_lock_, "var",
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true, "var",
                                        &var));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, use_exclusive_lock_,
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true,
                                        "correction", &correction));
     OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, correction, "correction"));
     functor::ApplySmaCorrection<CPUDevice, T>()(
@@ -326,9 +328,9 @@ class ApplySmaCentralOp : public SmaOpBase {
         tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
             ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
     Tensor central, central_prev;
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, use_exclusive_lock_,
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true,
                                        "central", &central));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, use_exclusive_lock_,
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true,
                                        "central_prev", &central_prev));
     OP_REQUIRES_OK(ctx,
                    CheckSameShape(ctx, central, central_prev, "central_prev"));

@@ -126,7 +126,7 @@ def analyse_training(ops, batch_feed_names):
           None, op,
           f"TensorBow cannot train op '{op.name}' (type {op.type}): the "
           "variable it writes is not a VariableV2 or VarHandleOp output")
-    written[var.name] = op
+    written.setdefault(var.name, []).append(op)
     if is_apply(op):
       apply_ops.append(op.name)
       if var.name in model_vars:
@@ -136,13 +136,16 @@ def analyse_training(ops, batch_feed_names):
             "by more than one apply op in the same run")
       model_vars.append(var.name)
       for t in op.inputs[1:]:
+        # Slots are passed as variables; values (Adam's beta powers) are not.
+        if not (t.dtype == tf.resource or t.dtype != t.dtype.base_dtype):
+          continue
         slot = variable_of(t)
         if slot is not None and slot.name not in slot_vars:
           slot_vars.append(slot.name)
   trainable = _trainable_variable_ops(ops[0].graph if ops else None)
   model = set(model_vars)
-  for name, op in written.items():
-    if name in trainable and name not in model:
+  for name, op in ((n, op) for n, ops in written.items() for op in ops):
+    if name in trainable and not is_apply(op):
       raise tf.errors.UnimplementedError(
           None, op,
           f"TensorBow cannot train op '{op.name}' (type {op.type}): it "
@@ -152,9 +155,10 @@ def analyse_training(ops, batch_feed_names):
   other_vars = [n for n in written if n not in model and n not in slots]
   batch_dependent = [
       n for n in other_vars
-      if _depends_on(written[n].inputs[1:], batch_feed_names)]
+      if any(_depends_on(op.inputs[1:], batch_feed_names)
+             for op in written[n])]
   return TrainingInfo(ops, apply_ops, model_vars, slot_vars, other_vars,
-                      batch_dependent, sorted(written))
+                      batch_dependent, sorted(set(written) | slots))
 
 
 def _trainable_variable_ops(graph):

@@ -67,7 +67,13 @@ class Replicator(object):
     return self._prefix
 
   def replica_name(self, replica, name):
-    return f"{self._prefix}/replica_{replica}/{name}"
+    """The name of replica `replica`'s copy of op `name`.
+
+    Below the replica's scope the user's '/' becomes '>': copies made by
+    later runs then never fall inside an earlier copy's name scope, where
+    TensorFlow's importer would rename them.
+    """
+    return f"{self._prefix}/replica_{replica}/{_flat(name)}"
 
   def is_copied(self, name):
     return name in self._copied
@@ -109,7 +115,7 @@ class Replicator(object):
         graph_def, input_map = self._replica_graph_def(new_ops, local, r)
         tf.compat.v1.import_graph_def(
             graph_def, input_map=input_map,
-            name=self.replica_name(r, "")[:-1] + "/")
+            name=f"{self._prefix}/replica_{r}/")
       self._copied.update(local)
       for op in new_ops:
         if op.type in analysis.VARIABLE_OPS:
@@ -130,14 +136,15 @@ class Replicator(object):
     def resolve(inp):
       if inp.startswith("^"):
         name = inp[1:]
-        if name not in local:
-          key = "^" + name
-          if key not in input_map:
-            input_map[key] = self._control_stub(name, replica)
+        if name in local:
+          return "^" + _flat(name)
+        key = "^" + name
+        if key not in input_map:
+          input_map[key] = self._control_stub(name, replica)
         return inp
       name, _, index = inp.partition(":")
       if name in local:
-        return inp
+        return f"{_flat(name)}:{index or 0}"
       return external(name, int(index or 0))
 
     def aux(key, tensor):
@@ -147,6 +154,7 @@ class Replicator(object):
     for op in new_ops:
       node = tf.compat.v1.NodeDef()
       node.CopyFrom(op.node_def)
+      node.name = _flat(op.name)
       if "_class" in node.attr:
         del node.attr["_class"]
       if op.type in analysis.VARIABLE_OPS and _SHARED_NAME in node.attr:
@@ -242,12 +250,12 @@ class Replicator(object):
     # Any other optimizer: correction before its apply op, applied after it;
     # the last op takes the apply op's name, so what waited for the apply op
     # now waits for the corrected variable.
-    before = make(node.name + "/tensorbow_correction",
+    before = make(node.name + ">tensorbow_correction",
                   op_prefix + "SmaCorrection",
                   [data[0], correction, central, alpha] + control)
     inner = tf.compat.v1.NodeDef()
     inner.CopyFrom(node)
-    inner.name = node.name + "/tensorbow_apply"
+    inner.name = node.name + ">tensorbow_apply"
     inner.input.append("^" + before.name)
     after = make(node.name, op_prefix + "ApplySmaCorrection",
                  [data[0], correction, "^" + inner.name])
@@ -345,6 +353,10 @@ class Replicator(object):
       op = tf.group(*updates, name=f"{self._prefix}/refresh")
     self._refresh = (names, op)
     return op
+
+
+def _flat(name):
+  return name.replace("/", ">")
 
 
 def _resource(name, dtype, shape):

@@ -74,7 +74,7 @@ class Runtime(object):
     code, message, outputs, metadata = self._impl.run_wave(
         calls, feeds, dtypes, sync_call, run_options, run_metadata is not None)
     if code != 0:
-      raise tf.errors.exception_type_from_error_code(code)(None, None, message)
+      raise compat.error_from_code(code, message)
     if run_metadata is not None and metadata:
       run_metadata.ParseFromString(metadata)
     return outputs
