@@ -1,0 +1,342 @@
+"""TensorBowSession against NumPy references and tf.compat.v1.Session.
+
+The model is least squares, loss = 0.5 * mean((x w + b - y)^2), whose
+gradients NumPy computes exactly, so every wave of SMA can be checked.
+"""
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tensorbow as tb
+
+tf.compat.v1.disable_eager_execution()
+
+RNG = np.random.RandomState(42)
+X = RNG.randn(10, 3).astype(np.float32)
+Y = RNG.randn(10, 1).astype(np.float32)
+W0 = np.array([[0.5], [-0.3], [0.8]], np.float32)
+B0 = np.array([0.1], np.float32)
+
+
+def build(optimizer, use_resource=True, global_step=False):
+  """Least squares in a new graph; returns a namespace of its tensors."""
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+    w = tf.compat.v1.get_variable("w", initializer=W0,
+                                  use_resource=use_resource)
+    b = tf.compat.v1.get_variable("b", initializer=B0,
+                                  use_resource=use_resource)
+    pred = tf.matmul(x, w) + b
+    loss = 0.5 * tf.reduce_mean(tf.square(pred - y))
+    step = (tf.compat.v1.train.get_or_create_global_step()
+            if global_step else None)
+    train = optimizer().minimize(loss, global_step=step)
+    init = tf.compat.v1.global_variables_initializer()
+  return collections.namedtuple("Model", "graph x y w b pred loss train init "
+                                "step")(graph, x, y, w, b, pred, loss, train,
+                                         init, step)
+
+
+def grads(w, b, xs, ys):
+  r = xs @ w + b - ys
+  return xs.T @ r / len(xs), r.mean(axis=0), 0.5 * float(np.mean(r ** 2))
+
+
+def sma_reference(waves, num_replicas, alpha, mu, lr, momentum=None,
+                  nesterov=False, z=(W0, B0)):
+  """DESIGN.md section 3 in NumPy; returns per wave (z, fetched loss)."""
+  z = [p.astype(np.float64) for p in z]
+  z_prev = [p.copy() for p in z]
+  replicas = [[p.copy() for p in z] for _ in range(num_replicas)]
+  accums = [[np.zeros_like(p) for p in z] for _ in range(num_replicas)]
+  out = []
+  shards = list(zip(np.array_split(X, num_replicas),
+                    np.array_split(Y, num_replicas)))
+  for _ in range(waves):
+    corrections = [np.zeros_like(p) for p in z]
+    losses = []
+    for j, (xs, ys) in enumerate(shards):
+      w, b = replicas[j]
+      gw, gb, l = grads(w, b, xs, ys)
+      losses.append((l, len(xs)))
+      for k, g in enumerate((gw, gb)):
+        c = alpha * (replicas[j][k] - z[k])
+        if momentum is None:
+          step = lr * g
+        else:
+          accums[j][k] = momentum * accums[j][k] + g
+          step = (lr * g + lr * momentum * accums[j][k] if nesterov
+                  else lr * accums[j][k])
+        replicas[j][k] = replicas[j][k] - step - c
+        corrections[k] += c
+    z_new = [z[k] + corrections[k] + mu * (z[k] - z_prev[k])
+             for k in range(2)]
+    z_prev, z = z, z_new
+    loss = sum(l * n for l, n in losses) / sum(n for _, n in losses)
+    out.append(([p.copy() for p in z], loss, replicas, accums))
+  return out
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+@pytest.mark.parametrize("optimizer,momentum,nesterov", [
+    ("sgd", None, False), ("momentum", 0.7, False), ("momentum", 0.7, True)])
+def test_sma_matches_numpy(use_resource, optimizer, momentum, nesterov):
+  lr, alpha, mu, replicas = 0.1, 0.25, 0.6, 3
+  if optimizer == "sgd":
+    opt = lambda: tf.compat.v1.train.GradientDescentOptimizer(lr)
+  else:
+    opt = lambda: tf.compat.v1.train.MomentumOptimizer(
+        lr, momentum, use_nesterov=nesterov)
+  m = build(opt, use_resource)
+  reference = sma_reference(3, replicas, alpha, mu, lr, momentum, nesterov)
+  with tb.TensorBowSession(graph=m.graph, replicas=replicas, alpha=alpha,
+                           central_momentum=mu) as sess:
+    sess.run(m.init)
+    for z, loss, _, _ in reference:
+      # 10 rows over 3 replicas: uneven shards of 4, 3 and 3.
+      fetched, _ = sess.run([m.loss, m.train], {m.x: X, m.y: Y})
+      np.testing.assert_allclose(sess.run(m.w), z[0], rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(sess.run(m.b), z[1], rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(fetched, loss, rtol=1e-5)
+
+
+def test_momentum_slot_is_replica_mean_in_plain_runs():
+  lr, replicas = 0.1, 3
+  m = build(lambda: tf.compat.v1.train.MomentumOptimizer(lr, 0.5))
+  reference = sma_reference(2, replicas, 1.0 / replicas, 0.9, lr, 0.5)
+  with m.graph.as_default():
+    slot = [v for v in tf.compat.v1.global_variables()
+            if "Momentum" in v.op.name and v.op.name.startswith("w")][0]
+  with tb.TensorBowSession(graph=m.graph, replicas=replicas) as sess:
+    sess.run(m.init)
+    for _ in range(2):
+      sess.run(m.train, {m.x: X, m.y: Y})
+    accums = reference[-1][3]
+    expected = np.mean([a[0] for a in accums], axis=0)
+    np.testing.assert_allclose(sess.run(slot), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_algorithm_none_trains_replicas_independently():
+  lr, replicas = 0.1, 2
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(lr))
+  with tb.TensorBowSession(graph=m.graph, replicas=replicas,
+                           algorithm="none") as sess:
+    sess.run(m.init)
+    for _ in range(3):
+      sess.run(m.train, {m.x: X, m.y: Y})
+    w, b = W0.astype(np.float64), B0.astype(np.float64)
+    xs, ys = np.array_split(X, replicas)[0], np.array_split(Y, replicas)[0]
+    for _ in range(3):
+      gw, gb, _ = grads(w, b, xs, ys)
+      w, b = w - lr * gw, b - lr * gb
+    # Without synchronisation the central model is replica 0's.
+    np.testing.assert_allclose(sess.run(m.w), w, rtol=1e-5)
+    np.testing.assert_allclose(sess.run(m.b), b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_one_replica_equals_tf_session(use_resource):
+  opt = lambda: tf.compat.v1.train.MomentumOptimizer(0.05, 0.9)
+  results = []
+  for make in (lambda g: tf.compat.v1.Session(graph=g),
+               lambda g: tb.TensorBowSession(graph=g, replicas=1)):
+    m = build(opt, use_resource, global_step=True)
+    with make(m.graph) as sess:
+      sess.run(m.init)
+      losses = [sess.run([m.loss, m.train], {m.x: X, m.y: Y})[0]
+                for _ in range(5)]
+      results.append((losses, sess.run([m.w, m.b, m.step])))
+  (tf_losses, tf_vars), (tb_losses, tb_vars) = results
+  np.testing.assert_allclose(tb_losses, tf_losses, rtol=1e-6)
+  for a, b in zip(tb_vars, tf_vars):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  assert tb_vars[2] == 5
+
+
+@pytest.mark.parametrize("name,make", [
+    ("adam", lambda: tf.compat.v1.train.AdamOptimizer(0.05)),
+    ("rmsprop", lambda: tf.compat.v1.train.RMSPropOptimizer(0.02)),
+    ("adagrad", lambda: tf.compat.v1.train.AdagradOptimizer(0.3)),
+])
+def test_other_optimizers_train_under_sma(name, make):
+  m = build(make, global_step=True)
+  with tb.TensorBowSession(graph=m.graph, replicas=3) as sess:
+    sess.run(m.init)
+    before = sess.run(m.loss, {m.x: X, m.y: Y})
+    for _ in range(40):
+      sess.run(m.train, {m.x: X, m.y: Y})
+    after = sess.run(m.loss, {m.x: X, m.y: Y})
+    assert after < 0.7 * before, (name, before, after)
+    assert sess.run(m.step) == 40  # once per wave, not once per replica
+
+
+def test_global_step_fetched_in_training_run_is_central_after_wave():
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1),
+            global_step=True)
+  with tb.TensorBowSession(graph=m.graph, replicas=2) as sess:
+    sess.run(m.init)
+    for expected in (1, 2, 3):
+      _, step = sess.run([m.train, m.step], {m.x: X, m.y: Y})
+      assert step == expected
+
+
+def test_too_small_batch_raises_and_changes_nothing():
+  m = build(lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9))
+  with tb.TensorBowSession(graph=m.graph, replicas=4) as sess:
+    sess.run(m.init)
+    sess.run(m.train, {m.x: X, m.y: Y})
+    w = sess.run(m.w)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"at least one row per replica \(4 replicas\); "
+                       r"got x:0: 3, y:0: 3"):
+      sess.run(m.train, {m.x: X[:3], m.y: Y[:3]})
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"same first dimension; got x:0: 10, y:0: 8"):
+      sess.run(m.train, {m.x: X, m.y: Y[:8]})
+    np.testing.assert_array_equal(sess.run(m.w), w)
+    # The next wave continues exactly as if the failed calls never happened.
+    reference = build(lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9))
+    with tb.TensorBowSession(graph=reference.graph, replicas=4) as ref:
+      ref.run(reference.init)
+      for _ in range(2):
+        ref.run(reference.train, {reference.x: X, reference.y: Y})
+      sess.run(m.train, {m.x: X, m.y: Y})
+      np.testing.assert_allclose(sess.run(m.w), ref.run(reference.w),
+                                 rtol=1e-6)
+
+
+def test_fetch_merging_and_nested_structures():
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  Pair = collections.namedtuple("Pair", "pred loss")
+  with tb.TensorBowSession(graph=m.graph, replicas=3) as sess:
+    sess.run(m.init)
+    out = sess.run({"pair": Pair(m.pred, m.loss), "ops": [m.train],
+                    "w": (m.w,), "name": "x:0"}, {m.x: X, m.y: Y})
+    # Per-example tensors come back whole, in order, from the pre-step model.
+    np.testing.assert_allclose(out["pair"].pred, X @ W0 + B0, rtol=1e-5)
+    assert out["ops"] == [None]
+    np.testing.assert_array_equal(out["name"], X)
+    np.testing.assert_array_equal(out["w"][0], sess.run(m.w))
+    assert isinstance(out["pair"].loss, np.float32)
+
+
+def test_ops_created_after_session_and_eval():
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  sess = tb.TensorBowSession(graph=m.graph, replicas=2)
+  with sess:
+    sess.run(m.init)
+    sess.run(m.train, {m.x: X, m.y: Y})
+    with m.graph.as_default():
+      error = tf.reduce_max(tf.abs(m.pred - m.y))
+      double_loss = 2.0 * m.loss
+    w, b = sess.run([m.w, m.b])
+    expected = np.abs(X @ w + b - Y).max()
+    np.testing.assert_allclose(error.eval({m.x: X, m.y: Y}), expected,
+                               rtol=1e-5)
+    # A new training signature, built after the first training run: its
+    # loss is the replicas' at their own (not the central) weights.
+    loss2, _ = sess.run([double_loss, m.train], {m.x: X, m.y: Y})
+    reference = sma_reference(2, 2, 0.5, 0.9, 0.1)
+    np.testing.assert_allclose(loss2, 2 * reference[1][1], rtol=1e-5)
+    np.testing.assert_allclose(sess.run(m.w), reference[1][0][0], rtol=1e-5)
+
+
+def test_make_callable():
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  reference = sma_reference(2, 2, 0.5, 0.9, 0.1)
+  with tb.TensorBowSession(graph=m.graph, replicas=2) as sess:
+    sess.run(m.init)
+    step = sess.make_callable([m.loss, m.train], feed_list=[m.x, m.y])
+    for z, loss, _, _ in reference:
+      fetched, none = step(X, Y)
+      assert none is None
+      np.testing.assert_allclose(fetched, loss, rtol=1e-5)
+    np.testing.assert_allclose(sess.run(m.w), reference[-1][0][0], rtol=1e-5)
+
+
+def test_saver_checkpoint_restores_into_tf_session(tmp_path):
+  m = build(lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9))
+  with m.graph.as_default():
+    saver = tf.compat.v1.train.Saver()
+  path = str(tmp_path / "model.ckpt")
+  with tb.TensorBowSession(graph=m.graph, replicas=3) as sess:
+    sess.run(m.init)
+    for _ in range(3):
+      sess.run(m.train, {m.x: X, m.y: Y})
+    saved_loss = sess.run(m.loss, {m.x: X, m.y: Y})
+    saved_w = sess.run(m.w)
+    saver.save(sess, path)
+  with tf.compat.v1.Session(graph=m.graph) as plain:
+    saver.restore(plain, path)
+    np.testing.assert_array_equal(plain.run(m.w), saved_w)
+    assert plain.run(m.loss, {m.x: X, m.y: Y}) == saved_loss
+
+
+def test_restore_reseeds_replicas(tmp_path):
+  lr, alpha, mu = 0.1, 0.3, 0.5
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(lr))
+  with m.graph.as_default():
+    saver = tf.compat.v1.train.Saver()
+  path = str(tmp_path / "model.ckpt")
+  with tb.TensorBowSession(graph=m.graph, replicas=2, alpha=alpha,
+                           central_momentum=mu) as sess:
+    sess.run(m.init)
+    sess.run(m.train, {m.x: X, m.y: Y})
+    saver.save(sess, path)
+    z = (sess.run(m.w), sess.run(m.b))
+    for _ in range(3):  # the replicas drift away from the checkpoint
+      sess.run(m.train, {m.x: X, m.y: Y})
+    saver.restore(sess, path)
+    reference = sma_reference(2, 2, alpha, mu, lr, z=z)
+    for expected, _, _, _ in reference:
+      sess.run(m.train, {m.x: X, m.y: Y})
+      np.testing.assert_allclose(sess.run(m.w), expected[0], rtol=1e-5,
+                                 atol=1e-6)
+
+
+def test_unsupported_write_of_trainable_variable_is_named():
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  with m.graph.as_default():
+    clip = m.b.assign(tf.clip_by_value(m.b, -1.0, 1.0), name="clip_b")
+    with tf.control_dependencies([m.train]):
+      train = tf.group(clip)
+  with tb.TensorBowSession(graph=m.graph, replicas=2) as sess:
+    sess.run(m.init)
+    with pytest.raises(tf.errors.UnimplementedError,
+                       match=r"op 'clip_b' \(type AssignVariableOp\): it "
+                       r"writes trainable variable 'b' outside"):
+      sess.run(train, {m.x: X, m.y: Y})
+    np.testing.assert_array_equal(sess.run(m.b), B0)
+
+
+def test_constructor_rejects_bad_arguments():
+  with pytest.raises(ValueError, match="replicas must be an int >= 1, got 0"):
+    tb.TensorBowSession(replicas=0)
+  with pytest.raises(ValueError, match="algorithm must be one of"):
+    tb.TensorBowSession(algorithm="easgd-typo")
+  with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\]"):
+    tb.TensorBowSession(alpha=1.5)
+  with pytest.raises(ValueError, match=r"central_momentum must be in \[0, 1\)"):
+    tb.TensorBowSession(central_momentum=1.0)
+
+
+def test_task_timings_record_every_replica():
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  with tb.TensorBowSession(graph=m.graph, replicas=3) as sess:
+    sess.run(m.init)
+    for _ in range(2):
+      sess.run(m.train, {m.x: X, m.y: Y})
+    timings = sess.task_timings()
+  learning = [t for t in timings if t.replica >= 0]
+  assert sorted((t.wave, t.replica) for t in learning) == [
+      (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+  assert all(t.end >= t.start for t in timings)
+  syncs = [t for t in timings if t.replica == -1]
+  assert len(syncs) == 2
+  # The synchronisation starts after every learning task of its wave.
+  for s in syncs:
+    assert s.start >= max(t.end for t in learning if t.wave == s.wave)
