@@ -96,11 +96,19 @@ def sma_correction(var, correction, central, alpha, use_locking=False,
       var, correction, central, alpha, use_locking=use_locking, name=name)
 
 
-def apply_sma_correction(var, correction, use_locking=False, name=None):
-  """var = var - correction, after the optimizer's apply op."""
+def apply_sma_correction(var, correction, dtype=None, use_locking=False,
+                         name=None):
+  """var = var - correction, after the optimizer's apply op.
+
+  `dtype` (the variables' dtype) is required for resource handles, which
+  do not carry it.
+  """
   if _is_resource(var):
+    if dtype is None:
+      raise ValueError("apply_sma_correction needs `dtype` for resource "
+                       "variables")
     return library().tensor_bow_resource_apply_sma_correction(
-        var, correction, use_locking=use_locking, name=name)
+        var, correction, T=dtype, use_locking=use_locking, name=name)
   return library().tensor_bow_apply_sma_correction(
       var, correction, use_locking=use_locking, name=name)
 

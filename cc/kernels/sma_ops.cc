@@ -146,6 +146,24 @@ template <typename T>
 tensorflow::Status GetVariable(OpKernelContext* ctx, int index,
                                bool lock_held, const char* name,
                                Tensor* out) {
+  if (ctx->input_dtype(index) == DT_RESOURCE) {
+    // Checked before GetInputTensorFromVariable, which would CHECK-fail on
+    // a dtype mismatch when it copies the variable.
+    tensorflow::core::RefCountPtr<tensorflow::Var> var;
+    TF_RETURN_IF_ERROR(tensorflow::LookupResource(
+        ctx, tensorflow::HandleFromInput(ctx, index), &var));
+    if (!var->is_initialized) {
+      return errors::FailedPrecondition(
+          "Attempting to use uninitialized variable '", name, "' (input ",
+          index, ") of ", ctx->op_kernel().name());
+    }
+    if (var->tensor()->dtype() != DataTypeToEnum<T>::value) {
+      return errors::InvalidArgument(
+          ctx->op_kernel().name(), ": variable '", name, "' has dtype ",
+          DataTypeString(var->tensor()->dtype()),
+          " but the op computes in ", DataTypeString(DataTypeToEnum<T>::value));
+    }
+  }
   TF_RETURN_IF_ERROR(tensorflow::GetInputTensorFromVariable<CPUDevice, T>(
       ctx, index, lock_held, /*sparse=*/false, out));
   if (!out->IsInitialized()) {
