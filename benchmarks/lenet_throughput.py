@@ -1,0 +1,128 @@
+"""LeNet-5-like throughput at a small batch: tf.compat.v1.Session vs TensorBow.
+
+The model (conv 5x5x32, pool, conv 5x5x64, pool, fc 512, fc 10; momentum
+SGD) is trained on synthetic 28x28 images at `--batch_size` per replica.
+Each configuration gets its own graph and session; configurations are run
+interleaved, `--repeats` times, and the median (with min and max) of
+images/s is reported with its ratio to TensorFlow at the same batch size.
+
+  python benchmarks/lenet_throughput.py --batch_size 4 --replicas 1,2,4
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import tensorbow as tb
+
+
+def build_lenet(seed=0):
+  """The graph: placeholders x [None, 28, 28, 1], y [None]; returns ops."""
+  tf.compat.v1.set_random_seed(seed)
+
+  def weight(name, shape):
+    return tf.compat.v1.get_variable(
+        name, shape, initializer=tf.compat.v1.truncated_normal_initializer(
+            stddev=0.1))
+
+  def bias(name, n):
+    return tf.compat.v1.get_variable(
+        name, [n], initializer=tf.compat.v1.constant_initializer(0.1))
+
+  x = tf.compat.v1.placeholder(tf.float32, [None, 28, 28, 1], name="x")
+  y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+  h = tf.nn.relu(tf.nn.conv2d(x, weight("conv1/w", [5, 5, 1, 32]),
+                              strides=1, padding="SAME") + bias("conv1/b", 32))
+  h = tf.nn.max_pool2d(h, 2, 2, "SAME")
+  h = tf.nn.relu(tf.nn.conv2d(h, weight("conv2/w", [5, 5, 32, 64]),
+                              strides=1, padding="SAME") + bias("conv2/b", 64))
+  h = tf.nn.max_pool2d(h, 2, 2, "SAME")
+  h = tf.reshape(h, [-1, 7 * 7 * 64])
+  h = tf.nn.relu(tf.matmul(h, weight("fc1/w", [7 * 7 * 64, 512])) +
+                 bias("fc1/b", 512))
+  logits = tf.matmul(h, weight("fc2/w", [512, 10])) + bias("fc2/b", 10)
+  loss = tf.reduce_mean(
+      tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+  train = tf.compat.v1.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
+  return x, y, loss, train
+
+
+class Config(object):
+  """One measured configuration: its own graph, session and feeds."""
+
+  def __init__(self, name, replicas, batch_size, algorithm="sma"):
+    self.name = name
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      self.x, self.y, self.loss, self.train = build_lenet()
+      init = tf.compat.v1.global_variables_initializer()
+    if replicas is None:
+      self.session = tf.compat.v1.Session(graph=self.graph)
+      self.images_per_run = batch_size
+    else:
+      self.session = tb.TensorBowSession(graph=self.graph, replicas=replicas,
+                                         algorithm=algorithm)
+      self.images_per_run = batch_size * replicas
+    self.session.run(init)
+    rng = np.random.RandomState(0)
+    n = self.images_per_run
+    self.feed = {self.x: rng.rand(n, 28, 28, 1).astype(np.float32),
+                 self.y: rng.randint(0, 10, n).astype(np.int64)}
+    self.samples = []
+
+  def measure(self, seconds, warmup=3):
+    for _ in range(warmup):
+      self.session.run(self.train, self.feed)
+    runs = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+      self.session.run(self.train, self.feed)
+      runs += 1
+    elapsed = time.perf_counter() - start
+    self.samples.append(runs * self.images_per_run / elapsed)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--batch_size", type=int, default=4)
+  parser.add_argument("--replicas", default="1,2,4")
+  parser.add_argument("--algorithm", default="sma")
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--seconds", type=float, default=3.0)
+  parser.add_argument("--json", default="")
+  args = parser.parse_args()
+
+  configs = [Config("tf", None, args.batch_size)]
+  for r in [int(v) for v in args.replicas.split(",")]:
+    configs.append(Config(f"tensorbow L={r}", r, args.batch_size,
+                          args.algorithm))
+  for _ in range(args.repeats):
+    for c in configs:
+      c.measure(args.seconds)
+  tf_median = statistics.median(configs[0].samples)
+  print(f"LeNet, batch {args.batch_size} per replica, {args.repeats} "
+        f"interleaved repeats of {args.seconds:.0f} s, algorithm "
+        f"{args.algorithm}; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores")
+  print(f"{'config':<16}{'median img/s':>14}{'min':>10}{'max':>10}"
+        f"{'vs tf':>8}")
+  rows = []
+  for c in configs:
+    median = statistics.median(c.samples)
+    rows.append({"config": c.name, "median": median, "min": min(c.samples),
+                 "max": max(c.samples), "ratio": median / tf_median})
+    print(f"{c.name:<16}{median:>14.0f}{min(c.samples):>10.0f}"
+          f"{max(c.samples):>10.0f}{median / tf_median:>8.2f}")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump({"batch_size": args.batch_size, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+  tf.compat.v1.disable_eager_execution()
+  main()
