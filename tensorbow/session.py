@@ -227,9 +227,6 @@ class TensorBowSession(compat.SessionInterface):
       run_options = tf.compat.v1.RunOptions()
       if options is not None:
         run_options.CopyFrom(options)
-      import os
-      if os.environ.get("TB_INLINE"):
-        run_options.inter_op_thread_pool = -1
       per_replica = [[s[r] for s in shards] for r in range(len(plan.calls))]
       try:
         outputs = self._runtime.run_wave(
@@ -240,6 +237,9 @@ class TensorBowSession(compat.SessionInterface):
         # model, which the failed wave did not change.
         if self._replicator is not None:
           self._replicator.reseed_all()
+          reset = self._replicator.reset_barriers_op()
+          if reset is not None:
+            self._session.run(reset)
         raise
       self._needs_refresh = True
       fetched = handler.fetches()

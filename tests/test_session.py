@@ -325,7 +325,9 @@ def test_constructor_rejects_bad_arguments():
 
 
 def test_task_timings_record_every_replica():
-  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  # A global step is refreshed by a synchronisation task after each wave.
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1),
+            global_step=True)
   with tb.TensorBowSession(graph=m.graph, replicas=3) as sess:
     sess.run(m.init)
     for _ in range(2):

@@ -29,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import numpy as np
@@ -40,7 +41,6 @@ from tensorbow import ops as tb_ops
 
 tf1 = tf.compat.v1
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DTYPES = [np.float32, np.float64]
 SHAPES = [(1,), (3, 4), (1000, 300)]
@@ -717,11 +717,15 @@ def _skip_if_ref_forms_deadlock(request):
 def children():
   """Starts both child processes when the module's first test starts, so
   they run alongside the other tests; their tests collect the results."""
+  # The children import the tensorbow this process imported (installed or
+  # in the source tree), from a directory that holds no other copy.
   env = dict(os.environ)
-  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+  package_root = os.path.dirname(os.path.dirname(tensorbow.__file__))
+  env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
   env["TF_CPP_MIN_LOG_LEVEL"] = "2"
   procs = {
-      name: subprocess.Popen([sys.executable, "-c", src], cwd=REPO, env=env,
+      name: subprocess.Popen([sys.executable, "-c", src],
+                             cwd=tempfile.gettempdir(), env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
       for name, src in [("deadlock", _DEADLOCK_CHILD),

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/kernels/training_op_helpers.h"
@@ -370,6 +371,122 @@ class ApplySmaCentralOp : public SmaOpBase {
   }
 };
 
+// Counts the replicas that have reached one variable in the current wave.
+class SmaBarrier : public tensorflow::ResourceBase {
+ public:
+  std::string DebugString() const override { return "TensorBowSmaBarrier"; }
+
+  // Counts one arrival; true for the N-th, which also starts a new count.
+  bool Arrive(int n) {
+    tsl::mutex_lock lock(mu_);
+    if (++count_ < n) return false;
+    count_ = 0;
+    return true;
+  }
+
+  void Reset() {
+    tsl::mutex_lock lock(mu_);
+    count_ = 0;
+  }
+
+ private:
+  tsl::mutex mu_;
+  int count_ = 0;
+};
+
+constexpr char kBarrierContainer[] = "tensorbow_sma_barriers";
+
+template <typename T>
+class ApplySmaCentralLeaderOp : public SmaOpBase {
+ public:
+  explicit ApplySmaCentralLeaderOp(OpKernelConstruction* ctx)
+      : SmaOpBase(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("barrier", &barrier_name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    SmaBarrier* barrier = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->resource_manager()->LookupOrCreate<SmaBarrier>(
+                            kBarrierContainer, barrier_name_, &barrier,
+                            [](SmaBarrier** b) {
+                              *b = new SmaBarrier;
+                              return absl::OkStatus();
+                            }));
+    tensorflow::core::ScopedUnref unref(barrier);
+    if (!barrier->Arrive(n_)) return;
+
+    // The leader: every replica has written its correction for this
+    // variable, so none still reads the central model's value.
+    auto locks =
+        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
+            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
+    Tensor central, central_prev;
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true,
+                                       "central", &central));
+    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true,
+                                       "central_prev", &central_prev));
+    OP_REQUIRES_OK(ctx,
+                   CheckSameShape(ctx, central, central_prev, "central_prev"));
+    std::vector<Tensor> corrections(n_);
+    std::vector<functor::ConstFlat<T>> flats;
+    flats.reserve(n_);
+    for (int i = 0; i < n_; ++i) {
+      tensorflow::core::RefCountPtr<tensorflow::Var> var;
+      OP_REQUIRES_OK(ctx, tensorflow::LookupResource(
+                              ctx, tensorflow::HandleFromInput(ctx, 2 + i),
+                              &var));
+      {
+        tsl::tf_shared_lock lock(*var->mu());
+        corrections[i] = *var->tensor();
+      }
+      OP_REQUIRES(ctx, corrections[i].dtype() == DataTypeToEnum<T>::value,
+                  errors::InvalidArgument(
+                      name(), ": correction ", i, " has dtype ",
+                      DataTypeString(corrections[i].dtype())));
+      OP_REQUIRES_OK(ctx, CheckSameShape(ctx, central, corrections[i],
+                                         "corrections"));
+      flats.push_back(
+          const_cast<const Tensor&>(corrections[i]).flat<T>());
+    }
+    const Tensor& momentum = ctx->input(2 + n_);
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, momentum, "momentum"));
+    functor::ApplySmaCentral<CPUDevice, T>()(
+        ctx->eigen_device<CPUDevice>(), central.flat<T>(),
+        central_prev.flat<T>(), flats, momentum.scalar<T>()());
+  }
+
+ private:
+  std::string barrier_name_;
+  int n_ = 1;
+};
+
+class ResetSmaBarriersOp : public OpKernel {
+ public:
+  explicit ResetSmaBarriersOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("barriers", &names_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    for (const std::string& name : names_) {
+      SmaBarrier* barrier = nullptr;
+      if (ctx->resource_manager()
+              ->Lookup<SmaBarrier>(kBarrierContainer, name, &barrier)
+              .ok()) {
+        barrier->Reset();
+        barrier->Unref();
+      }
+    }
+  }
+
+ private:
+  std::vector<std::string> names_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("TensorBowResetSmaBarriers")
+                            .Device(tensorflow::DEVICE_CPU),
+                        ResetSmaBarriersOp);
+
 #define TENSORBOW_REGISTER_PAIR(op, kernel, T)                          \
   REGISTER_KERNEL_BUILDER(Name("TensorBow" op)                          \
                               .Device(tensorflow::DEVICE_CPU)           \
@@ -393,7 +510,15 @@ class ApplySmaCentralOp : public SmaOpBase {
   REGISTER_KERNEL_BUILDER(Name("TensorBowResourceApplySmaCentral")       \
                               .Device(tensorflow::DEVICE_CPU)            \
                               .TypeConstraint<T>("T"),                   \
-                          ApplySmaCentralOp<T>);
+                          ApplySmaCentralOp<T>);                         \
+  REGISTER_KERNEL_BUILDER(Name("TensorBowApplySmaCentralLeader")         \
+                              .Device(tensorflow::DEVICE_CPU)            \
+                              .TypeConstraint<T>("T"),                   \
+                          ApplySmaCentralLeaderOp<T>);                   \
+  REGISTER_KERNEL_BUILDER(Name("TensorBowResourceApplySmaCentralLeader") \
+                              .Device(tensorflow::DEVICE_CPU)            \
+                              .TypeConstraint<T>("T"),                   \
+                          ApplySmaCentralLeaderOp<T>);
 
 TENSORBOW_REGISTER_CPU(float)
 TENSORBOW_REGISTER_CPU(double)

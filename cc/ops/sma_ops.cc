@@ -218,4 +218,47 @@ REGISTER_OP("TensorBowResourceApplySmaCentral")
       return SmaShape(c, {}, {0, 1}, dense, {2 + n});
     });
 
+// ---- Central-model update by the last replica (the leader) -------------------
+
+REGISTER_OP("TensorBowApplySmaCentralLeader")
+    .Input("central: Ref(T)")
+    .Input("central_prev: resource")
+    .Input("corrections: N * resource")
+    .Input("momentum: T")
+    .Attr("T: {float, double}")
+    .Attr("N: int >= 1")
+    .Attr("barrier: string")
+    .Attr("use_locking: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {0}, {1}, {}, {c->num_inputs() - 1});
+    })
+    .Doc(R"doc(
+Counts one replica's arrival at this variable in the current wave; the N-th
+arrival (the leader) applies TensorBowApplySmaCentral with the N replicas'
+correction buffers and starts the count again. `barrier` names the count.
+)doc");
+
+REGISTER_OP("TensorBowResourceApplySmaCentralLeader")
+    .Input("central: resource")
+    .Input("central_prev: resource")
+    .Input("corrections: N * resource")
+    .Input("momentum: T")
+    .Attr("T: {float, double}")
+    .Attr("N: int >= 1")
+    .Attr("barrier: string")
+    .Attr("use_locking: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {}, {0, 1}, {}, {c->num_inputs() - 1});
+    });
+
+REGISTER_OP("TensorBowResetSmaBarriers")
+    .Attr("barriers: list(string)")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Starts the counts of the named leader barriers again (after a failed wave).
+)doc");
+
 }  // namespace tensorbow

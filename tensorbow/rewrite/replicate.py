@@ -8,9 +8,11 @@ tensors and read-only variables are shared with the user's graph, so a
 learning task feeds the user's own placeholders. In the copies, each
 optimizer apply op on a model variable is fused with its SMA correction
 (SGD and momentum) or wrapped by the generic correction (any other
-optimizer). The synchronisation op updates the central model from the
-replicas' corrections (DESIGN.md section 3) and refreshes other written
-variables; seed ops copy the central model into the replicas.
+optimizer), then followed by a leader op: the last replica of a wave to
+reach a model variable updates the central model from every replica's
+correction (DESIGN.md section 3), while the others go on. The
+synchronisation op, after the wave, refreshes the other written variables;
+seed ops copy the central model into the replicas.
 
 Copies are made incrementally: a later training run with a different
 closure copies only the operations not yet copied.
@@ -167,6 +169,11 @@ class Replicator(object):
       var = (analysis.variable_of(op.inputs[0])
              if analysis.is_apply(op) else None)
       if var is not None and var.name in self._sma:
+        if any(t.consumers() for t in op.outputs):
+          raise tf.errors.UnimplementedError(
+              None, op, f"TensorBow cannot train apply op '{op.name}': an "
+              "op consumes its output; only control dependencies on it are "
+              "supported")
         for extra in self._sma_nodes(node, var, replica, aux):
           graph_def.node.add().CopyFrom(extra)
       else:
@@ -237,29 +244,56 @@ class Replicator(object):
           out.attr[a].CopyFrom(node.attr[a])
       return out
 
+    step = node.name + ">tensorbow_step"
     if kind == "ApplyGradientDescent":
       var_in, lr, delta = data
-      return [make(node.name, op_prefix + "ApplySmaGradientDescent",
-                   [var_in, correction, central, alpha, lr, delta] + control)]
-    if kind == "ApplyMomentum":
+      nodes = [make(step, op_prefix + "ApplySmaGradientDescent",
+                    [var_in, correction, central, alpha, lr, delta] + control)]
+    elif kind == "ApplyMomentum":
       var_in, accum, lr, grad, momentum = data
-      return [make(node.name, op_prefix + "ApplySmaMomentum",
-                   [var_in, accum, correction, central, alpha, lr, grad,
-                    momentum] + control,
-                   attrs=("T", "use_locking", "use_nesterov"))]
-    # Any other optimizer: correction before its apply op, applied after it;
-    # the last op takes the apply op's name, so what waited for the apply op
-    # now waits for the corrected variable.
-    before = make(node.name + ">tensorbow_correction",
-                  op_prefix + "SmaCorrection",
-                  [data[0], correction, central, alpha] + control)
-    inner = tf.compat.v1.NodeDef()
-    inner.CopyFrom(node)
-    inner.name = node.name + ">tensorbow_apply"
-    inner.input.append("^" + before.name)
-    after = make(node.name, op_prefix + "ApplySmaCorrection",
-                 [data[0], correction, "^" + inner.name])
-    return [before, inner, after]
+      nodes = [make(step, op_prefix + "ApplySmaMomentum",
+                    [var_in, accum, correction, central, alpha, lr, grad,
+                     momentum] + control,
+                    attrs=("T", "use_locking", "use_nesterov"))]
+    else:
+      # Any other optimizer: the correction before its apply op, applied
+      # after it.
+      before = make(node.name + ">tensorbow_correction",
+                    op_prefix + "SmaCorrection",
+                    [data[0], correction, central, alpha] + control)
+      inner = tf.compat.v1.NodeDef()
+      inner.CopyFrom(node)
+      inner.name = node.name + ">tensorbow_apply"
+      inner.input.append("^" + before.name)
+      nodes = [before, inner,
+               make(step, op_prefix + "ApplySmaCorrection",
+                    [data[0], correction, "^" + inner.name])]
+    # The leader takes the apply op's name, so what waited for the apply op
+    # (the user's train op, a global step) waits for the central update.
+    central_var = self._graph.get_operation_by_name(var.name).outputs[0]
+    leader = make(node.name, op_prefix + "ApplySmaCentralLeader", [
+        aux(f"{ext}/central_var", central_var),
+        aux(f"{ext}/central_prev", state.central_prev)
+    ] + [aux(f"{ext}/corrections_{i}", c)
+         for i, c in enumerate(state.corrections)] + [
+             aux(f"{ext}/momentum",
+                 self._constant(self._central_momentum, dtype)),
+             "^" + step])
+    leader.attr["N"].i = self._num_replicas
+    leader.attr["barrier"].s = self._barrier(var.name).encode()
+    return nodes + [leader]
+
+  def _barrier(self, var_name):
+    return f"{self._prefix}/sma/{var_name}/barrier"
+
+  def reset_barriers_op(self):
+    """Op restarting the leaders' counts (after a failed wave), or None."""
+    if not self._sma:
+      return None
+    with self._graph.as_default(), self._graph.control_dependencies(None):
+      return tb_ops.library().tensor_bow_reset_sma_barriers(
+          barriers=[self._barrier(n) for n in sorted(self._sma)],
+          name=f"{self._prefix}/reset_barriers")
 
   # ---- Seeding, synchronisation, refresh -----------------------------------
 
@@ -298,9 +332,6 @@ class Replicator(object):
     graph = self._graph
     updates = []
     with graph.as_default(), graph.control_dependencies(None):
-      for name in info.model_vars:
-        if name in self._sma:
-          updates.append(self._central_update(graph.get_operation_by_name(name)))
       for name in info.other_vars:
         var = graph.get_operation_by_name(name)
         replicas = self._replica_vars(name)
@@ -311,18 +342,6 @@ class Replicator(object):
       if not updates:
         return None
       return tf.group(*updates, name=f"{self._prefix}/sync")
-
-  def _central_update(self, var_op):
-    state = self._sma[var_op.name]
-    dtype, _ = _dtype_and_shape(var_op)
-    corrections = [tf.raw_ops.ReadVariableOp(resource=c, dtype=dtype)
-                   for c in state.corrections]
-    momentum = self._constant(self._central_momentum, dtype)
-    if var_op.type == "VarHandleOp":
-      return tb_ops.resource_apply_sma_central(
-          var_op.outputs[0], state.central_prev, corrections, momentum)
-    return tb_ops.apply_sma_central(
-        var_op.outputs[0], state.central_prev, corrections, momentum).op
 
   def _replica_vars(self, name):
     return [self._graph.get_operation_by_name(self.replica_name(r, name))
