@@ -7,6 +7,9 @@ interleaved, `--repeats` times, and the median (with min and max) of
 images/s is reported with its ratio to TensorFlow at the same batch size.
 
   python benchmarks/lenet_throughput.py --batch_size 4 --replicas 1,2,4
+
+"tf N copies" is plain TensorFlow running N unsynchronised copies of the
+model in one `run`: what concurrency alone gives, without SMA.
 """
 import argparse
 import json
@@ -21,9 +24,8 @@ import tensorflow as tf
 import tensorbow as tb
 
 
-def build_lenet(seed=0):
+def build_lenet():
   """The graph: placeholders x [None, 28, 28, 1], y [None]; returns ops."""
-  tf.compat.v1.set_random_seed(seed)
 
   def weight(name, shape):
     return tf.compat.v1.get_variable(
@@ -53,26 +55,42 @@ def build_lenet(seed=0):
 
 
 class Config(object):
-  """One measured configuration: its own graph, session and feeds."""
+  """One measured configuration: its own graph, session and feeds.
 
-  def __init__(self, name, replicas, batch_size, algorithm="sma"):
+  Args:
+    name: its label.
+    replicas: None for tf.compat.v1.Session; L for TensorBowSession.
+    batch_size: rows per replica.
+    algorithm: TensorBow's algorithm.
+    copies: for tf.compat.v1.Session, this many independent copies of the
+      model trained in one `run` (no synchronisation): the bound plain
+      TensorFlow reaches by concurrency alone.
+  """
+
+  def __init__(self, name, replicas, batch_size, algorithm="sma", copies=1):
     self.name = name
     self.graph = tf.Graph()
+    rng = np.random.RandomState(0)
+    self.feed = {}
+    trains = []
     with self.graph.as_default():
-      self.x, self.y, self.loss, self.train = build_lenet()
+      for c in range(copies):
+        with tf.compat.v1.variable_scope(f"copy{c}" if copies > 1 else ""):
+          x, y, _, train = build_lenet()
+        trains.append(train)
+        n = batch_size * (replicas or 1)
+        self.feed[x] = rng.rand(n, 28, 28, 1).astype(np.float32)
+        self.feed[y] = rng.randint(0, 10, n).astype(np.int64)
+      self.train = tf.group(*trains)
       init = tf.compat.v1.global_variables_initializer()
     if replicas is None:
       self.session = tf.compat.v1.Session(graph=self.graph)
-      self.images_per_run = batch_size
+      self.images_per_run = batch_size * copies
     else:
       self.session = tb.TensorBowSession(graph=self.graph, replicas=replicas,
                                          algorithm=algorithm)
       self.images_per_run = batch_size * replicas
     self.session.run(init)
-    rng = np.random.RandomState(0)
-    n = self.images_per_run
-    self.feed = {self.x: rng.rand(n, 28, 28, 1).astype(np.float32),
-                 self.y: rng.randint(0, 10, n).astype(np.int64)}
     self.samples = []
 
   def measure(self, seconds, warmup=3):
@@ -94,10 +112,15 @@ def main():
   parser.add_argument("--algorithm", default="sma")
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--seconds", type=float, default=3.0)
+  parser.add_argument("--copies", default="2,4",
+                      help="also time tf.compat.v1.Session running this many "
+                      "unsynchronised model copies in one run")
   parser.add_argument("--json", default="")
   args = parser.parse_args()
 
   configs = [Config("tf", None, args.batch_size)]
+  for c in [int(v) for v in args.copies.split(",") if v]:
+    configs.append(Config(f"tf {c} copies", None, args.batch_size, copies=c))
   for r in [int(v) for v in args.replicas.split(",")]:
     configs.append(Config(f"tensorbow L={r}", r, args.batch_size,
                           args.algorithm))
@@ -109,14 +132,14 @@ def main():
         f"interleaved repeats of {args.seconds:.0f} s, algorithm "
         f"{args.algorithm}; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores")
-  print(f"{'config':<16}{'median img/s':>14}{'min':>10}{'max':>10}"
+  print(f"{'config':<18}{'median img/s':>14}{'min':>10}{'max':>10}"
         f"{'vs tf':>8}")
   rows = []
   for c in configs:
     median = statistics.median(c.samples)
     rows.append({"config": c.name, "median": median, "min": min(c.samples),
                  "max": max(c.samples), "ratio": median / tf_median})
-    print(f"{c.name:<16}{median:>14.0f}{min(c.samples):>10.0f}"
+    print(f"{c.name:<18}{median:>14.0f}{min(c.samples):>10.0f}"
           f"{max(c.samples):>10.0f}{median / tf_median:>8.2f}")
   if args.json:
     with open(args.json, "w") as f:

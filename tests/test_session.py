@@ -47,12 +47,17 @@ def grads(w, b, xs, ys):
 
 
 def sma_reference(waves, num_replicas, alpha, mu, lr, momentum=None,
-                  nesterov=False, z=(W0, B0)):
-  """DESIGN.md section 3 in NumPy; returns per wave (z, fetched loss)."""
+                  nesterov=False, z=(W0, B0), adagrad=False):
+  """DESIGN.md section 3 in NumPy; returns per wave (z, fetched loss).
+
+  The optimizer is SGD, momentum SGD (`momentum` set) or Adagrad
+  (`adagrad`, TF1's initial accumulator 0.1).
+  """
   z = [p.astype(np.float64) for p in z]
   z_prev = [p.copy() for p in z]
   replicas = [[p.copy() for p in z] for _ in range(num_replicas)]
-  accums = [[np.zeros_like(p) for p in z] for _ in range(num_replicas)]
+  accums = [[np.full_like(p, 0.1 if adagrad else 0.0) for p in z]
+            for _ in range(num_replicas)]
   out = []
   shards = list(zip(np.array_split(X, num_replicas),
                     np.array_split(Y, num_replicas)))
@@ -65,7 +70,10 @@ def sma_reference(waves, num_replicas, alpha, mu, lr, momentum=None,
       losses.append((l, len(xs)))
       for k, g in enumerate((gw, gb)):
         c = alpha * (replicas[j][k] - z[k])
-        if momentum is None:
+        if adagrad:
+          accums[j][k] = accums[j][k] + g * g
+          step = lr * g / np.sqrt(accums[j][k])
+        elif momentum is None:
           step = lr * g
         else:
           accums[j][k] = momentum * accums[j][k] + g
@@ -98,6 +106,22 @@ def test_sma_matches_numpy(use_resource, optimizer, momentum, nesterov):
     sess.run(m.init)
     for z, loss, _, _ in reference:
       # 10 rows over 3 replicas: uneven shards of 4, 3 and 3.
+      fetched, _ = sess.run([m.loss, m.train], {m.x: X, m.y: Y})
+      np.testing.assert_allclose(sess.run(m.w), z[0], rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(sess.run(m.b), z[1], rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(fetched, loss, rtol=1e-5)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_sma_around_any_optimizer_matches_numpy(use_resource):
+  # Adagrad has no fused SMA kernel: the generic correction wraps its op.
+  lr, alpha, mu, replicas = 0.3, 0.4, 0.8, 3
+  m = build(lambda: tf.compat.v1.train.AdagradOptimizer(lr), use_resource)
+  reference = sma_reference(3, replicas, alpha, mu, lr, adagrad=True)
+  with tb.TensorBowSession(graph=m.graph, replicas=replicas, alpha=alpha,
+                           central_momentum=mu) as sess:
+    sess.run(m.init)
+    for z, loss, _, _ in reference:
       fetched, _ = sess.run([m.loss, m.train], {m.x: X, m.y: Y})
       np.testing.assert_allclose(sess.run(m.w), z[0], rtol=1e-5, atol=1e-6)
       np.testing.assert_allclose(sess.run(m.b), z[1], rtol=1e-5, atol=1e-6)
