@@ -89,18 +89,8 @@ def sma_reference(waves, num_replicas, alpha, mu, lr, momentum=None,
   return out
 
 
-@pytest.mark.parametrize("use_resource", [True, False])
-@pytest.mark.parametrize("optimizer,momentum,nesterov", [
-    ("sgd", None, False), ("momentum", 0.7, False), ("momentum", 0.7, True)])
-def test_sma_matches_numpy(use_resource, optimizer, momentum, nesterov):
-  lr, alpha, mu, replicas = 0.1, 0.25, 0.6, 3
-  if optimizer == "sgd":
-    opt = lambda: tf.compat.v1.train.GradientDescentOptimizer(lr)
-  else:
-    opt = lambda: tf.compat.v1.train.MomentumOptimizer(
-        lr, momentum, use_nesterov=nesterov)
-  m = build(opt, use_resource)
-  reference = sma_reference(3, replicas, alpha, mu, lr, momentum, nesterov)
+def assert_waves_match(m, reference, replicas, alpha, mu):
+  """Trains wave by wave, checking z and the fetched loss against NumPy."""
   with tb.TensorBowSession(graph=m.graph, replicas=replicas, alpha=alpha,
                            central_momentum=mu) as sess:
     sess.run(m.init)
@@ -113,19 +103,27 @@ def test_sma_matches_numpy(use_resource, optimizer, momentum, nesterov):
 
 
 @pytest.mark.parametrize("use_resource", [True, False])
+@pytest.mark.parametrize("optimizer,momentum,nesterov", [
+    ("sgd", None, False), ("momentum", 0.7, False), ("momentum", 0.7, True)])
+def test_sma_matches_numpy(use_resource, optimizer, momentum, nesterov):
+  lr, alpha, mu, replicas = 0.1, 0.25, 0.6, 3
+  if optimizer == "sgd":
+    opt = lambda: tf.compat.v1.train.GradientDescentOptimizer(lr)
+  else:
+    opt = lambda: tf.compat.v1.train.MomentumOptimizer(
+        lr, momentum, use_nesterov=nesterov)
+  m = build(opt, use_resource)
+  reference = sma_reference(3, replicas, alpha, mu, lr, momentum, nesterov)
+  assert_waves_match(m, reference, replicas, alpha, mu)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
 def test_sma_around_any_optimizer_matches_numpy(use_resource):
   # Adagrad has no fused SMA kernel: the generic correction wraps its op.
   lr, alpha, mu, replicas = 0.3, 0.4, 0.8, 3
   m = build(lambda: tf.compat.v1.train.AdagradOptimizer(lr), use_resource)
   reference = sma_reference(3, replicas, alpha, mu, lr, adagrad=True)
-  with tb.TensorBowSession(graph=m.graph, replicas=replicas, alpha=alpha,
-                           central_momentum=mu) as sess:
-    sess.run(m.init)
-    for z, loss, _, _ in reference:
-      fetched, _ = sess.run([m.loss, m.train], {m.x: X, m.y: Y})
-      np.testing.assert_allclose(sess.run(m.w), z[0], rtol=1e-5, atol=1e-6)
-      np.testing.assert_allclose(sess.run(m.b), z[1], rtol=1e-5, atol=1e-6)
-      np.testing.assert_allclose(fetched, loss, rtol=1e-5)
+  assert_waves_match(m, reference, replicas, alpha, mu)
 
 
 def test_momentum_slot_is_replica_mean_in_plain_runs():
