@@ -364,3 +364,23 @@ def test_task_timings_record_every_replica():
   # The synchronisation starts after every learning task of its wave.
   for s in syncs:
     assert s.start >= max(t.end for t in learning if t.wave == s.wave)
+
+
+def test_string_fetches_in_training_run():
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  with m.graph.as_default():
+    summary = tf.compat.v1.summary.scalar("loss", m.loss)
+    text = tf.strings.as_string(m.pred)
+  with tf.compat.v1.Session(graph=m.graph) as plain:
+    plain.run(m.init)
+    expected_text = plain.run(text, {m.x: X, m.y: Y})
+  with tb.TensorBowSession(graph=m.graph, replicas=2) as sess:
+    sess.run(m.init)
+    serialized, texts, _ = sess.run([summary, text, m.train],
+                                    {m.x: X, m.y: Y})
+  np.testing.assert_array_equal(texts, expected_text)
+  # A string scalar is not averaged: it is replica 0's, on its shard.
+  value = tf.compat.v1.Summary.FromString(serialized).value[0]
+  assert value.tag == "loss"
+  np.testing.assert_allclose(value.simple_value,
+                             grads(W0, B0, X[:5], Y[:5])[2], rtol=1e-5)

@@ -110,13 +110,11 @@ py::object ToNumpy(FetchedTensor& t) {
   std::vector<py::ssize_t> shape;
   for (int64_t d : t.dims()) shape.push_back(static_cast<py::ssize_t>(d));
   if (t.dtype() == kTfString) {
-    py::array out(py::dtype("O"), shape);
-    auto strings = t.strings();
     py::list items;
-    for (auto& s : strings) items.append(py::bytes(s));
-    out.attr("reshape")(-1).attr("__setitem__")(py::slice(0, strings.size(), 1),
-                                                 items);
-    return out;
+    for (const std::string& s : t.strings()) items.append(py::bytes(s));
+    return py::module_::import("numpy")
+        .attr("array")(items, py::arg("dtype") = "O")
+        .attr("reshape")(py::tuple(py::cast(shape)));
   }
   py::dtype dtype = NumpyDtype(t.dtype());
   void* data = t.data();

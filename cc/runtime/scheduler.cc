@@ -73,8 +73,7 @@ void TaskScheduler::Drain(int stream_group,
     const int64_t end = NowNs();
     lock.lock();
     statuses_[p.replica] = std::move(s);
-    if (timings_.size() >= kMaxTimings) timings_.clear();
-    timings_.push_back(TaskTiming{wave_, p.replica, stream_group, start, end});
+    RecordLocked(p.replica, stream_group, start, end);
     if (--remaining_ == 0) done_cv_.notify_all();
   }
 }
@@ -91,6 +90,11 @@ void TaskScheduler::WorkerLoop(int stream_group) {
 void TaskScheduler::Record(int replica, int stream_group, int64_t start,
                            int64_t end) {
   std::lock_guard<std::mutex> lock(mu_);
+  RecordLocked(replica, stream_group, start, end);
+}
+
+void TaskScheduler::RecordLocked(int replica, int stream_group, int64_t start,
+                                 int64_t end) {
   if (timings_.size() >= kMaxTimings) timings_.clear();
   timings_.push_back(TaskTiming{wave_, replica, stream_group, start, end});
 }

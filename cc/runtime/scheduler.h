@@ -63,6 +63,8 @@ class TaskScheduler {
   // Pops and runs queued tasks of the current wave until none is left.
   void Drain(int stream_group, std::unique_lock<std::mutex>& lock);
   void Record(int replica, int stream_group, int64_t start, int64_t end);
+  void RecordLocked(int replica, int stream_group, int64_t start,
+                    int64_t end);  // requires mu_
 
   const int num_stream_groups_;
   std::mutex wave_mu_;  // one wave at a time
