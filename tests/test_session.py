@@ -384,3 +384,31 @@ def test_string_fetches_in_training_run():
   assert value.tag == "loss"
   np.testing.assert_allclose(value.simple_value,
                              grads(W0, B0, X[:5], Y[:5])[2], rtol=1e-5)
+
+
+def test_wave_failing_in_one_replica_changes_no_state():
+  lr, alpha, mu, replicas = 0.1, 0.25, 0.6, 3
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+    w = tf.compat.v1.get_variable("w", initializer=W0)
+    b = tf.compat.v1.get_variable("b", initializer=B0)
+    checked = tf.debugging.check_numerics(x, "bad input")
+    loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(checked, w) + b - y))
+    train = tf.compat.v1.train.GradientDescentOptimizer(lr).minimize(loss)
+    init = tf.compat.v1.global_variables_initializer()
+  with tb.TensorBowSession(graph=graph, replicas=replicas, alpha=alpha,
+                           central_momentum=mu) as sess:
+    sess.run(init)
+    bad = X.copy()
+    bad[-1] = np.nan  # only the last replica's shard: the others step
+    with pytest.raises(tf.errors.InvalidArgumentError, match="bad input"):
+      sess.run(train, {x: bad, y: Y})
+    np.testing.assert_array_equal(sess.run(w), W0)
+    # The replicas that stepped are put back, and the leaders' counts
+    # restart: training goes on exactly as if the failed wave never ran.
+    for z, fetched_loss, _, _ in sma_reference(3, replicas, alpha, mu, lr):
+      fetched, _ = sess.run([loss, train], {x: X, y: Y})
+      np.testing.assert_allclose(sess.run(w), z[0], rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(fetched, fetched_loss, rtol=1e-5)
