@@ -224,14 +224,11 @@ class TensorBowSession(compat.SessionInterface):
         seed = self._replicator.seed_op()
         if seed is not None:
           self._session.run(seed)
-      run_options = tf.compat.v1.RunOptions()
-      if options is not None:
-        run_options.CopyFrom(options)
       per_replica = [[s[r] for s in shards] for r in range(len(plan.calls))]
       try:
         outputs = self._runtime.run_wave(
-            plan.calls, per_replica, plan.dtypes, plan.sync_call,
-            run_options.SerializeToString(), run_metadata)
+            plan.calls, per_replica, plan.dtypes, plan.sync_call, options,
+            run_metadata)
       except tf.errors.OpError:
         # Replicas that finished their step are put back on the central
         # model, which the failed wave did not change.

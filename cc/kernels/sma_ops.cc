@@ -9,6 +9,7 @@
 
 #include "cc/kernels/sma_ops.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
@@ -39,6 +40,9 @@ Eigen::TensorOpCost ElementCost(int loads, int stores, int cycles) {
   return Eigen::TensorOpCost(loads * sizeof(T), stores * sizeof(T), cycles);
 }
 
+// The loops below take __restrict__ pointers (the buffers never alias) so
+// the compiler vectorises them; each is one pass over every buffer.
+
 template <typename T>
 struct ApplySmaGradientDescent<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> var, Flat<T> correction,
@@ -49,12 +53,19 @@ struct ApplySmaGradientDescent<CPUDevice, T> {
     const T* g = delta.data();
     d.parallelFor(var.size(), ElementCost<T>(3, 2, 5),
                   [=](Index first, Index last) {
-                    for (Index i = first; i < last; ++i) {
-                      const T ci = alpha * (w[i] - z[i]);
-                      c[i] = ci;
-                      w[i] = w[i] - lr * g[i] - ci;
-                    }
+                    Step(w + first, c + first, z + first, g + first,
+                         last - first, alpha, lr);
                   });
+  }
+
+  static void Step(T* __restrict__ w, T* __restrict__ c,
+                   const T* __restrict__ z, const T* __restrict__ g,
+                   Index n, T alpha, T lr) {
+    for (Index i = 0; i < n; ++i) {
+      const T ci = alpha * (w[i] - z[i]);
+      c[i] = ci;
+      w[i] = w[i] - lr * g[i] - ci;
+    }
   }
 };
 
@@ -70,17 +81,29 @@ struct ApplySmaMomentum<CPUDevice, T> {
     const T* g = grad.data();
     d.parallelFor(var.size(), ElementCost<T>(4, 3, 9),
                   [=](Index first, Index last) {
-                    for (Index i = first; i < last; ++i) {
-                      const T ci = alpha * (w[i] - z[i]);
-                      c[i] = ci;
-                      const T ai = momentum * a[i] + g[i];
-                      a[i] = ai;
-                      const T step = use_nesterov
-                                         ? lr * g[i] + lr * momentum * ai
-                                         : lr * ai;
-                      w[i] = w[i] - step - ci;
+                    if (use_nesterov) {
+                      Step<true>(w + first, a + first, c + first, z + first,
+                                 g + first, last - first, alpha, lr, momentum);
+                    } else {
+                      Step<false>(w + first, a + first, c + first, z + first,
+                                  g + first, last - first, alpha, lr,
+                                  momentum);
                     }
                   });
+  }
+
+  template <bool kNesterov>
+  static void Step(T* __restrict__ w, T* __restrict__ a, T* __restrict__ c,
+                   const T* __restrict__ z, const T* __restrict__ g, Index n,
+                   T alpha, T lr, T momentum) {
+    for (Index i = 0; i < n; ++i) {
+      const T ci = alpha * (w[i] - z[i]);
+      c[i] = ci;
+      const T ai = momentum * a[i] + g[i];
+      a[i] = ai;
+      const T step = kNesterov ? lr * g[i] + lr * momentum * ai : lr * ai;
+      w[i] = w[i] - step - ci;
+    }
   }
 };
 
@@ -93,10 +116,13 @@ struct SmaCorrection<CPUDevice, T> {
     const T* z = central.data();
     d.parallelFor(var.size(), ElementCost<T>(2, 1, 2),
                   [=](Index first, Index last) {
-                    for (Index i = first; i < last; ++i) {
-                      c[i] = alpha * (w[i] - z[i]);
-                    }
+                    Step(w + first, c + first, z + first, last - first, alpha);
                   });
+  }
+
+  static void Step(const T* __restrict__ w, T* __restrict__ c,
+                   const T* __restrict__ z, Index n, T alpha) {
+    for (Index i = 0; i < n; ++i) c[i] = alpha * (w[i] - z[i]);
   }
 };
 
@@ -107,8 +133,12 @@ struct ApplySmaCorrection<CPUDevice, T> {
     const T* c = correction.data();
     d.parallelFor(var.size(), ElementCost<T>(2, 1, 1),
                   [=](Index first, Index last) {
-                    for (Index i = first; i < last; ++i) w[i] -= c[i];
+                    Step(w + first, c + first, last - first);
                   });
+  }
+
+  static void Step(T* __restrict__ w, const T* __restrict__ c, Index n) {
+    for (Index i = 0; i < n; ++i) w[i] -= c[i];
   }
 };
 
@@ -123,15 +153,35 @@ struct ApplySmaCentral<CPUDevice, T> {
     for (const auto& c : corrections) cs.push_back(c.data());
     const int n = static_cast<int>(cs.size());
     d.parallelFor(central.size(), ElementCost<T>(2 + n, 2, 3 + n),
-                  [z, zp, &cs, n, momentum](Index first, Index last) {
-                    for (Index i = first; i < last; ++i) {
-                      T sum = T(0);
-                      for (int j = 0; j < n; ++j) sum += cs[j][i];
-                      const T zi = z[i];
-                      z[i] = zi + sum + momentum * (zi - zp[i]);
-                      zp[i] = zi;
-                    }
+                  [z, zp, &cs, momentum](Index first, Index last) {
+                    Step(z + first, zp + first, cs, first, last - first,
+                         momentum);
                   });
+  }
+
+  // Sums the corrections into z's buffer block by block, then applies the
+  // momentum term, so each loop is a simple vectorisable one.
+  static void Step(T* __restrict__ z, T* __restrict__ zp,
+                   const std::vector<const T*>& cs, Index offset, Index n,
+                   T momentum) {
+    constexpr Index kBlock = 1024;
+    T sum[kBlock];
+    for (Index b = 0; b < n; b += kBlock) {
+      const Index m = std::min(kBlock, n - b);
+      const T* __restrict__ c0 = cs[0] + offset + b;
+      for (Index i = 0; i < m; ++i) sum[i] = c0[i];
+      for (size_t j = 1; j < cs.size(); ++j) {
+        const T* __restrict__ cj = cs[j] + offset + b;
+        for (Index i = 0; i < m; ++i) sum[i] += cj[i];
+      }
+      T* __restrict__ zb = z + b;
+      T* __restrict__ zpb = zp + b;
+      for (Index i = 0; i < m; ++i) {
+        const T zi = zb[i];
+        zb[i] = zi + sum[i] + momentum * (zi - zpb[i]);
+        zpb[i] = zi;
+      }
+    }
   }
 };
 

@@ -156,11 +156,14 @@ class Runtime {
   }
 
   // Runs calls[r] with feeds[r] for every replica r as one wave, then
-  // `sync_call` (if >= 0). Returns (code, message, outputs, run_metadata):
-  // outputs[r] holds replica r's fetches; run_metadata is replica 0's.
+  // `sync_call` (if >= 0). Replica 0 runs with `run_options`, the others
+  // and the sync with `other_options` (TensorFlow traces one run at a
+  // time). Returns (code, message, outputs, run_metadata): outputs[r] holds
+  // replica r's fetches; run_metadata is replica 0's.
   py::tuple RunWave(const std::vector<int>& calls, const py::list& feeds,
                     const std::vector<int>& dtypes, int sync_call,
-                    const py::bytes& run_options, bool want_metadata) {
+                    const py::bytes& run_options,
+                    const py::bytes& other_options, bool want_metadata) {
     const size_t n = calls.size();
     if (py::len(feeds) != n) {
       throw py::value_error("TensorBow: one feed list per replica expected");
@@ -177,13 +180,15 @@ class Runtime {
       }
     }
     const std::string options = run_options;
+    const std::string others = other_options;
     std::vector<std::vector<FetchedTensor>> outputs(n);
     std::string metadata;
     std::vector<TaskScheduler::Task> tasks;
     tasks.reserve(n);
     for (size_t r = 0; r < n; ++r) {
       tasks.emplace_back([&, r](int) {
-        return session_.Run(calls[r], host[r], options, &outputs[r],
+        return session_.Run(calls[r], host[r], r == 0 ? options : others,
+                            &outputs[r],
                             want_metadata && r == 0 ? &metadata : nullptr);
       });
     }
@@ -191,7 +196,7 @@ class Runtime {
     if (sync_call >= 0) {
       sync = [&](int) {
         std::vector<FetchedTensor> none;
-        return session_.Run(sync_call, {}, options, &none, nullptr);
+        return session_.Run(sync_call, {}, others, &none, nullptr);
       };
     }
     Status status;
@@ -244,7 +249,7 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("targets"))
       .def("run_wave", &Runtime::RunWave, py::arg("calls"), py::arg("feeds"),
            py::arg("dtypes"), py::arg("sync_call"), py::arg("run_options"),
-           py::arg("want_metadata"))
+           py::arg("other_options"), py::arg("want_metadata"))
       .def("task_timings", &Runtime::TaskTimings)
       .def("clear_task_timings", &Runtime::ClearTaskTimings)
       .def_property_readonly("num_stream_groups", &Runtime::num_stream_groups);

@@ -53,7 +53,7 @@ class Runtime(object):
         [(compat.operation_handle(t.op), t.value_index) for t in fetches],
         [compat.operation_handle(op) for op in targets])
 
-  def run_wave(self, calls, feeds, dtypes, sync_call=-1, run_options=b"",
+  def run_wave(self, calls, feeds, dtypes, sync_call=-1, run_options=None,
                run_metadata=None):
     """Runs calls[r] with feeds[r] for every replica r, then `sync_call`.
 
@@ -62,7 +62,9 @@ class Runtime(object):
       feeds: per replica, C-contiguous NumPy arrays in the call's feed order.
       dtypes: the TF_DataType enum of each feed.
       sync_call: call id run after every task succeeded, or -1.
-      run_options: a serialized `RunOptions`.
+      run_options: the `RunOptions` of replica 0, or None; the other tasks
+        run with the same options but no tracing (TensorFlow traces one run
+        at a time).
       run_metadata: a `RunMetadata` to fill from replica 0, or None.
 
     Returns:
@@ -71,8 +73,16 @@ class Runtime(object):
     Raises:
       tf.errors.OpError: the first failure of the wave.
     """
+    options = others = b""
+    if run_options is not None:
+      options = run_options.SerializeToString()
+      untraced = type(run_options)()
+      untraced.CopyFrom(run_options)
+      untraced.trace_level = untraced.NO_TRACE
+      others = untraced.SerializeToString()
     code, message, outputs, metadata = self._impl.run_wave(
-        calls, feeds, dtypes, sync_call, run_options, run_metadata is not None)
+        calls, feeds, dtypes, sync_call, options, others,
+        run_metadata is not None)
     if code != 0:
       raise compat.error_from_code(code, message)
     if run_metadata is not None and metadata:
