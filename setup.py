@@ -33,7 +33,7 @@ setuptools.setup(
     description="Small-batch multi-replica training with SMA for TensorFlow",
     packages=setuptools.find_packages(include=["tensorbow", "tensorbow.*"]),
     python_requires=">=3.9",
-    install_requires=["tensorflow-cpu==2.21.0", "numpy", "absl-py"],
+    install_requires=["tensorflow-cpu==2.21.0", "numpy", "absl-py", "matplotlib"],
     ext_modules=[
         setuptools.Extension(
             "tensorbow._sma_ops",
@@ -51,5 +51,6 @@ setuptools.setup(
             extra_link_args=LINK + [f"-L{TF_DIR}", "-l:libtensorflow_cc.so.2"],
             language="c++"),
     ],
+    entry_points={"console_scripts": ["tensorbow-run=tensorbow.run:main"]},
     cmdclass={"build_ext": BuildExt},
 )
