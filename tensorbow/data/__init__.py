@@ -1,5 +1,25 @@
-"""Data sets for TensorBow's examples and tests: IDX (MNIST-format) files."""
+"""Data sets for TensorBow's examples and tests.
+
+`load_dataset(name, ...)` returns a `Dataset` (float32 NHWC images in [0, 1],
+int64 labels) for Fashion-MNIST and MNIST (IDX files), CIFAR-10 (python
+pickle batches) or synthetic data; `batches` iterates over shuffled
+mini-batches of it. `read_idx` and `load_fashion_mnist` are the IDX reader
+and the flat [N, 784] Fashion-MNIST loader.
+"""
+from tensorbow.data.batches import batches
+from tensorbow.data.cifar10 import read_cifar10
+from tensorbow.data.datasets import Dataset
+from tensorbow.data.datasets import load_dataset
 from tensorbow.data.idx import load_fashion_mnist
 from tensorbow.data.idx import read_idx
+from tensorbow.data.synthetic import synthetic_dataset
 
-__all__ = ["load_fashion_mnist", "read_idx"]
+__all__ = [
+    "Dataset",
+    "batches",
+    "load_dataset",
+    "load_fashion_mnist",
+    "read_cifar10",
+    "read_idx",
+    "synthetic_dataset",
+]
