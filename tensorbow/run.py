@@ -1,0 +1,246 @@
+"""`tensorbow-run`: runs an unmodified TF1 script on `TensorBowSession`.
+
+    tensorbow-run [--replicas N] [--algorithm sma|none] [--alpha A]
+                  [--central_momentum M] script.py [script args...]
+
+The script runs in this process (`runpy.run_path`, as `__main__`, with
+`sys.argv` set to `[script.py, args...]` and the script's folder first on
+`sys.path`, as `python script.py` would). While it runs, the public name
+`tf.compat.v1.Session` -- the same class under `tensorflow.compat.v1`,
+`import tensorflow.compat.v1 as tf; tf.Session` and the other loaded
+`tensorflow...compat.v1` API modules that re-export it -- is replaced by a stand-in
+whose constructor returns:
+
+- a plain `tf.compat.v1.Session` when `target` is non-empty (a remote
+  master: TensorBow trains on one local device only);
+- otherwise `TensorBowSession(target, graph, config, replicas=...)`. Over a
+  graph without training runs it behaves as a plain session, so sessions
+  the script opens for evaluation or other graphs need no exception.
+
+The original class is put back when the script ends, however it ends.
+
+Limitations:
+
+- Only the public API namespaces are patched. TensorFlow's own code that
+  builds sessions from `tensorflow.python.client.session` (for instance
+  `tf.compat.v1.train.MonitoredTrainingSession`, `tf.compat.v1.Session`
+  subclasses inside TensorFlow, Keras's backend session) and
+  `tf.compat.v1.InteractiveSession` still get plain TensorFlow sessions.
+- `TensorBowSession` is not a subclass of `tf.compat.v1.Session`. The
+  stand-in answers `isinstance(sess, tf.compat.v1.Session)` with True for
+  both kinds of session and forwards class attributes (such as
+  `Session.reset`), but `type(sess) is tf.compat.v1.Session` is False, and
+  TensorFlow's internal `isinstance` checks against the original class
+  (which the patch does not touch) reject a `TensorBowSession`.
+- A class the script derives from `tf.compat.v1.Session` is derived from the
+  original class instead: its sessions are plain TensorFlow sessions.
+- A name bound before the patch (a module the script imports that was
+  already imported by this process) keeps the original class.
+"""
+import argparse
+import contextlib
+import importlib
+import os
+import runpy
+import sys
+import threading
+
+import tensorflow as tf
+
+from tensorbow import session as tb_session
+
+_API_PREFIX = "tensorflow."
+_PRIVATE_PREFIX = "tensorflow.python."
+_V1_SUFFIX = ".compat.v1"
+
+
+def session_class(original, replicas=2, algorithm="sma", alpha=None,
+                  central_momentum=0.9):
+  """A stand-in for `tf.compat.v1.Session` that builds TensorBow sessions.
+
+  Args:
+    original: the `tf.compat.v1.Session` class being replaced.
+    replicas: passed to `TensorBowSession`.
+    algorithm: passed to `TensorBowSession`.
+    alpha: passed to `TensorBowSession`.
+    central_momentum: passed to `TensorBowSession`.
+
+  Returns:
+    A class whose constructor takes `(target="", graph=None, config=None)`
+    like `tf.compat.v1.Session` and returns an `original` session for a
+    non-empty `target`, a `TensorBowSession` otherwise.
+  """
+  options = dict(replicas=replicas, algorithm=algorithm, alpha=alpha,
+                 central_momentum=central_momentum)
+  # TensorBowSession builds its own tf.compat.v1.Session, which while
+  # patched is this stand-in: that inner call must get the original.
+  building = threading.local()
+
+  class _Meta(type):
+    """Makes the stand-in pass for `tf.compat.v1.Session` in scripts."""
+
+    def __new__(mcs, name, bases, namespace):
+      if any(type(b) is mcs for b in bases):
+        # A script's own Session subclass: derive it from the original.
+        bases = tuple(original if type(b) is mcs else b for b in bases)
+        return type(original)(name, bases, namespace)
+      return super().__new__(mcs, name, bases, namespace)
+
+    def __instancecheck__(cls, instance):
+      return isinstance(instance, (original, tb_session.TensorBowSession))
+
+    def __subclasscheck__(cls, subclass):
+      return issubclass(subclass, (original, tb_session.TensorBowSession))
+
+    def __getattr__(cls, name):
+      return getattr(original, name)
+
+  class Session(metaclass=_Meta):
+    """`tf.compat.v1.Session` as replaced by `tensorbow-run`."""
+    _tensorbow_original = original
+
+    def __new__(cls, target="", graph=None, config=None):
+      if target or getattr(building, "active", False):
+        return original(target, graph, config)
+      building.active = True
+      try:
+        return tb_session.TensorBowSession(target, graph, config, **options)
+      finally:
+        building.active = False
+
+  Session.__qualname__ = "Session"
+  return Session
+
+
+def _aliases(original):
+  """The loaded `tensorflow...compat.v1` API modules whose `Session` is
+  `original` (`tf.compat.v1`, `tf.compat.v2.compat.v1`, ...).
+
+  They are TensorFlow's module wrappers: setting an attribute on one also
+  sets it on the generated module it wraps and refreshes its cache.
+  """
+  found = []
+  for name, module in list(sys.modules.items()):
+    if (module is None or not name.startswith(_API_PREFIX) or
+        name.startswith(_PRIVATE_PREFIX) or not name.endswith(_V1_SUFFIX)):
+      continue
+    if (getattr(module, "Session", None) is original and
+        all(m is not module for m in found)):
+      found.append(module)
+  return found
+
+
+@contextlib.contextmanager
+def patch_session(replicas=2, algorithm="sma", alpha=None,
+                  central_momentum=0.9):
+  """Replaces `tf.compat.v1.Session` by a TensorBow stand-in, then restores it.
+
+  Args:
+    replicas: passed to `TensorBowSession`.
+    algorithm: passed to `TensorBowSession`.
+    alpha: passed to `TensorBowSession`.
+    central_momentum: passed to `TensorBowSession`.
+
+  Yields:
+    The stand-in class (see `session_class`).
+
+  Raises:
+    RuntimeError: `tf.compat.v1.Session` is already patched.
+  """
+  # `import tensorflow.compat.v1` loads a new copy of that API module unless
+  # one is in sys.modules already; load it now so the script's gets patched.
+  importlib.import_module("tensorflow.compat.v1")
+  original = tf.compat.v1.Session
+  if "_tensorbow_original" in vars(original):
+    raise RuntimeError("tf.compat.v1.Session is already replaced by "
+                       "tensorbow-run's stand-in; patch_session does not nest")
+  stand_in = session_class(original, replicas, algorithm, alpha,
+                           central_momentum)
+  modules = _aliases(original)
+  try:
+    for module in modules:
+      setattr(module, "Session", stand_in)
+    yield stand_in
+  finally:
+    for module in modules:
+      setattr(module, "Session", original)
+
+
+def _number(text, kind, accept, accepted):
+  try:
+    value = kind(text)
+  except ValueError:
+    value = None
+  if value is None or not accept(value):
+    raise argparse.ArgumentTypeError(f"must be {accepted}, got {text}")
+  return value
+
+
+def _replicas(text):
+  return _number(text, int, lambda v: v >= 1, "an int >= 1")
+
+
+def _alpha(text):
+  return _number(text, float, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
+
+
+def _momentum(text):
+  return _number(text, float, lambda v: 0.0 <= v < 1.0, "in [0, 1)")
+
+
+def _parser():
+  parser = argparse.ArgumentParser(
+      prog="tensorbow-run",
+      description="Run an unmodified TF1 script with tf.compat.v1.Session "
+      "replaced by tensorbow.TensorBowSession (sessions with a remote target "
+      "stay plain TensorFlow sessions).")
+  parser.add_argument("--replicas", type=_replicas, default=2,
+                      help="number of model replicas L (default: 2)")
+  parser.add_argument("--algorithm", choices=tb_session.ALGORITHMS,
+                      default="sma",
+                      help="synchronisation of the replicas (default: sma)")
+  parser.add_argument("--alpha", type=_alpha, default=None,
+                      help="SMA correction factor (default: 1/replicas)")
+  parser.add_argument("--central_momentum", type=_momentum, default=0.9,
+                      help="momentum of the central model (default: 0.9)")
+  parser.add_argument("script", help="the TF1 Python script to run")
+  parser.add_argument("script_args", nargs=argparse.REMAINDER,
+                      help="arguments passed to the script")
+  return parser
+
+
+def main(argv=None):
+  """Runs the `tensorbow-run` command line.
+
+  Args:
+    argv: the arguments after the program name; None means `sys.argv[1:]`.
+
+  Returns:
+    0 once the script has finished.
+
+  Raises:
+    SystemExit: on a bad argument or a missing script (status 2), or when
+      the script exits. Whatever the script raises propagates.
+  """
+  parser = _parser()
+  args = parser.parse_args(argv)
+  if not os.path.isfile(args.script):
+    parser.error(f"script not found: {args.script}")
+  print(f"tensorbow-run: {args.script} runs with TensorBowSession, "
+        f"{args.replicas} replicas (algorithm {args.algorithm})",
+        file=sys.stderr, flush=True)
+  saved_argv, saved_path = sys.argv, list(sys.path)
+  sys.argv = [args.script] + list(args.script_args)
+  sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+  try:
+    with patch_session(args.replicas, args.algorithm, args.alpha,
+                       args.central_momentum):
+      runpy.run_path(args.script, run_name="__main__")
+  finally:
+    sys.argv = saved_argv
+    sys.path[:] = saved_path
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,271 @@
+"""`tensorbow-run` (tensorbow/run.py) on unmodified TF1 scripts.
+
+The script trains least squares, loss = 0.5 * mean((x w + b - y)^2), with
+plain gradient descent, so the weights after SMA waves follow from the NumPy
+reference below (DESIGN.md section 3).
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tensorbow
+from tensorbow import run
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
+
+LR, STEPS = 0.1, 4
+RNG = np.random.RandomState(7)
+X = RNG.randn(10, 3).astype(np.float32)
+Y = RNG.randn(10, 1).astype(np.float32)
+W0 = np.array([[0.5], [-0.3], [0.8]], np.float32)
+B0 = np.array([0.1], np.float32)
+
+# An unmodified TF1 script: {imports} and {session} vary the spelling.
+SCRIPT = """\
+import json
+import sys
+
+import numpy as np
+{imports}
+
+tf.compat.v1.disable_eager_execution()
+data = np.load(sys.argv[1])
+x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+w = tf.Variable(data["w0"])
+b = tf.Variable(data["b0"])
+loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(loss)
+with {session} as sess:
+  sess.run(tf.compat.v1.global_variables_initializer())
+  losses = [float(sess.run([loss, train], {{x: data["x"], y: data["y"]}})[0])
+            for _ in range({steps})]
+  w_final, b_final = sess.run([w, b])
+  result = {{"session": type(sess).__name__,
+            "is_session": isinstance(sess, {session_class}),
+            "name": __name__, "argv": sys.argv,
+            "w": w_final.tolist(), "b": b_final.tolist(), "losses": losses}}
+with open(sys.argv[2], "w") as f:
+  json.dump(result, f)
+"""
+
+SPELLINGS = {
+    "tf.compat.v1.Session": ("import tensorflow as tf",
+                             "tf.compat.v1.Session()",
+                             "tf.compat.v1.Session"),
+    "tf.Session": ("import tensorflow.compat.v1 as tf",
+                   "tf.Session()", "tf.Session"),
+    "from-import": ("import tensorflow as tf\n"
+                    "from tensorflow.compat.v1 import Session",
+                    "Session(graph=tf.compat.v1.get_default_graph())",
+                    "Session"),
+}
+
+
+def write_script(tmp_path, spelling="tf.compat.v1.Session"):
+  imports, session, session_class = SPELLINGS[spelling]
+  script = tmp_path / "train_lsq.py"
+  script.write_text(SCRIPT.format(imports=imports, session=session,
+                                  session_class=session_class, lr=LR,
+                                  steps=STEPS))
+  data = tmp_path / "data.npz"
+  np.savez(data, x=X, y=Y, w0=W0, b0=B0)
+  return str(script), str(data)
+
+
+def run_python(args, cwd):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  result = subprocess.run([sys.executable] + args, env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+def run_plain(tmp_path, script, data, name="plain.json"):
+  """Runs the script as `python script.py`; returns its JSON result."""
+  out = str(tmp_path / name)
+  run_python([script, data, out], tmp_path)
+  with open(out) as f:
+    return json.load(f)
+
+
+def run_tensorbow(tmp_path, options, script, data, name="tb.json"):
+  """Runs the script under `main(options + [script, ...])`; returns
+  (its JSON result, the command's stderr)."""
+  out = str(tmp_path / name)
+  argv = list(options) + [script, data, out]
+  result = run_python(
+      ["-c", f"import sys; from tensorbow.run import main; "
+             f"sys.exit(main({argv!r}))"], tmp_path)
+  with open(out) as f:
+    return json.load(f), result.stderr
+
+
+def sma_sgd_reference(replicas, alpha, mu, algorithm="sma"):
+  """DESIGN.md section 3 for gradient descent; returns the central (w, b)
+  and the fetched (shard-weighted mean) loss of every wave."""
+  z = [W0.astype(np.float64), B0.astype(np.float64)]
+  z_prev = [p.copy() for p in z]
+  models = [[p.copy() for p in z] for _ in range(replicas)]
+  shards = list(zip(np.array_split(X, replicas), np.array_split(Y, replicas)))
+  losses = []
+  for _ in range(STEPS):
+    corrections = [np.zeros_like(p) for p in z]
+    wave_loss = 0.0
+    for j, (xs, ys) in enumerate(shards):
+      w, b = models[j]
+      r = xs @ w + b - ys
+      wave_loss += 0.5 * float(np.mean(r ** 2)) * len(xs) / len(X)
+      for k, g in enumerate((xs.T @ r / len(xs), r.mean(axis=0))):
+        c = alpha * (models[j][k] - z[k]) if algorithm == "sma" else 0.0
+        models[j][k] = models[j][k] - LR * g - c
+        corrections[k] = corrections[k] + c
+    losses.append(wave_loss)
+    if algorithm == "sma":
+      z, z_prev = [z[k] + corrections[k] + mu * (z[k] - z_prev[k])
+                   for k in range(2)], z
+    else:
+      z = [p.copy() for p in models[0]]  # the central model is replica 0's
+  return z, losses
+
+
+def test_script_trains_with_sma_and_differs_from_plain_tf(tmp_path):
+  script, data = write_script(tmp_path)
+  plain = run_plain(tmp_path, script, data)
+  result, stderr = run_tensorbow(tmp_path, ["--replicas", "2"], script, data)
+  assert plain["session"] == "Session"
+  assert result["session"] == "TensorBowSession"
+  assert result["is_session"] is True
+  assert "TensorBowSession, 2 replicas" in stderr
+  (w, b), losses = sma_sgd_reference(2, alpha=0.5, mu=0.9)
+  np.testing.assert_allclose(result["w"], w, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(result["b"], b, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(result["losses"], losses, rtol=1e-5)
+  assert np.max(np.abs(np.subtract(result["w"], plain["w"]))) > 1e-3
+
+
+def test_one_replica_equals_plain_tf(tmp_path):
+  script, data = write_script(tmp_path)
+  plain = run_plain(tmp_path, script, data)
+  result, _ = run_tensorbow(tmp_path, ["--replicas", "1"], script, data)
+  assert result["session"] == "TensorBowSession"
+  for key in ("w", "b", "losses"):
+    np.testing.assert_allclose(result[key], plain[key], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("options,alpha,mu,algorithm", [
+    (["--replicas", "3", "--alpha", "0.25", "--central_momentum", "0.5"],
+     0.25, 0.5, "sma"),
+    (["--replicas", "2", "--algorithm", "none"], None, None, "none"),
+])
+def test_options_reach_the_session(tmp_path, options, alpha, mu, algorithm):
+  script, data = write_script(tmp_path)
+  result, stderr = run_tensorbow(tmp_path, options, script, data)
+  assert f"(algorithm {algorithm})" in stderr
+  replicas = int(options[1])
+  (w, b), _ = sma_sgd_reference(replicas, alpha, mu, algorithm)
+  np.testing.assert_allclose(result["w"], w, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(result["b"], b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("spelling", ["tf.Session", "from-import"])
+def test_other_spellings_of_session_are_replaced(tmp_path, spelling):
+  script, data = write_script(tmp_path, spelling)
+  result, _ = run_tensorbow(tmp_path, ["--replicas", "2"], script, data)
+  assert result["session"] == "TensorBowSession"
+  assert result["is_session"] is True
+  (w, _), _ = sma_sgd_reference(2, alpha=0.5, mu=0.9)
+  np.testing.assert_allclose(result["w"], w, rtol=1e-5, atol=1e-6)
+
+
+def test_script_sees_its_own_argv_and_name(tmp_path):
+  script, data = write_script(tmp_path)
+  result, _ = run_tensorbow(tmp_path, ["--replicas", "2"], script, data)
+  assert result["argv"] == [script, data, str(tmp_path / "tb.json")]
+  assert result["name"] == "__main__"
+
+
+# ---- In-process: the patch itself ------------------------------------------
+
+
+def test_remote_target_gets_a_plain_session():
+  original = tf.compat.v1.Session
+  with run.patch_session(replicas=2) as stand_in:
+    assert tf.compat.v1.Session is stand_in
+    sess = stand_in(target="grpc://localhost:1", graph=tf.Graph())
+    try:
+      assert type(sess) is original  # pylint: disable=unidiomatic-typecheck
+      assert sess.sess_str == b"grpc://localhost:1"
+    finally:
+      sess.close()  # never ran anything: nothing to connect to
+    local = stand_in(graph=tf.Graph())
+    try:
+      assert isinstance(local, tensorbow.TensorBowSession)
+      assert local.replicas == 2
+      # The session TensorBow wraps is a plain one, not a stand-in.
+      assert type(local._session) is original  # pylint: disable=protected-access
+    finally:
+      local.close()
+  assert tf.compat.v1.Session is original
+
+
+def test_stand_in_passes_for_the_session_class():
+  original = tf.compat.v1.Session
+  with run.patch_session(replicas=3) as stand_in:
+    import tensorflow.compat.v1 as tf_v1  # pylint: disable=g-import-not-at-top
+    assert tf_v1.Session is stand_in
+    assert stand_in.reset is original.reset
+    assert issubclass(tensorbow.TensorBowSession, stand_in)
+
+    class Derived(tf.compat.v1.Session):  # a script's own subclass
+      pass
+
+    assert Derived.__mro__[1] is original
+    with pytest.raises(RuntimeError, match="does not nest"):
+      with run.patch_session():
+        pass
+  assert tf_v1.Session is original
+
+
+def test_patch_is_restored_when_the_script_fails(tmp_path):
+  original = tf.compat.v1.Session
+  argv = list(sys.argv)
+  script = tmp_path / "fails.py"
+  script.write_text("import sys\n"
+                    "import tensorflow as tf\n"
+                    "assert tf.compat.v1.Session.__qualname__ == 'Session'\n"
+                    "assert 'tensorbow' in tf.compat.v1.Session.__module__\n"
+                    "sys.exit(3 if sys.argv[1:] == ['a', '--b'] else 4)\n")
+  with pytest.raises(SystemExit) as exit_info:
+    run.main([str(script), "a", "--b"])
+  assert exit_info.value.code == 3
+  assert tf.compat.v1.Session is original
+  assert sys.argv == argv
+
+  script.write_text("raise ValueError('from the script')\n")
+  with pytest.raises(ValueError, match="from the script"):
+    run.main(["--replicas", "4", str(script)])
+  assert tf.compat.v1.Session is original
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["missing_script.py"], "script not found: missing_script.py"),
+    (["--replicas", "0", "x.py"], "--replicas: must be an int >= 1, got 0"),
+    (["--replicas", "two", "x.py"],
+     "--replicas: must be an int >= 1, got two"),
+    (["--alpha", "1.5", "x.py"], "--alpha: must be in (0, 1], got 1.5"),
+    (["--central_momentum", "1", "x.py"],
+     "--central_momentum: must be in [0, 1), got 1"),
+    (["--algorithm", "ssgd", "x.py"], "invalid choice: 'ssgd'"),
+])
+def test_bad_arguments_exit_2(capsys, argv, message):
+  with pytest.raises(SystemExit) as exit_info:
+    run.main(argv)
+  assert exit_info.value.code == 2
+  assert message in capsys.readouterr().err
