@@ -358,11 +358,9 @@ class TensorBowSession(compat.SessionInterface):
     shards = []
     for array, is_batch in zip(values, plan.batch):
       if is_batch and n > 1:
-        shards.append([np.ascontiguousarray(s)
-                       for s in np.array_split(array, n)])
+        shards.append([_contiguous(s) for s in np.array_split(array, n)])
       else:
-        array = np.ascontiguousarray(array)
-        shards.append([array] * n)
+        shards.append([_contiguous(array)] * n)
     return shards
 
   # ---- For benchmarks and tuning -------------------------------------------
@@ -370,6 +368,11 @@ class TensorBowSession(compat.SessionInterface):
   def task_timings(self):
     """Start, end, replica and stream group of every learning task run."""
     return self._runtime.task_timings() if self._runtime is not None else []
+
+
+def _contiguous(array):
+  # Not np.ascontiguousarray: it turns a scalar into shape [1].
+  return np.require(array, requirements="C")
 
 
 def _is_batch_feed(tensor):

@@ -412,3 +412,17 @@ def test_wave_failing_in_one_replica_changes_no_state():
       fetched, _ = sess.run([loss, train], {x: X, y: Y})
       np.testing.assert_allclose(sess.run(w), z[0], rtol=1e-5, atol=1e-6)
       np.testing.assert_allclose(fetched, fetched_loss, rtol=1e-5)
+
+
+def test_scalar_feeds_keep_their_shape_in_training_runs():
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  with m.graph.as_default():
+    scale = tf.compat.v1.placeholder_with_default(1.0, [], name="scale")
+    scaled = m.loss * scale
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(scaled)
+  with tb.TensorBowSession(graph=m.graph, replicas=2) as sess:
+    sess.run(m.init)
+    fetched, _ = sess.run([scaled, train], {m.x: X, m.y: Y, scale: 2.0})
+    shards = zip(np.array_split(X, 2), np.array_split(Y, 2))
+    expected = np.mean([2.0 * grads(W0, B0, xs, ys)[2] for xs, ys in shards])
+    np.testing.assert_allclose(fetched, expected, rtol=1e-5)
