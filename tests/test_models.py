@@ -1,0 +1,192 @@
+"""The reference models (models/*.py) and their training loop (training.py).
+
+Each model trains a few steps on synthetic data under tf.compat.v1.Session
+and under TensorBowSession(replicas=2), and its loss must fall; ResNet-32's
+size and batch norm are checked; `tensorbow.training.train` is run in
+process and `models/lenet.py` as a script, and their JSON-lines logs read
+back. The training sets are one step's worth of rows, so every step sees the
+same examples (in a new order) and a few steps suffice to show learning.
+"""
+import functools
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tensorbow as tb
+from tensorbow import data as tb_data
+from tensorbow import training
+
+tf.compat.v1.disable_eager_execution()
+
+MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "models")
+REPLICAS = 2
+
+# name: (image shape, rows per replica, learning rate, steps). Rates are
+# lower than the scripts' defaults: the synthetic images are bright
+# everywhere, so gradients are larger than on MNIST-like data.
+CASES = {
+    "logistic_regression": ((28, 28, 1), 8, 0.01, 8),
+    "lenet": ((28, 28, 1), 8, 0.001, 8),
+    # Few steps: on 2 cores ResNet-32 is slow, and TensorBow's first
+    # training run rewrites its 6,400-op graph (18,700 ops after).
+    "resnet32": ((32, 32, 3), 8, 0.02, 5),
+}
+
+
+def load_model(name):
+  """Imports models/<name>.py (a script directory, not a package)."""
+  spec = importlib.util.spec_from_file_location(
+      f"tensorbow_models_{name}", os.path.join(MODELS_DIR, name + ".py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@functools.lru_cache(maxsize=None)
+def built(name):
+  """(graph, model namespace, init op) of a model, built once per name.
+
+  Both sessions of a test train the same graph (each from its own
+  initialisation): building ResNet-32 takes seconds.
+  """
+  image_shape, _, learning_rate, _ = CASES[name]
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.compat.v1.set_random_seed(0)
+    model = load_model(name).build(image_shape, 10, learning_rate)
+    init = tf.compat.v1.global_variables_initializer()
+  return graph, model, init
+
+
+def trainable_parameters(graph):
+  with graph.as_default():
+    return sum(int(np.prod(v.shape))
+               for v in tf.compat.v1.trainable_variables())
+
+
+@pytest.mark.parametrize("session", ["tf", "tensorbow"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_model_learns(name, session):
+  image_shape, batch_size, _, steps = CASES[name]
+  graph, model, init = built(name)
+  rows = training.rows_per_step(session, REPLICAS, batch_size)
+  dataset = tb_data.load_dataset("synthetic", image_shape=image_shape,
+                                 train_size=rows, test_size=32)
+  batches = tb_data.batches(dataset.train_images, dataset.train_labels,
+                            rows, seed=1)
+  sess = training.build_session(session, REPLICAS, "sma", graph)
+  assert isinstance(sess, tb.TensorBowSession if session == "tensorbow"
+                    else tf.compat.v1.Session)
+  with sess:
+    sess.run(init)
+    losses = []
+    for _ in range(steps):
+      _, x, y = next(batches)
+      # A fed scalar (training) next to the batch feeds: under TensorBow it
+      # must reach every replica as a scalar (ResNet-32's tf.cond needs one).
+      _, loss = sess.run([model.train_op, model.loss],
+                         {model.x: x, model.y: y, model.training: True})
+      assert np.shape(loss) == ()
+      losses.append(float(loss))
+    accuracy = training.evaluate(sess, model, dataset.test_images,
+                                 dataset.test_labels)
+    moving = [v for v in graph.get_collection(
+        tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+              if v.op.name.endswith("moving_mean")]
+    moving_means = sess.run(moving)
+  assert np.all(np.isfinite(losses)), losses
+  assert np.mean(losses[-3:]) < losses[0], losses
+  assert 0.0 <= accuracy <= 1.0
+  if name == "resnet32":
+    # conv1 + 2 per block + nothing for option-A shortcuts.
+    assert len(moving) == 1 + 2 * 3 * 5
+    # The UPDATE_OPS ran with the train op (from zeros, their start).
+    assert all(np.any(m != 0.0) for m in moving_means)
+
+
+def test_resnet32_size():
+  graph, model, _ = built("resnet32")
+  assert 450_000 <= trainable_parameters(graph) <= 480_000
+  convs = [op for op in graph.get_operations() if op.type == "Conv2D"
+           and not op.name.startswith(("gradients", "tensorbow"))]
+  assert len(convs) == 31  # + the fc layer: 32 layers.
+  assert model.logits.shape.as_list() == [None, 10]
+
+
+def test_resnet32_projection_shortcuts():
+  graph = tf.Graph()
+  with graph.as_default():
+    load_model("resnet32").build((32, 32, 3), 10, 0.1, shortcut="B",
+                                 blocks_per_stage=1)
+    # ResNet-8, for speed: the stage changes get 1x1 projections + BN.
+    names = [v.op.name for v in tf.compat.v1.trainable_variables()]
+  assert "stage2/block1/projection/kernel" in names
+  assert "stage3/block1/projection/bn/gamma" in names
+  with pytest.raises(ValueError, match="shortcut"):
+    with tf.Graph().as_default():
+      load_model("resnet32").build((32, 32, 3), 10, 0.1, shortcut="C")
+
+
+def test_train_stops_and_logs(tmp_path):
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.compat.v1.set_random_seed(0)
+    model = load_model("logistic_regression").build((28, 28, 1), 10, 0.01)
+  dataset = tb_data.load_dataset("synthetic", train_size=320, test_size=64)
+  config = training.Config(session="tensorbow", replicas=REPLICAS,
+                           batch_size=8, epochs=3, max_steps=25,
+                           target_accuracy=None, log_dir=str(tmp_path))
+  result = training.train(model, dataset, config, "logistic_regression",
+                          verbose=False)
+  # 320 rows / 16 a step: 20 steps an epoch; max_steps stops first.
+  assert result["steps"] == 25
+  assert result["stop_reason"] == "max_steps"
+  assert result["epochs"] == pytest.approx(1.25)
+  records = [json.loads(line) for line in open(result["log_path"])]
+  assert [r["step"] for r in records] == [20, 25, 25]
+  assert records[-1]["event"] == "final"
+  assert records[-1]["test_accuracy"] == result["test_accuracy"]
+  assert all(r["images_seen"] == 16 * r["step"] for r in records)
+  assert glob.glob(os.path.join(result["tensorboard_dir"], "events.out.*"))
+
+  # A target already met at the first evaluation (a quarter epoch) stops it.
+  config = config._replace(session="tf", target_accuracy=0.0, max_steps=None)
+  result = training.train(model, dataset, config, "logistic_regression",
+                          verbose=False)
+  assert result["stop_reason"] == "target_accuracy"
+  assert result["steps"] == 40 // 4  # 320 / 8 = 40 steps an epoch.
+
+
+def test_lenet_script(tmp_path):
+  # The subprocess imports the same TensorBow as this test (installed or
+  # source tree).
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=os.path.dirname(os.path.dirname(tb.__file__)))
+  completed = subprocess.run(
+      [sys.executable, os.path.join(MODELS_DIR, "lenet.py"),
+       "--data=synthetic", "--train_size=256", "--test_size=128",
+       "--epochs=1", "--session=tensorbow", "--replicas=2", "--batch_size=8",
+       f"--log_dir={tmp_path}"],
+      capture_output=True, text=True, timeout=120, env=env, check=False)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  logs = glob.glob(os.path.join(str(tmp_path), "*.jsonl"))
+  assert len(logs) == 1, os.listdir(str(tmp_path))
+  records = [json.loads(line) for line in open(logs[0])]
+  assert records
+  for record in records:
+    assert set(training.LOG_KEYS) <= set(record)
+    assert 0.0 <= record["test_accuracy"] <= 1.0
+    assert record["session"] == "tensorbow"
+    assert record["replicas"] == 2 and record["batch_size"] == 8
+    assert record["model"] == "lenet"
+  # 256 rows / 16 a step = 16 steps: one evaluation, then the final line.
+  assert records[-1]["stop_reason"] == "epochs"
+  assert records[-1]["step"] == 16 and records[-1]["epoch"] == 1.0
