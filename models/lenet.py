@@ -16,8 +16,6 @@ report's MNIST runs); `--data=synthetic` needs no files.
 """
 import types
 
-from absl import app
-from absl import flags
 import numpy as np
 import tensorflow as tf
 
@@ -84,12 +82,5 @@ def build(image_shape, num_classes, learning_rate):
                                accuracy=accuracy)
 
 
-def main(argv):
-  training.main(argv, build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE)
-
-
 if __name__ == "__main__":
-  tf.compat.v1.disable_eager_execution()
-  training.define_flags(**DEFAULTS)
-  flags.adopt_module_key_flags(training)
-  app.run(main)
+  training.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)

@@ -30,8 +30,6 @@ flags shared by the reference models (`tensorbow/training.py`):
 """
 import types
 
-from absl import app
-from absl import flags
 import tensorflow as tf
 
 from tensorbow import training
@@ -194,12 +192,5 @@ def build(image_shape, num_classes, learning_rate, shortcut="A",
                                train_op=train_op, accuracy=accuracy)
 
 
-def main(argv):
-  training.main(argv, build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE)
-
-
 if __name__ == "__main__":
-  tf.compat.v1.disable_eager_execution()
-  training.define_flags(**DEFAULTS)
-  flags.adopt_module_key_flags(training)
-  app.run(main)
+  training.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)

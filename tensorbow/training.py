@@ -519,6 +519,23 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
           "log_path": log_path, "tensorboard_dir": tensorboard_dir}
 
 
+def run_script(build, model_name, synthetic_image_shape, defaults):
+  """The `__main__` of a model script: graph mode, the flags, absl's app.
+
+  Args:
+    build: the script's `build(image_shape, num_classes, learning_rate)`.
+    model_name: names the run.
+    synthetic_image_shape: the image shape of --data=synthetic.
+    defaults: the script's flag defaults (see `define_flags`).
+  """
+  tf.compat.v1.disable_eager_execution()
+  define_flags(**defaults)
+  # The script's --help lists these flags as its own.
+  for flag in flags.FLAGS.get_flags_for_module(__name__):
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+  app.run(lambda argv: main(argv, build, model_name, synthetic_image_shape))
+
+
 def main(argv, build, model_name, synthetic_image_shape):
   """The body of a model script's `main(argv)` (under `absl.app.run`).
 
