@@ -10,6 +10,9 @@ from tensorflow.python.framework import errors_impl as _errors_impl
 from tensorflow.python.framework import stack as _stack
 
 SessionInterface = _tf_session.SessionInterface
+# The class behind `tf.compat.v1.Session`, reached without the public name,
+# which `tensorbow-run` replaces while a script runs.
+PlainSession = _tf_session.Session
 
 # Platform ABI ids under which TensorFlow's pybind11 may answer the conduit
 # that hands out raw pointers (TF 2.21's wheel is built with clang).

@@ -43,7 +43,6 @@ import importlib
 import os
 import runpy
 import sys
-import threading
 
 import tensorflow as tf
 
@@ -72,9 +71,6 @@ def session_class(original, replicas=2, algorithm="sma", alpha=None,
   """
   options = dict(replicas=replicas, algorithm=algorithm, alpha=alpha,
                  central_momentum=central_momentum)
-  # TensorBowSession builds its own tf.compat.v1.Session, which while
-  # patched is this stand-in: that inner call must get the original.
-  building = threading.local()
 
   class _Meta(type):
     """Makes the stand-in pass for `tf.compat.v1.Session` in scripts."""
@@ -100,13 +96,9 @@ def session_class(original, replicas=2, algorithm="sma", alpha=None,
     _tensorbow_original = original
 
     def __new__(cls, target="", graph=None, config=None):
-      if target or getattr(building, "active", False):
+      if target:
         return original(target, graph, config)
-      building.active = True
-      try:
-        return tb_session.TensorBowSession(target, graph, config, **options)
-      finally:
-        building.active = False
+      return tb_session.TensorBowSession(target, graph, config, **options)
 
   Session.__qualname__ = "Session"
   return Session

@@ -64,8 +64,8 @@ class TensorBowSession(compat.SessionInterface):
     if not 0.0 <= float(central_momentum) < 1.0:
       raise ValueError(
           f"central_momentum must be in [0, 1), got {central_momentum!r}")
-    self._session = tf.compat.v1.Session(target=target, graph=graph,
-                                         config=config)
+    self._session = compat.PlainSession(target=target, graph=graph,
+                                        config=config)
     self._replicas = replicas
     self._algorithm = algorithm
     self._alpha = float(alpha)
