@@ -196,7 +196,7 @@ def test_other_optimizers_train_under_sma(name, make):
     assert sess.run(m.step) == 40  # once per wave, not once per replica
 
 
-def test_global_step_fetched_in_training_run_is_central_after_wave():
+def test_global_step_fetched_in_training_run_counts_waves():
   m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1),
             global_step=True)
   with tb.TensorBowSession(graph=m.graph, replicas=2) as sess:
@@ -426,3 +426,19 @@ def test_scalar_feeds_keep_their_shape_in_training_runs():
     shards = zip(np.array_split(X, 2), np.array_split(Y, 2))
     expected = np.mean([2.0 * grads(W0, B0, xs, ys)[2] for xs, ys in shards])
     np.testing.assert_allclose(fetched, expected, rtol=1e-5)
+
+
+def test_repeated_plain_writes_do_not_grow_the_graph():
+  m = build(lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9))
+  with tb.TensorBowSession(graph=m.graph, replicas=2) as sess:
+    sess.run(m.init)
+    sizes = []
+    for _ in range(3):
+      sess.run(m.train, {m.x: X, m.y: Y})
+      sess.run(m.init)  # a plain run that writes: replicas are re-seeded
+      sizes.append(len(m.graph.get_operations()))
+    assert sizes[1] == sizes[2], sizes
+    # Re-seeding really happened: the next wave starts from W0 again.
+    reference = sma_reference(1, 2, 0.5, 0.9, 0.1, momentum=0.9)
+    sess.run(m.train, {m.x: X, m.y: Y})
+    np.testing.assert_allclose(sess.run(m.w), reference[0][0][0], rtol=1e-5)

@@ -61,7 +61,7 @@ class Replicator(object):
     self._seeds = {}  # replicated variable op name -> seed op
     self._pending_seed = set()  # replicated variables to seed before training
     self._stubs = {}  # op name -> tensor that carries a control dependency
-    self._refresh = None  # (variables it covers, op)
+    self._groups = {}  # (purpose, variable names) -> op, built once
     self._constants = {}
 
   @property
@@ -288,12 +288,25 @@ class Replicator(object):
 
   def reset_barriers_op(self):
     """Op restarting the leaders' counts (after a failed wave), or None."""
-    if not self._sma:
+    names = tuple(sorted(self._sma))
+    if not names:
       return None
-    with self._graph.as_default(), self._graph.control_dependencies(None):
-      return tb_ops.library().tensor_bow_reset_sma_barriers(
-          barriers=[self._barrier(n) for n in sorted(self._sma)],
-          name=f"{self._prefix}/reset_barriers")
+    return self._group("reset_barriers", names, lambda: (
+        tb_ops.library().tensor_bow_reset_sma_barriers(
+            barriers=[self._barrier(n) for n in names],
+            name=f"{self._prefix}/reset_barriers")))
+
+  def _group(self, purpose, names, build):
+    """The op `build()` makes for `purpose` over `names`, made only once.
+
+    Seeding, refreshing and resetting recur with the same variables; making
+    their ops once keeps the graph from growing with every plain run.
+    """
+    key = (purpose, names)
+    if key not in self._groups:
+      with self._graph.as_default(), self._graph.control_dependencies(None):
+        self._groups[key] = build()
+    return self._groups[key]
 
   # ---- Seeding, synchronisation, refresh -----------------------------------
 
@@ -318,10 +331,10 @@ class Replicator(object):
     """Op seeding the replicas that need it, or None; marks them seeded."""
     if not self._pending_seed:
       return None
-    ops = [self._seeds[n] for n in sorted(self._pending_seed)]
+    names = tuple(sorted(self._pending_seed))
     self._pending_seed.clear()
-    with self._graph.as_default(), self._graph.control_dependencies(None):
-      return tf.group(*ops, name=f"{self._prefix}/seed/group")
+    return self._group("seed", names, lambda: tf.group(
+        *[self._seeds[n] for n in names], name=f"{self._prefix}/seed/group"))
 
   def reseed_all(self):
     """Every replica is to be re-seeded before the next training run."""
@@ -353,25 +366,24 @@ class Replicator(object):
     Slots become the replicas' mean; with algorithm "none" the central
     model is replica 0's. Returns None if there is nothing to refresh.
     """
-    names = sorted(n for n, k in self._kinds.items()
-                   if k == "slot" or (k == "model" and self._algorithm == "none"))
+    names = tuple(sorted(
+        n for n, k in self._kinds.items()
+        if k == "slot" or (k == "model" and self._algorithm == "none")))
     if not names:
       return None
-    if self._refresh is not None and self._refresh[0] == names:
-      return self._refresh[1]
-    graph = self._graph
-    updates = []
-    with graph.as_default(), graph.control_dependencies(None):
+
+    def build():
+      updates = []
       for name in names:
-        var = graph.get_operation_by_name(name)
+        var = self._graph.get_operation_by_name(name)
         replicas = self._replica_vars(name)
         if self._kinds[name] == "slot":
           updates.append(assign(var, _mean([read(v) for v in replicas])))
         else:
           updates.append(assign(var, read(replicas[0])))
-      op = tf.group(*updates, name=f"{self._prefix}/refresh")
-    self._refresh = (names, op)
-    return op
+      return tf.group(*updates, name=f"{self._prefix}/refresh")
+
+    return self._group("refresh", names, build)
 
 
 def _flat(name):
