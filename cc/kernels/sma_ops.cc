@@ -251,6 +251,31 @@ tensorflow::Status CheckScalar(OpKernelContext* ctx, const Tensor& t,
   return absl::OkStatus();
 }
 
+// Locks variable inputs 0 .. names.size() - 1 as TensorFlow's training ops
+// do (in address order) and gets their tensors into `vars`, each checked by
+// GetVariable and to have the shape of the first. Keep the returned holder
+// alive while the tensors are written; `status` says whether all is well.
+template <typename T>
+tensorflow::VariableInputLockHolder LockVariables(
+    OpKernelContext* ctx, bool exclusive,
+    const std::vector<const char*>& names, std::vector<Tensor>* vars,
+    tensorflow::Status* status) {
+  std::vector<int> inputs(names.size());
+  for (size_t i = 0; i < names.size(); ++i) inputs[i] = static_cast<int>(i);
+  auto locks = tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
+      ctx, exclusive, /*sparse=*/false, inputs);
+  vars->resize(names.size());
+  *status = absl::OkStatus();
+  for (size_t i = 0; i < names.size() && status->ok(); ++i) {
+    *status = GetVariable<T>(ctx, static_cast<int>(i), /*lock_held=*/true,
+                             names[i], &(*vars)[i]);
+    if (status->ok() && i > 0) {
+      *status = CheckSameShape(ctx, (*vars)[0], (*vars)[i], names[i]);
+    }
+  }
+  return locks;
+}
+
 void MaybeForwardRef(OpKernelContext* ctx) {
   if (ctx->input_dtype(0) != DT_RESOURCE) {
     ctx->forward_ref_input_to_ref_output(0, 0);
@@ -273,19 +298,17 @@ class ApplySmaGradientDescentOp : public SmaOpBase {
   using SmaOpBase::SmaOpBase;
 
   void Compute(OpKernelContext* ctx) override {
-    auto locks =
-        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
-            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
-    Tensor var, correction;
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true, "var",
-                                       &var));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true,
-                                       "correction", &correction));
+    std::vector<Tensor> vars;
+    tensorflow::Status status;
+    auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
+                                  {"var", "correction"}, &vars, &status);
+    OP_REQUIRES_OK(ctx, status);
+    Tensor& var = vars[0];
+    Tensor& correction = vars[1];
     const Tensor& central = ctx->input(2);
     const Tensor& alpha = ctx->input(3);
     const Tensor& lr = ctx->input(4);
     const Tensor& delta = ctx->input(5);
-    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, correction, "correction"));
     OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, central, "central"));
     OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, delta, "delta"));
     OP_REQUIRES_OK(ctx, CheckScalar(ctx, alpha, "alpha"));
@@ -306,23 +329,20 @@ class ApplySmaMomentumOp : public SmaOpBase {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    auto locks =
-        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
-            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1, 2});
-    Tensor var, accum, correction;
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true, "var",
-                                       &var));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true, "accum",
-                                       &accum));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 2, /*lock_held=*/true,
-                                       "correction", &correction));
+    std::vector<Tensor> vars;
+    tensorflow::Status status;
+    auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
+                                  {"var", "accum", "correction"}, &vars,
+                                  &status);
+    OP_REQUIRES_OK(ctx, status);
+    Tensor& var = vars[0];
+    Tensor& accum = vars[1];
+    Tensor& correction = vars[2];
     const Tensor& central = ctx->input(3);
     const Tensor& alpha = ctx->input(4);
     const Tensor& lr = ctx->input(5);
     const Tensor& grad = ctx->input(6);
     const Tensor& momentum = ctx->input(7);
-    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, accum, "accum"));
-    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, correction, "correction"));
     OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, central, "central"));
     OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, grad, "grad"));
     OP_REQUIRES_OK(ctx, CheckScalar(ctx, alpha, "alpha"));
@@ -346,21 +366,19 @@ class SmaCorrectionOp : public SmaOpBase {
   using SmaOpBase::SmaOpBase;
 
   void Compute(OpKernelContext* ctx) override {
-    auto locks =
-        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
-            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
-    Tensor var, correction;
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true, "var",
-                                       &var));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true,
-                                       "correction", &correction));
+    std::vector<Tensor> vars;
+    tensorflow::Status status;
+    auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
+                                  {"var", "correction"}, &vars, &status);
+    OP_REQUIRES_OK(ctx, status);
+    const Tensor& var = vars[0];
+    Tensor& correction = vars[1];
     const Tensor& central = ctx->input(2);
     const Tensor& alpha = ctx->input(3);
-    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, correction, "correction"));
     OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, central, "central"));
     OP_REQUIRES_OK(ctx, CheckScalar(ctx, alpha, "alpha"));
     functor::SmaCorrection<CPUDevice, T>()(
-        ctx->eigen_device<CPUDevice>(), const_cast<const Tensor&>(var).flat<T>(),
+        ctx->eigen_device<CPUDevice>(), var.flat<T>(),
         correction.flat<T>(), central.flat<T>(), alpha.scalar<T>()());
   }
 };
@@ -371,18 +389,15 @@ class ApplySmaCorrectionOp : public SmaOpBase {
   using SmaOpBase::SmaOpBase;
 
   void Compute(OpKernelContext* ctx) override {
-    auto locks =
-        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
-            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
-    Tensor var, correction;
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true, "var",
-                                       &var));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true,
-                                       "correction", &correction));
-    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, correction, "correction"));
+    std::vector<Tensor> vars;
+    tensorflow::Status status;
+    auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
+                                  {"var", "correction"}, &vars, &status);
+    OP_REQUIRES_OK(ctx, status);
+    const Tensor& correction = vars[1];
     functor::ApplySmaCorrection<CPUDevice, T>()(
-        ctx->eigen_device<CPUDevice>(), var.flat<T>(),
-        const_cast<const Tensor&>(correction).flat<T>());
+        ctx->eigen_device<CPUDevice>(), vars[0].flat<T>(),
+        correction.flat<T>());
     MaybeForwardRef(ctx);
   }
 };
@@ -393,16 +408,13 @@ class ApplySmaCentralOp : public SmaOpBase {
   using SmaOpBase::SmaOpBase;
 
   void Compute(OpKernelContext* ctx) override {
-    auto locks =
-        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
-            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
-    Tensor central, central_prev;
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true,
-                                       "central", &central));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true,
-                                       "central_prev", &central_prev));
-    OP_REQUIRES_OK(ctx,
-                   CheckSameShape(ctx, central, central_prev, "central_prev"));
+    std::vector<Tensor> vars;
+    tensorflow::Status status;
+    auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
+                                  {"central", "central_prev"}, &vars, &status);
+    OP_REQUIRES_OK(ctx, status);
+    Tensor& central = vars[0];
+    Tensor& central_prev = vars[1];
     tensorflow::OpInputList corrections;
     OP_REQUIRES_OK(ctx, ctx->input_list("corrections", &corrections));
     std::vector<functor::ConstFlat<T>> flats;
@@ -468,16 +480,13 @@ class ApplySmaCentralLeaderOp : public SmaOpBase {
 
     // The leader: every replica has written its correction for this
     // variable, so none still reads the central model's value.
-    auto locks =
-        tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
-            ctx, use_exclusive_lock_, /*sparse=*/false, {0, 1});
-    Tensor central, central_prev;
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 0, /*lock_held=*/true,
-                                       "central", &central));
-    OP_REQUIRES_OK(ctx, GetVariable<T>(ctx, 1, /*lock_held=*/true,
-                                       "central_prev", &central_prev));
-    OP_REQUIRES_OK(ctx,
-                   CheckSameShape(ctx, central, central_prev, "central_prev"));
+    std::vector<Tensor> vars;
+    tensorflow::Status status;
+    auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
+                                  {"central", "central_prev"}, &vars, &status);
+    OP_REQUIRES_OK(ctx, status);
+    Tensor& central = vars[0];
+    Tensor& central_prev = vars[1];
     std::vector<Tensor> corrections(n_);
     std::vector<functor::ConstFlat<T>> flats;
     flats.reserve(n_);
