@@ -14,12 +14,11 @@ it with the loop and flags shared by the reference models
 Fashion-MNIST is the default data set (`--data=mnist --data_dir=DIR` for the
 report's MNIST runs); `--data=synthetic` needs no files.
 """
-import types
 
 import numpy as np
 import tensorflow as tf
 
-from tensorbow import training
+from tensorbow import training as training_loop
 
 MODEL_NAME = "lenet"
 SYNTHETIC_IMAGE_SHAPE = (28, 28, 1)
@@ -53,12 +52,8 @@ def build(image_shape, num_classes, learning_rate):
     training (boolean scalar, default False; unused by this model, there
     for the shared loop), logits, loss (mean cross-entropy), train_op, accuracy.
   """
-  height, width, channels = (int(d) for d in image_shape)
-  x = tf.compat.v1.placeholder(tf.float32, [None, height, width, channels],
-                               name="x")
-  y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
-  training = tf.compat.v1.placeholder_with_default(False, [],
-                                                   name="training")
+  channels = int(image_shape[-1])
+  x, y, training = training_loop.model_inputs(image_shape)
   h = tf.nn.relu(tf.nn.conv2d(x, _weight("conv1/w", [5, 5, channels, 32]),
                               strides=1, padding="SAME") + _bias("conv1/b", 32))
   h = tf.nn.max_pool2d(h, 2, 2, "SAME")
@@ -75,12 +70,8 @@ def build(image_shape, num_classes, learning_rate):
       labels=y, logits=logits))
   train_op = tf.compat.v1.train.MomentumOptimizer(
       learning_rate, 0.9).minimize(loss)
-  accuracy = tf.reduce_mean(
-      tf.cast(tf.equal(tf.argmax(logits, 1), y), tf.float32))
-  return types.SimpleNamespace(x=x, y=y, training=training, logits=logits,
-                               loss=loss, train_op=train_op,
-                               accuracy=accuracy)
+  return training_loop.model(x, y, training, logits, loss, train_op)
 
 
 if __name__ == "__main__":
-  training.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  training_loop.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)

@@ -11,12 +11,11 @@ shared by the reference models (`tensorbow/training.py`):
 
 Fashion-MNIST is the default data set; `--data=synthetic` needs no files.
 """
-import types
 
 import numpy as np
 import tensorflow as tf
 
-from tensorbow import training
+from tensorbow import training as training_loop
 
 MODEL_NAME = "logistic_regression"
 SYNTHETIC_IMAGE_SHAPE = (28, 28, 1)
@@ -37,11 +36,7 @@ def build(image_shape, num_classes, learning_rate):
     training (boolean scalar, default False; unused by this model, there
     for the shared loop), logits, loss (mean cross-entropy), train_op, accuracy.
   """
-  image_shape = tuple(int(d) for d in image_shape)
-  x = tf.compat.v1.placeholder(tf.float32, (None,) + image_shape, name="x")
-  y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
-  training = tf.compat.v1.placeholder_with_default(False, [],
-                                                   name="training")
+  x, y, training = training_loop.model_inputs(image_shape)
   features = int(np.prod(image_shape))
   # Zeros are the usual start for a convex model: no symmetry to break.
   w = tf.compat.v1.get_variable(
@@ -54,12 +49,8 @@ def build(image_shape, num_classes, learning_rate):
       labels=y, logits=logits))
   train_op = tf.compat.v1.train.GradientDescentOptimizer(
       learning_rate).minimize(loss)
-  accuracy = tf.reduce_mean(
-      tf.cast(tf.equal(tf.argmax(logits, 1), y), tf.float32))
-  return types.SimpleNamespace(x=x, y=y, training=training, logits=logits,
-                               loss=loss, train_op=train_op,
-                               accuracy=accuracy)
+  return training_loop.model(x, y, training, logits, loss, train_op)
 
 
 if __name__ == "__main__":
-  training.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  training_loop.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)

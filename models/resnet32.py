@@ -28,11 +28,10 @@ flags shared by the reference models (`tensorbow/training.py`):
       --replicas=2 --batch_size=32
   PYTHONPATH=. python models/resnet32.py --data=synthetic --max_steps=50
 """
-import types
 
 import tensorflow as tf
 
-from tensorbow import training
+from tensorbow import training as training_loop
 
 MODEL_NAME = "resnet32"
 SYNTHETIC_IMAGE_SHAPE = (32, 32, 3)
@@ -150,14 +149,9 @@ def build(image_shape, num_classes, learning_rate, shortcut="A",
   """
   if shortcut not in ("A", "B"):
     raise ValueError(f"shortcut must be 'A' or 'B', got {shortcut!r}")
-  height, width, channels = (int(d) for d in image_shape)
-  x = tf.compat.v1.placeholder(tf.float32, [None, height, width, channels],
-                               name="x")
-  y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
   # Evaluation is the default, so a bare run of `logits` does not depend on
   # the batch; the training loop feeds True.
-  training = tf.compat.v1.placeholder_with_default(False, [],
-                                                   name="training")
+  x, y, training = training_loop.model_inputs(image_shape)
   kernels_before = len(tf.compat.v1.get_collection("resnet_kernels"))
 
   h = tf.nn.relu(_batch_norm(_conv(x, STAGE_FILTERS[0], 3, 1, "conv1"),
@@ -185,12 +179,9 @@ def build(image_shape, num_classes, learning_rate, shortcut="A",
   with tf.control_dependencies(update_ops):
     train_op = tf.compat.v1.train.MomentumOptimizer(
         learning_rate, momentum).minimize(loss)
-  accuracy = tf.reduce_mean(
-      tf.cast(tf.equal(tf.argmax(logits, 1), y), tf.float32))
-  return types.SimpleNamespace(x=x, y=y, training=training, logits=logits,
-                               cross_entropy=cross_entropy, loss=loss,
-                               train_op=train_op, accuracy=accuracy)
+  return training_loop.model(x, y, training, logits, loss, train_op,
+                            cross_entropy=cross_entropy)
 
 
 if __name__ == "__main__":
-  training.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  training_loop.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)

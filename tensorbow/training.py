@@ -38,6 +38,7 @@ import os
 import re
 import sys
 import time
+import types
 
 from absl import app
 from absl import flags
@@ -93,6 +94,46 @@ Attributes:
   train_size: keep only this many training examples (None: all).
   test_size: keep only this many test examples (None: all).
 """
+
+
+# ---- The model contract -----------------------------------------------------
+
+
+def model_inputs(image_shape):
+  """The placeholders every model takes (see the module docstring).
+
+  Args:
+    image_shape: (height, width, channels) of an image.
+
+  Returns:
+    (x, y, training): float32 images [None, *image_shape], int64 labels
+    [None], and the boolean training flag, False unless fed.
+  """
+  shape = [None] + [int(d) for d in image_shape]
+  x = tf.compat.v1.placeholder(tf.float32, shape, name="x")
+  y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+  training = tf.compat.v1.placeholder_with_default(False, [], name="training")
+  return x, y, training
+
+
+def model(x, y, training, logits, loss, train_op, **extra):
+  """The namespace a model's `build` returns, its batch accuracy added.
+
+  Args:
+    x, y, training: `model_inputs`.
+    logits: [None, num_classes].
+    loss: the scalar training loss.
+    train_op: the optimizer's op.
+    **extra: more tensors the model exposes.
+
+  Returns:
+    A `types.SimpleNamespace` with those fields and `accuracy`.
+  """
+  accuracy = tf.reduce_mean(
+      tf.cast(tf.equal(tf.argmax(logits, 1), y), tf.float32))
+  return types.SimpleNamespace(x=x, y=y, training=training, logits=logits,
+                               loss=loss, train_op=train_op,
+                               accuracy=accuracy, **extra)
 
 
 # ---- Flags ------------------------------------------------------------------

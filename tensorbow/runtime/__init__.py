@@ -7,7 +7,6 @@ prepared call per replica, then an optional synchronisation call.
 import collections
 import os
 
-import tensorflow as tf
 
 from tensorbow import compat
 
