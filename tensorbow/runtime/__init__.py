@@ -7,7 +7,6 @@ prepared call per replica, then an optional synchronisation call.
 import collections
 import os
 
-
 from tensorbow import compat
 
 TaskTiming = collections.namedtuple(
