@@ -9,7 +9,10 @@ images/s is reported with its ratio to TensorFlow at the same batch size.
   python benchmarks/lenet_throughput.py --batch_size 4 --replicas 1,2,4
 
 "tf N copies" is plain TensorFlow running N unsynchronised copies of the
-model in one `run`: what concurrency alone gives, without SMA.
+model in one `run`: what concurrency alone gives, without SMA. "tf+k" is
+plain TensorFlow on the graph with the kernel substitutions TensorBow's
+replicas use (tensorbow/rewrite/kernels.py), so that what TensorBow gains
+by its kernels and by running replicas concurrently can be told apart.
 """
 import argparse
 import json
@@ -22,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 import tensorbow as tb
+from tensorbow.rewrite import kernels
 
 
 def build_lenet():
@@ -65,9 +69,12 @@ class Config(object):
     copies: for tf.compat.v1.Session, this many independent copies of the
       model trained in one `run` (no synchronisation): the bound plain
       TensorFlow reaches by concurrency alone.
+    faster_kernels: for tf.compat.v1.Session, run the graph with the
+      kernel substitutions of TensorBow's replicas.
   """
 
-  def __init__(self, name, replicas, batch_size, algorithm="sma", copies=1):
+  def __init__(self, name, replicas, batch_size, algorithm="sma", copies=1,
+               faster_kernels=False):
     self.name = name
     self.graph = tf.Graph()
     rng = np.random.RandomState(0)
@@ -81,8 +88,18 @@ class Config(object):
         n = batch_size * (replicas or 1)
         self.feed[x] = rng.rand(n, 28, 28, 1).astype(np.float32)
         self.feed[y] = rng.randint(0, 10, n).astype(np.int64)
-      self.train = tf.group(*trains)
+      self.train = tf.group(*trains, name="train_all")
       init = tf.compat.v1.global_variables_initializer()
+    if faster_kernels:
+      graph = tf.Graph()
+      with graph.as_default():
+        tf.compat.v1.import_graph_def(kernels.faster_graph_def(self.graph),
+                                      name="")
+      self.feed = {graph.get_tensor_by_name(t.name): v
+                   for t, v in self.feed.items()}
+      self.train = graph.get_operation_by_name(self.train.name)
+      init = graph.get_operation_by_name(init.name)
+      self.graph = graph
     if replicas is None:
       self.session = tf.compat.v1.Session(graph=self.graph)
       self.images_per_run = batch_size * copies
@@ -115,12 +132,19 @@ def main():
   parser.add_argument("--copies", default="2,4",
                       help="also time tf.compat.v1.Session running this many "
                       "unsynchronised model copies in one run")
+  parser.add_argument("--faster_tf", default="1,2",
+                      help="also time tf.compat.v1.Session on the graph with "
+                      "TensorBow's kernel substitutions, with this many "
+                      "copies")
   parser.add_argument("--json", default="")
   args = parser.parse_args()
 
   configs = [Config("tf", None, args.batch_size)]
   for c in [int(v) for v in args.copies.split(",") if v]:
     configs.append(Config(f"tf {c} copies", None, args.batch_size, copies=c))
+  for c in [int(v) for v in args.faster_tf.split(",") if v]:
+    configs.append(Config(f"tf+k {c} cop." if c > 1 else "tf+k", None,
+                          args.batch_size, copies=c, faster_kernels=True))
   for r in [int(v) for v in args.replicas.split(",")]:
     configs.append(Config(f"tensorbow L={r}", r, args.batch_size,
                           args.algorithm))

@@ -17,6 +17,7 @@ import tensorflow as tf
 from tensorbow import compat
 from tensorbow import runtime as tb_runtime
 from tensorbow.rewrite import analysis
+from tensorbow.rewrite import kernels
 from tensorbow.rewrite import replicate
 
 ALGORITHMS = ("sma", "none")
@@ -266,19 +267,23 @@ class TensorBowSession(compat.SessionInterface):
     if self._runtime is None:
       self._runtime = tb_runtime.Runtime(
           self._session, tb_runtime.default_stream_groups(self._replicas))
+    batch_names = [t.name for t, b in zip(fed, batch) if b]
     if self._replicas == 1:
-      # One replica is plain training (DESIGN.md 2.7): the user's own graph.
-      call = self._runtime.add_call(fed, fetches, targets)
-      compat.extend_session(self._session)
-      return _Plan(fed, batch, [t.dtype.as_datatype_enum for t in fed],
-                   [call], -1, [])
+      # One replica is plain training (DESIGN.md 2.7): the user's own graph,
+      # or a copy of it training the same variables with faster kernels.
+      info = _plain_copy_info(ops, batch_names)
+      if info is None:
+        call = self._runtime.add_call(fed, fetches, targets)
+        compat.extend_session(self._session)
+        return _Plan(fed, batch, [t.dtype.as_datatype_enum for t in fed],
+                     [call], -1, [])
+    else:
+      info = analysis.analyse_training(ops, batch_names)
     if self._replicator is None:
       self._replicator = replicate.Replicator(
           self.graph, self._replicas, self._algorithm, self._alpha,
-          self._central_momentum)
+          self._central_momentum, share_variables=self._replicas == 1)
     rep = self._replicator
-    batch_names = [t.name for t, b in zip(fed, batch) if b]
-    info = analysis.analyse_training(ops, batch_names)
     rep.extend(info, fed_names)
     sync = rep.sync_op(info)
     sync_call = self._runtime.add_call([], [], [sync]) if sync is not None else -1
@@ -368,6 +373,20 @@ class TensorBowSession(compat.SessionInterface):
   def task_timings(self):
     """Start, end, replica and stream group of every learning task run."""
     return self._runtime.task_timings() if self._runtime is not None else []
+
+
+def _plain_copy_info(ops, batch_names):
+  """With one replica: the TrainingInfo of a copy worth making, or None.
+
+  A copy pays only where `kernels` has a faster equivalent for one of its
+  ops; a graph TensorBow cannot copy runs as the user wrote it.
+  """
+  if not (kernels.enabled() and any(kernels.applies(op) for op in ops)):
+    return None
+  try:
+    return analysis.analyse_training(ops, batch_names)
+  except tf.errors.UnimplementedError:
+    return None
 
 
 def _contiguous(array):

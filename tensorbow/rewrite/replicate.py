@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from tensorbow import ops as tb_ops
 from tensorbow.rewrite import analysis
+from tensorbow.rewrite import kernels
 
 _FLOAT_TYPES = (tf.float32.as_datatype_enum, tf.float64.as_datatype_enum)
 # Variables shared by name across sessions must not share replicas.
@@ -45,11 +46,18 @@ class Replicator(object):
     algorithm: "sma" or "none".
     alpha: the SMA correction factor.
     central_momentum: the SMA central momentum.
+    share_variables: copy no variable: the one copy trains the user's own
+      variables, as plain training does (L = 1, where the copy only brings
+      the faster kernels of `kernels`).
   """
 
-  def __init__(self, graph, num_replicas, algorithm, alpha, central_momentum):
+  def __init__(self, graph, num_replicas, algorithm, alpha, central_momentum,
+               share_variables=False):
+    if share_variables and num_replicas != 1:
+      raise ValueError("share_variables needs exactly one replica")
     self._graph = graph
     self._num_replicas = num_replicas
+    self._share_variables = share_variables
     self._algorithm = algorithm
     self._alpha = alpha
     self._central_momentum = central_momentum
@@ -63,6 +71,7 @@ class Replicator(object):
     self._stubs = {}  # op name -> tensor that carries a control dependency
     self._groups = {}  # (purpose, variable names) -> op, built once
     self._constants = {}
+    self._fast_kernels = kernels.enabled()
 
   @property
   def prefix(self):
@@ -85,8 +94,8 @@ class Replicator(object):
   def extend(self, info, fed_names):
     """Copies what `info`'s closure needs into every replica (idempotent)."""
     graph = self._graph
-    replicated = set(info.written)
-    for name in info.written:
+    replicated = set() if self._share_variables else set(info.written)
+    for name in replicated:
       if name not in self._kinds:
         if name in info.model_vars:
           self._kinds[name] = "model"
@@ -108,7 +117,7 @@ class Replicator(object):
     if not new_ops:
       return
     with graph.as_default(), graph.control_dependencies(None):
-      if self._algorithm == "sma":
+      if self._algorithm == "sma" and not self._share_variables:
         for name in info.model_vars:
           if name not in self._sma:
             self._sma[name] = self._make_sma_state(graph.get_operation_by_name(name))
@@ -177,7 +186,9 @@ class Replicator(object):
         for extra in self._sma_nodes(node, var, replica, aux):
           graph_def.node.add().CopyFrom(extra)
       else:
-        graph_def.node.add().CopyFrom(node)
+        faster = kernels.substitute(node, op) if self._fast_kernels else None
+        for out in faster or [node]:
+          graph_def.node.add().CopyFrom(out)
     return graph_def, input_map
 
   def _replica_tensor(self, name, index, replica):
@@ -344,6 +355,8 @@ class Replicator(object):
     """The synchronisation op of a training run with `info`, or None."""
     graph = self._graph
     updates = []
+    if self._share_variables:
+      return None
     with graph.as_default(), graph.control_dependencies(None):
       for name in info.other_vars:
         var = graph.get_operation_by_name(name)
