@@ -126,7 +126,8 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--batch_size", type=int, default=4)
   parser.add_argument("--replicas", default="1,2,4")
-  parser.add_argument("--algorithm", default="sma")
+  parser.add_argument("--algorithm", default="sma",
+                      help="comma-separated TensorBow algorithms")
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--seconds", type=float, default=3.0)
   parser.add_argument("--copies", default="2,4",
@@ -145,9 +146,12 @@ def main():
   for c in [int(v) for v in args.faster_tf.split(",") if v]:
     configs.append(Config(f"tf+k {c} cop." if c > 1 else "tf+k", None,
                           args.batch_size, copies=c, faster_kernels=True))
-  for r in [int(v) for v in args.replicas.split(",")]:
-    configs.append(Config(f"tensorbow L={r}", r, args.batch_size,
-                          args.algorithm))
+  algorithms = args.algorithm.split(",")
+  for algorithm in algorithms:
+    for r in [int(v) for v in args.replicas.split(",")]:
+      label = f" {algorithm}" if len(algorithms) > 1 else ""
+      configs.append(Config(f"tensorbow L={r}{label}", r, args.batch_size,
+                            algorithm))
   for _ in range(args.repeats):
     for c in configs:
       c.measure(args.seconds)
@@ -156,14 +160,14 @@ def main():
         f"interleaved repeats of {args.seconds:.0f} s, algorithm "
         f"{args.algorithm}; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores")
-  print(f"{'config':<18}{'median img/s':>14}{'min':>10}{'max':>10}"
+  print(f"{'config':<22}{'median img/s':>14}{'min':>10}{'max':>10}"
         f"{'vs tf':>8}")
   rows = []
   for c in configs:
     median = statistics.median(c.samples)
     rows.append({"config": c.name, "median": median, "min": min(c.samples),
                  "max": max(c.samples), "ratio": median / tf_median})
-    print(f"{c.name:<18}{median:>14.0f}{min(c.samples):>10.0f}"
+    print(f"{c.name:<22}{median:>14.0f}{min(c.samples):>10.0f}"
           f"{max(c.samples):>10.0f}{median / tf_median:>8.2f}")
   if args.json:
     with open(args.json, "w") as f:

@@ -130,3 +130,54 @@ def resource_apply_sma_central(central, central_prev, corrections, momentum,
   return library().tensor_bow_resource_apply_sma_central(
       central, central_prev, corrections, momentum, use_locking=use_locking,
       name=name)
+
+
+def resource_apply_sma_gradient_descent_with_central(
+    var, central, central_prev, next_central, alpha, lr, delta,
+    central_momentum, replica, num_replicas, barrier, use_locking=False,
+    name=None):
+  """Replica `replica`'s SGD step, SMA correction and share of the update.
+
+    c = alpha * (var - z);  var = var - lr * delta - c
+    next = z + central_momentum * (z - z_prev) + c   (first replica)
+    next = next + c                                  (the others)
+
+  The last of the `num_replicas` replicas of a wave to finish sets
+  z_prev = z and z = next, by swapping buffers.
+
+  Args:
+    var: resource handle of the replica's variable.
+    central, central_prev, next_central: resource handles of z, z_prev and
+      the buffer summing the next z.
+    alpha, lr, central_momentum: scalars.
+    delta: the gradient.
+    replica: this replica's id, in [0, num_replicas).
+    num_replicas: L.
+    barrier: name of the per-variable count (shared by the L ops).
+    use_locking: hold var's lock exclusively for the update.
+    name: op name.
+
+  Returns:
+    The op.
+  """
+  return library().tensor_bow_resource_apply_sma_gradient_descent_with_central(
+      var, central, central_prev, next_central, alpha, lr, delta,
+      central_momentum, replica=replica, num_replicas=num_replicas,
+      barrier=barrier, use_locking=use_locking, name=name)
+
+
+def resource_apply_sma_momentum_with_central(
+    var, accum, central, central_prev, next_central, alpha, lr, grad,
+    momentum, central_momentum, replica, num_replicas, barrier,
+    use_locking=False, use_nesterov=False, name=None):
+  """As `resource_apply_sma_gradient_descent_with_central`, with momentum.
+
+    accum = momentum * accum + grad
+    var = var - lr * accum - c                          (use_nesterov=False)
+    var = var - lr * grad - lr * momentum * accum - c   (use_nesterov=True)
+  """
+  return library().tensor_bow_resource_apply_sma_momentum_with_central(
+      var, accum, central, central_prev, next_central, alpha, lr, grad,
+      momentum, central_momentum, replica=replica, num_replicas=num_replicas,
+      barrier=barrier, use_locking=use_locking, use_nesterov=use_nesterov,
+      name=name)

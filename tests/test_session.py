@@ -442,3 +442,50 @@ def test_repeated_plain_writes_do_not_grow_the_graph():
     reference = sma_reference(1, 2, 0.5, 0.9, 0.1, momentum=0.9)
     sess.run(m.train, {m.x: X, m.y: Y})
     np.testing.assert_allclose(sess.run(m.w), reference[0][0][0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_variables_of_one_shape_keep_their_own_values(use_resource):
+  # Batch norm's gamma (ones) and beta (zeros): TensorBow's buffers for
+  # variables of one shape must never be shared. The first wave leaves the
+  # central model where it was (every replica starts on it); later ones
+  # follow NumPy's SMA.
+  graph = tf.Graph()
+  rng = np.random.RandomState(3)
+  xs = rng.rand(8, 4).astype(np.float32)
+  ys = (2 * xs + 0.5).astype(np.float32)
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 4])
+    y = tf.compat.v1.placeholder(tf.float32, [None, 4])
+    gamma = tf.compat.v1.get_variable(
+        "gamma", initializer=np.ones(4, np.float32), use_resource=use_resource)
+    beta = tf.compat.v1.get_variable(
+        "beta", initializer=np.zeros(4, np.float32), use_resource=use_resource)
+    loss = 0.5 * tf.reduce_mean(tf.reduce_sum(
+        tf.square(x * gamma + beta - y), axis=1))
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    init = tf.compat.v1.global_variables_initializer()
+  alpha, mu, lr, replicas = 0.5, 0.9, 0.1, 2
+  z = [np.ones(4), np.zeros(4)]
+  z_prev = [p.copy() for p in z]
+  ws = [[p.copy() for p in z] for _ in range(replicas)]
+  shards = list(zip(np.array_split(xs, replicas), np.array_split(ys, replicas)))
+  with tb.TensorBowSession(graph=graph, replicas=replicas, alpha=alpha,
+                           central_momentum=mu) as sess:
+    sess.run(init)
+    for _ in range(3):
+      sess.run(train, {x: xs, y: ys})
+      corrections = [np.zeros(4), np.zeros(4)]
+      for j, (sx, sy) in enumerate(shards):
+        g, b = ws[j]
+        r = sx * g + b - sy
+        grads = ((r * sx).sum(axis=0) / len(sx), r.sum(axis=0) / len(sx))
+        for k in range(2):
+          c = alpha * (ws[j][k] - z[k])
+          ws[j][k] = ws[j][k] - lr * grads[k] - c
+          corrections[k] += c
+      z, z_prev = [z[k] + corrections[k] + mu * (z[k] - z_prev[k])
+                   for k in range(2)], z
+      got_gamma, got_beta = sess.run([gamma, beta])
+      np.testing.assert_allclose(got_gamma, z[0], rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(got_beta, z[1], rtol=1e-5, atol=1e-6)

@@ -57,6 +57,28 @@ struct ApplySmaCentral {
                   const std::vector<ConstFlat<T>>& corrections, T momentum);
 };
 
+// One stretch of a replica's step fused with its share of the central
+// update: the wave's new central model is summed in `next` as the replicas
+// pass, so no correction buffer is written or read again.
+//   c = alpha * (w - z);  w = w - lr * delta - c
+//   next = z + central_momentum * (z - z_prev) + c    (first replica here)
+//   next = next + c                                   (every other replica)
+template <typename Device, typename T>
+struct ApplySmaGradientDescentWithCentral {
+  void operator()(const Device& d, Flat<T> var, ConstFlat<T> central,
+                  ConstFlat<T> central_prev, Flat<T> next, T alpha, T lr,
+                  ConstFlat<T> delta, T central_momentum, bool first);
+};
+
+// As ApplySmaGradientDescentWithCentral, with ApplySmaMomentum's step.
+template <typename Device, typename T>
+struct ApplySmaMomentumWithCentral {
+  void operator()(const Device& d, Flat<T> var, Flat<T> accum,
+                  ConstFlat<T> central, ConstFlat<T> central_prev,
+                  Flat<T> next, T alpha, T lr, ConstFlat<T> grad, T momentum,
+                  bool use_nesterov, T central_momentum, bool first);
+};
+
 }  // namespace functor
 }  // namespace tensorbow
 

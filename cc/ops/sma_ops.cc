@@ -253,6 +253,64 @@ REGISTER_OP("TensorBowResourceApplySmaCentralLeader")
       return SmaShape(c, {}, {0, 1}, {}, {c->num_inputs() - 1});
     });
 
+// ---- SMA fused with the step and the central update (resource only) --------
+
+REGISTER_OP("TensorBowResourceApplySmaGradientDescentWithCentral")
+    .Input("var: resource")
+    .Input("central: resource")
+    .Input("central_prev: resource")
+    .Input("next: resource")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("delta: T")
+    .Input("central_momentum: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .Attr("replica: int >= 0")
+    .Attr("num_replicas: int >= 1")
+    .Attr("barrier: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {}, {0, 1, 2, 3}, {6}, {4, 5, 7});
+    })
+    .Doc(R"doc(
+Replica `replica`'s SGD step with its SMA correction and its share of the
+central update, in one pass over memory:
+c = alpha * (var - central); var = var - lr * delta - c;
+next = central + central_momentum * (central - central_prev) + c for the
+first of the num_replicas replicas of the wave, next = next + c for the
+others. The last replica to finish sets central_prev = central and
+central = next (by swapping buffers). `barrier` names the per-variable
+count, reset by TensorBowResetSmaBarriers.
+)doc");
+
+REGISTER_OP("TensorBowResourceApplySmaMomentumWithCentral")
+    .Input("var: resource")
+    .Input("accum: resource")
+    .Input("central: resource")
+    .Input("central_prev: resource")
+    .Input("next: resource")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("grad: T")
+    .Input("momentum: T")
+    .Input("central_momentum: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .Attr("use_nesterov: bool = false")
+    .Attr("replica: int >= 0")
+    .Attr("num_replicas: int >= 1")
+    .Attr("barrier: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {}, {0, 1, 2, 3, 4}, {7}, {5, 6, 8, 9});
+    })
+    .Doc(R"doc(
+As TensorBowResourceApplySmaGradientDescentWithCentral with the momentum
+step of TensorBowResourceApplySmaMomentum:
+accum = momentum * accum + grad; var = var - lr * accum - c (or Nesterov's).
+)doc");
+
 REGISTER_OP("TensorBowResetSmaBarriers")
     .Attr("barriers: list(string)")
     .SetIsStateful()

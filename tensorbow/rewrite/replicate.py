@@ -31,10 +31,13 @@ _SHARED_NAME = "shared_name"
 class _Sma(object):
   """TensorBow's own state for one model variable under SMA."""
 
-  def __init__(self, corrections, central_prev, central_value):
+  def __init__(self, corrections, central_prev, central_value, central_next):
     self.corrections = corrections  # one resource handle per replica
     self.central_prev = central_prev  # resource handle
     self.central_value = central_value  # the central model, read
+    # Where the replicas sum the next central model (resource handle), or
+    # None for a reference variable (corrections and a leader instead).
+    self.central_next = central_next
 
 
 class Replicator(object):
@@ -224,7 +227,9 @@ class Replicator(object):
         for r in range(self._num_replicas)]
     central_prev = _resource(f"{scope}/central_prev", dtype, shape)
     central_value = tf.identity(read(var_op), name=f"{scope}/central")
-    return _Sma(corrections, central_prev, central_value)
+    central_next = (_resource(f"{scope}/central_next", dtype, shape)
+                    if var_op.type == "VarHandleOp" else None)
+    return _Sma(corrections, central_prev, central_value, central_next)
 
   def _constant(self, value, dtype):
     key = (value, dtype)
@@ -243,8 +248,6 @@ class Replicator(object):
     kind = node.op[len("Resource"):] if resource else node.op
     op_prefix = "TensorBowResource" if resource else "TensorBow"
     ext = f"__tensorbow__/{var.name}"
-    correction = aux(f"{ext}/correction", state.corrections[replica])
-    central = aux(f"{ext}/central", state.central_value)
     alpha = aux(f"{ext}/alpha", self._constant(self._alpha, dtype))
 
     def make(name, op_type, inputs, attrs=("T", "use_locking")):
@@ -255,6 +258,26 @@ class Replicator(object):
           out.attr[a].CopyFrom(node.attr[a])
       return out
 
+    central_var = self._graph.get_operation_by_name(var.name).outputs[0]
+    if state.central_next is not None and kind in _WITH_CENTRAL:
+      # One op: the step, the correction and this replica's share of the
+      # central update, under the apply op's name.
+      inputs = _WITH_CENTRAL[kind](data, [
+          aux(f"{ext}/central_var", central_var),
+          aux(f"{ext}/central_prev", state.central_prev),
+          aux(f"{ext}/central_next", state.central_next)], alpha)
+      fused = make(node.name,
+                   op_prefix + kind.replace("Apply", "ApplySma") +
+                   "WithCentral",
+                   inputs + [aux(f"{ext}/momentum", self._constant(
+                       self._central_momentum, dtype))] + control,
+                   attrs=("T", "use_locking", "use_nesterov"))
+      fused.attr["replica"].i = replica
+      fused.attr["num_replicas"].i = self._num_replicas
+      fused.attr["barrier"].s = self._barrier(var.name).encode()
+      return [fused]
+    correction = aux(f"{ext}/correction", state.corrections[replica])
+    central = aux(f"{ext}/central", state.central_value)
     step = node.name + ">tensorbow_step"
     if kind == "ApplyGradientDescent":
       var_in, lr, delta = data
@@ -281,7 +304,6 @@ class Replicator(object):
                     [data[0], correction, "^" + inner.name])]
     # The leader takes the apply op's name, so what waited for the apply op
     # (the user's train op, a global step) waits for the central update.
-    central_var = self._graph.get_operation_by_name(var.name).outputs[0]
     leader = make(node.name, op_prefix + "ApplySmaCentralLeader", [
         aux(f"{ext}/central_var", central_var),
         aux(f"{ext}/central_prev", state.central_prev)
@@ -336,6 +358,9 @@ class Replicator(object):
       zeros = tf.zeros_like(value)
       for c in state.corrections:
         assigns.append(tf.raw_ops.AssignVariableOp(resource=c, value=zeros))
+      if state.central_next is not None:
+        assigns.append(tf.raw_ops.AssignVariableOp(
+            resource=state.central_next, value=zeros))
     return tf.group(*assigns, name=f"{self._prefix}/seed/{var_op.name}")
 
   def seed_op(self):
@@ -397,6 +422,16 @@ class Replicator(object):
       return tf.group(*updates, name=f"{self._prefix}/refresh")
 
     return self._group("refresh", names, build)
+
+
+# Apply op kind -> inputs of its *WithCentral op, from the apply op's data
+# inputs, the central model's three handles and alpha.
+_WITH_CENTRAL = {
+    "ApplyGradientDescent":
+        lambda data, central, alpha: [data[0]] + central + [alpha] + data[1:],
+    "ApplyMomentum":
+        lambda data, central, alpha: data[:2] + central + [alpha] + data[2:],
+}
 
 
 def _flat(name):
