@@ -37,7 +37,8 @@ setuptools.setup(
     ext_modules=[
         setuptools.Extension(
             "tensorbow._sma_ops",
-            sources=["cc/ops/sma_ops.cc", "cc/kernels/sma_ops.cc"],
+            sources=["cc/ops/sma_ops.cc", "cc/kernels/sma_ops.cc",
+                     "cc/kernels/sma_with_central_ops.cc"],
             include_dirs=["."],
             extra_compile_args=COMPILE,
             extra_link_args=LINK,

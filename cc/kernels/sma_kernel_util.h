@@ -1,0 +1,255 @@
+// Helpers shared by the SMA kernels (sma_ops.cc, sma_with_central_ops.cc):
+// checks of inputs, locking and reading variables as TensorFlow's training
+// ops do, the kernels' base class, and the barrier resource that counts the
+// replicas of a wave at one variable.
+#ifndef TENSORBOW_CC_KERNELS_SMA_KERNEL_UTIL_H_
+#define TENSORBOW_CC_KERNELS_SMA_KERNEL_UTIL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/kernels/training_op_helpers.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+
+namespace tensorbow {
+
+using CPUDevice = Eigen::ThreadPoolDevice;
+using Eigen::Index;
+using tensorflow::DataTypeString;
+using tensorflow::DataTypeToEnum;
+using tensorflow::DT_RESOURCE;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShapeUtils;
+namespace errors = tensorflow::errors;
+
+namespace functor {
+
+// Cost of one element for Eigen's parallelFor: loads, stores, cycles.
+template <typename T>
+Eigen::TensorOpCost ElementCost(int loads, int stores, int cycles) {
+  return Eigen::TensorOpCost(loads * sizeof(T), stores * sizeof(T), cycles);
+}
+
+}  // namespace functor
+
+// The error for variable input `index`, named `name`, if it is not
+// initialised or not of dtype T; OK otherwise.
+template <typename T>
+tensorflow::Status CheckVariable(OpKernelContext* ctx, int index,
+                                 const char* name, bool initialized,
+                                 tensorflow::DataType dtype) {
+  if (!initialized) {
+    return errors::FailedPrecondition(
+        "Attempting to use uninitialized variable '", name, "' (input ",
+        index, ") of ", ctx->op_kernel().name());
+  }
+  if (dtype != DataTypeToEnum<T>::value) {
+    return errors::InvalidArgument(
+        ctx->op_kernel().name(), ": variable '", name, "' has dtype ",
+        DataTypeString(dtype), " but the op computes in ",
+        DataTypeString(DataTypeToEnum<T>::value));
+  }
+  return absl::OkStatus();
+}
+
+// The writable tensor behind variable input `index` (ref or resource),
+// checked to be initialised and of dtype T. Callers hold the locks: every
+// SMA op has a resource input, so MaybeLockVariableInputMutexesInOrder
+// always locks, reference variables' mutexes included.
+template <typename T>
+tensorflow::Status GetVariable(OpKernelContext* ctx, int index,
+                               bool lock_held, const char* name,
+                               Tensor* out) {
+  if (ctx->input_dtype(index) == DT_RESOURCE) {
+    // Checked before GetInputTensorFromVariable, which would CHECK-fail on
+    // a dtype mismatch when it copies the variable.
+    tensorflow::core::RefCountPtr<tensorflow::Var> var;
+    TF_RETURN_IF_ERROR(tensorflow::LookupResource(
+        ctx, tensorflow::HandleFromInput(ctx, index), &var));
+    TF_RETURN_IF_ERROR(CheckVariable<T>(ctx, index, name, var->is_initialized,
+                                        var->tensor()->dtype()));
+  }
+  TF_RETURN_IF_ERROR(tensorflow::GetInputTensorFromVariable<CPUDevice, T>(
+      ctx, index, lock_held, /*sparse=*/false, out));
+  return CheckVariable<T>(ctx, index, name, out->IsInitialized(),
+                          out->dtype());
+}
+
+inline tensorflow::Status CheckSameShape(OpKernelContext* ctx, const Tensor& var,
+                                  const Tensor& other, const char* name) {
+  if (!var.shape().IsSameSize(other.shape())) {
+    return errors::InvalidArgument(
+        ctx->op_kernel().name(), ": '", name, "' must have the shape of var ",
+        var.shape().DebugString(), ", got ", other.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+inline tensorflow::Status CheckScalar(OpKernelContext* ctx, const Tensor& t,
+                               const char* name) {
+  if (!TensorShapeUtils::IsScalar(t.shape())) {
+    return errors::InvalidArgument(ctx->op_kernel().name(), ": '", name,
+                                   "' must be a scalar, got shape ",
+                                   t.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+// Locks variable inputs 0 .. names.size() - 1 as TensorFlow's training ops
+// do (in address order) and gets their tensors into `vars`, each checked by
+// GetVariable and to have the shape of the first. Keep the returned holder
+// alive while the tensors are written; `status` says whether all is well.
+template <typename T>
+tensorflow::VariableInputLockHolder LockVariables(
+    OpKernelContext* ctx, bool exclusive,
+    const std::vector<const char*>& names, std::vector<Tensor>* vars,
+    tensorflow::Status* status) {
+  std::vector<int> inputs(names.size());
+  for (size_t i = 0; i < names.size(); ++i) inputs[i] = static_cast<int>(i);
+  auto locks = tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice, T>(
+      ctx, exclusive, /*sparse=*/false, inputs);
+  vars->resize(names.size());
+  *status = absl::OkStatus();
+  for (size_t i = 0; i < names.size() && status->ok(); ++i) {
+    *status = GetVariable<T>(ctx, static_cast<int>(i), /*lock_held=*/true,
+                             names[i], &(*vars)[i]);
+    if (status->ok() && i > 0) {
+      *status = CheckSameShape(ctx, (*vars)[0], (*vars)[i], names[i]);
+    }
+  }
+  return locks;
+}
+
+inline void MaybeForwardRef(OpKernelContext* ctx) {
+  if (ctx->input_dtype(0) != DT_RESOURCE) {
+    ctx->forward_ref_input_to_ref_output(0, 0);
+  }
+}
+
+class SmaOpBase : public OpKernel {
+ public:
+  explicit SmaOpBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_exclusive_lock_));
+  }
+
+ protected:
+  bool use_exclusive_lock_ = false;
+};
+
+// The tensor of resource variable input `index`, checked to be initialised
+// and of dtype T. The variable's lock is held only to take the reference:
+// the central model's buffers change only after every replica has passed.
+template <typename T>
+tensorflow::Status ReadResource(OpKernelContext* ctx, int index,
+                                const char* name, Tensor* out) {
+  tensorflow::core::RefCountPtr<tensorflow::Var> var;
+  const tensorflow::Status found = tensorflow::LookupResource(
+      ctx, tensorflow::HandleFromInput(ctx, index), &var);
+  if (absl::IsNotFound(found)) {
+    return errors::FailedPrecondition(
+        "Attempting to use uninitialized variable '", name, "' (input ",
+        index, ") of ", ctx->op_kernel().name(), ": ", found.message());
+  }
+  TF_RETURN_IF_ERROR(found);
+  tsl::tf_shared_lock lock(*var->mu());
+  TF_RETURN_IF_ERROR(CheckVariable<T>(ctx, index, name, var->is_initialized,
+                                      var->tensor()->dtype()));
+  *out = *var->tensor();
+  return absl::OkStatus();
+}
+
+// Counts the replicas that have reached one variable in the current wave
+// and, for the *WithCentral ops, serialises them per chunk of the variable.
+class SmaBarrier : public tensorflow::ResourceBase {
+ public:
+  std::string DebugString() const override { return "TensorBowSmaBarrier"; }
+
+  // Counts one arrival; true for the N-th, which also starts a new count.
+  bool Arrive(int n) {
+    tsl::mutex_lock lock(mu_);
+    if (++count_ < n) return false;
+    count_ = 0;
+    started_ = 0;
+    return true;
+  }
+
+  // Counts one replica starting its pass; the first of the wave runs
+  // `prepare` before any other may start. A failed `prepare` counts none.
+  template <typename Prepare>
+  tensorflow::Status Start(const Prepare& prepare) {
+    tsl::mutex_lock lock(mu_);
+    if (started_ == 0) TF_RETURN_IF_ERROR(prepare());
+    ++started_;
+    return absl::OkStatus();
+  }
+
+  // Sizes the per-chunk state on first use; a variable keeps its size.
+  tensorflow::Status UseChunks(int64_t num_chunks) {
+    tsl::mutex_lock lock(mu_);
+    if (chunks_ == nullptr) {
+      chunks_.reset(new Chunk[num_chunks]);
+      num_chunks_ = num_chunks;
+    } else if (num_chunks_ != num_chunks) {
+      return errors::InvalidArgument("TensorBow SMA barrier: the variable "
+                                     "changed size from ", num_chunks_,
+                                     " to ", num_chunks, " chunks");
+    }
+    return absl::OkStatus();
+  }
+
+  // Runs work(first) holding chunk k's lock, `first` for the first of the
+  // n replicas of the wave to get there. Requires UseChunks.
+  template <typename Work>
+  void InChunk(int64_t k, int n, const Work& work) {
+    Chunk& chunk = chunks_[k];
+    tsl::mutex_lock lock(chunk.mu);
+    work(chunk.arrivals == 0);
+    if (++chunk.arrivals == n) chunk.arrivals = 0;
+  }
+
+  void Reset() {
+    tsl::mutex_lock lock(mu_);
+    count_ = 0;
+    started_ = 0;
+    for (int64_t k = 0; k < num_chunks_; ++k) {
+      tsl::mutex_lock chunk_lock(chunks_[k].mu);
+      chunks_[k].arrivals = 0;
+    }
+  }
+
+ private:
+  struct Chunk {
+    tsl::mutex mu;
+    int arrivals = 0;
+  };
+
+  tsl::mutex mu_;
+  int count_ = 0;
+  int started_ = 0;
+  std::unique_ptr<Chunk[]> chunks_;
+  int64_t num_chunks_ = 0;
+};
+
+inline constexpr char kBarrierContainer[] = "tensorbow_sma_barriers";
+
+inline tensorflow::Status LookupOrCreateBarrier(OpKernelContext* ctx,
+                                         const std::string& name,
+                                         SmaBarrier** barrier) {
+  return ctx->resource_manager()->LookupOrCreate<SmaBarrier>(
+      kBarrierContainer, name, barrier, [](SmaBarrier** b) {
+        *b = new SmaBarrier;
+        return absl::OkStatus();
+      });
+}
+
+}  // namespace tensorbow
+
+#endif  // TENSORBOW_CC_KERNELS_SMA_KERNEL_UTIL_H_

@@ -1,0 +1,321 @@
+// CPU kernels of the SMA ops fused with the central update
+// (TensorBowResourceApplySma{GradientDescent,Momentum}WithCentral; ops in
+// cc/ops/sma_ops.cc). Each replica's pass adds its correction to the wave's
+// next central model chunk by chunk; the last replica rotates the buffers.
+#define EIGEN_USE_THREADS
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cc/kernels/sma_kernel_util.h"
+#include "cc/kernels/sma_ops.h"
+
+namespace tensorbow {
+namespace functor {
+
+// The *WithCentral functors run on one chunk of a variable, on the calling
+// thread: the kernel spreads the chunks over the pool and serialises the
+// replicas per chunk (see ApplySmaWithCentralOp).
+
+// next = z + mu * (z - z_prev) + c  (first)  or  next += c
+template <typename T, bool kFirst>
+inline void AddToNext(T* __restrict__ next, const T* __restrict__ z,
+                      const T* __restrict__ zp, Index i, T ci, T mu) {
+  if (kFirst) {
+    next[i] = z[i] + mu * (z[i] - zp[i]) + ci;
+  } else {
+    next[i] += ci;
+  }
+}
+
+template <typename T>
+struct ApplySmaGradientDescentWithCentral<CPUDevice, T> {
+  void operator()(const CPUDevice& d, Flat<T> var, ConstFlat<T> central,
+                  ConstFlat<T> central_prev, Flat<T> next, T alpha, T lr,
+                  ConstFlat<T> delta, T central_momentum, bool first) {
+    if (first) {
+      Step<true>(var.data(), central.data(), central_prev.data(), next.data(),
+                 delta.data(), var.size(), alpha, lr, central_momentum);
+    } else {
+      Step<false>(var.data(), central.data(), central_prev.data(),
+                  next.data(), delta.data(), var.size(), alpha, lr,
+                  central_momentum);
+    }
+  }
+
+  template <bool kFirst>
+  static void Step(T* __restrict__ w, const T* __restrict__ z,
+                   const T* __restrict__ zp, T* __restrict__ next,
+                   const T* __restrict__ g, Index n, T alpha, T lr, T mu) {
+    for (Index i = 0; i < n; ++i) {
+      const T ci = alpha * (w[i] - z[i]);
+      w[i] = w[i] - lr * g[i] - ci;
+      AddToNext<T, kFirst>(next, z, zp, i, ci, mu);
+    }
+  }
+};
+
+template <typename T>
+struct ApplySmaMomentumWithCentral<CPUDevice, T> {
+  void operator()(const CPUDevice& d, Flat<T> var, Flat<T> accum,
+                  ConstFlat<T> central, ConstFlat<T> central_prev,
+                  Flat<T> next, T alpha, T lr, ConstFlat<T> grad, T momentum,
+                  bool use_nesterov, T central_momentum, bool first) {
+    auto step = first ? (use_nesterov ? &Step<true, true> : &Step<false, true>)
+                      : (use_nesterov ? &Step<true, false>
+                                      : &Step<false, false>);
+    step(var.data(), accum.data(), central.data(), central_prev.data(),
+         next.data(), grad.data(), var.size(), alpha, lr, momentum,
+         central_momentum);
+  }
+
+  template <bool kNesterov, bool kFirst>
+  static void Step(T* __restrict__ w, T* __restrict__ a,
+                   const T* __restrict__ z, const T* __restrict__ zp,
+                   T* __restrict__ next, const T* __restrict__ g, Index n,
+                   T alpha, T lr, T momentum, T mu) {
+    for (Index i = 0; i < n; ++i) {
+      const T ci = alpha * (w[i] - z[i]);
+      const T ai = momentum * a[i] + g[i];
+      a[i] = ai;
+      const T step = kNesterov ? lr * g[i] + lr * momentum * ai : lr * ai;
+      w[i] = w[i] - step - ci;
+      AddToNext<T, kFirst>(next, z, zp, i, ci, mu);
+    }
+  }
+};
+
+}  // namespace functor
+
+namespace {
+
+// Elements per chunk of the *WithCentral ops: a replica holds one chunk's
+// lock at a time, and replicas start at different chunks.
+constexpr int64_t kChunk = 1 << 14;
+
+// One replica's SGD or momentum step fused with its SMA correction and its
+// share of the central update (functor::Apply*WithCentral). The variable is
+// cut into chunks; replica r starts at chunk r * chunks / N, so concurrent
+// replicas work on different chunks, and each chunk's lock orders the
+// replicas that add to `next` there. The N-th replica to finish the
+// variable rotates the buffers, z_prev <- z <- next <- z_prev, so the
+// central update moves no data.
+template <typename T, bool kMomentum>
+class ApplySmaWithCentralOp : public SmaOpBase {
+ public:
+  explicit ApplySmaWithCentralOp(OpKernelConstruction* ctx)
+      : SmaOpBase(ctx) {
+    if (kMomentum) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("use_nesterov", &use_nesterov_));
+    }
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("replica", &replica_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_replicas", &num_replicas_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("barrier", &barrier_name_));
+    OP_REQUIRES(ctx, replica_ < num_replicas_,
+                errors::InvalidArgument(
+                    name(), ": replica ", replica_,
+                    " is not in [0, num_replicas = ", num_replicas_, ")"));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    SmaBarrier* barrier = nullptr;
+    OP_REQUIRES_OK(ctx, LookupOrCreateBarrier(ctx, barrier_name_, &barrier));
+    tensorflow::core::ScopedUnref unref(barrier);
+    const int central_index = kMomentum ? 2 : 1;
+    OP_REQUIRES_OK(ctx, barrier->Start([&] {
+      return Unshare(ctx, central_index + 2);
+    }));
+    {
+      std::vector<Tensor> vars;
+      tensorflow::Status status;
+      auto locks = LockVariables<T>(
+          ctx, use_exclusive_lock_,
+          kMomentum ? std::vector<const char*>{"var", "accum"}
+                    : std::vector<const char*>{"var"},
+          &vars, &status);
+      OP_REQUIRES_OK(ctx, status);
+      Tensor central, central_prev, next;
+      OP_REQUIRES_OK(ctx, ReadResource<T>(ctx, central_index, "central",
+                                          &central));
+      OP_REQUIRES_OK(ctx, ReadResource<T>(ctx, central_index + 1,
+                                          "central_prev", &central_prev));
+      OP_REQUIRES_OK(ctx, ReadResource<T>(ctx, central_index + 2, "next",
+                                          &next));
+      const Tensor& var = vars[0];
+      OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, central, "central"));
+      OP_REQUIRES_OK(ctx,
+                     CheckSameShape(ctx, var, central_prev, "central_prev"));
+      OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, next, "next"));
+      const int first_value = central_index + 3;
+      const Tensor& alpha = ctx->input(first_value);
+      const Tensor& lr = ctx->input(first_value + 1);
+      const Tensor& grad = ctx->input(first_value + 2);
+      const Tensor& central_momentum = ctx->input(ctx->num_inputs() - 1);
+      OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, grad,
+                                         kMomentum ? "grad" : "delta"));
+      OP_REQUIRES_OK(ctx, CheckScalar(ctx, alpha, "alpha"));
+      OP_REQUIRES_OK(ctx, CheckScalar(ctx, lr, "lr"));
+      OP_REQUIRES_OK(ctx, CheckScalar(ctx, central_momentum,
+                                      "central_momentum"));
+      T momentum = T(0);
+      if (kMomentum) {
+        const Tensor& m = ctx->input(first_value + 3);
+        OP_REQUIRES_OK(ctx, CheckScalar(ctx, m, "momentum"));
+        momentum = m.scalar<T>()();
+      }
+      const int64_t n = var.NumElements();
+      const int64_t num_chunks = (n + kChunk - 1) / kChunk;
+      OP_REQUIRES_OK(ctx, barrier->UseChunks(num_chunks));
+      const int64_t offset = replica_ * num_chunks / num_replicas_;
+      Pass pass{vars,
+                central,
+                central_prev,
+                next,
+                grad,
+                alpha.scalar<T>()(),
+                lr.scalar<T>()(),
+                momentum,
+                central_momentum.scalar<T>()(),
+                use_nesterov_};
+      const CPUDevice& device = ctx->eigen_device<CPUDevice>();
+      device.parallelFor(
+          num_chunks,
+          functor::ElementCost<T>(kMomentum ? 6 : 5, kMomentum ? 3 : 2,
+                                  kMomentum ? 12 : 8) *
+              static_cast<double>(kChunk),
+          [&](Index first, Index last) {
+            for (Index i = first; i < last; ++i) {
+              const int64_t k = (i + offset) % num_chunks;
+              const int64_t begin = k * kChunk;
+              const int64_t size = std::min(kChunk, n - begin);
+              barrier->InChunk(k, num_replicas_, [&](bool is_first) {
+                pass.Run(device, begin, size, is_first);
+              });
+            }
+          });
+    }
+    if (barrier->Arrive(num_replicas_)) {
+      OP_REQUIRES_OK(ctx, Rotate(ctx, central_index));
+    }
+  }
+
+ private:
+  // What one replica's pass reads and writes; Run does one chunk.
+  struct Pass {
+    std::vector<Tensor>& vars;  // var[, accum]
+    const Tensor& central;
+    const Tensor& central_prev;
+    Tensor& next;
+    const Tensor& grad;
+    T alpha, lr, momentum, central_momentum;
+    bool use_nesterov;
+
+    template <typename Tensor_>
+    static functor::Flat<T> Slice(Tensor_& t, int64_t begin, int64_t size) {
+      return functor::Flat<T>(
+          const_cast<T*>(t.template flat<T>().data()) + begin, size);
+    }
+
+    template <typename Tensor_>
+    static functor::ConstFlat<T> ConstSlice(const Tensor_& t, int64_t begin,
+                                            int64_t size) {
+      return functor::ConstFlat<T>(t.template flat<T>().data() + begin, size);
+    }
+
+    void Run(const CPUDevice& d, int64_t begin, int64_t size,
+             bool first) const {
+      if (kMomentum) {
+        functor::ApplySmaMomentumWithCentral<CPUDevice, T>()(
+            d, Slice(vars[0], begin, size), Slice(vars[1], begin, size),
+            ConstSlice(central, begin, size),
+            ConstSlice(central_prev, begin, size), Slice(next, begin, size),
+            alpha, lr, ConstSlice(grad, begin, size), momentum,
+            use_nesterov, central_momentum, first);
+      } else {
+        functor::ApplySmaGradientDescentWithCentral<CPUDevice, T>()(
+            d, Slice(vars[0], begin, size), ConstSlice(central, begin, size),
+            ConstSlice(central_prev, begin, size), Slice(next, begin, size),
+            alpha, lr, ConstSlice(grad, begin, size), central_momentum,
+            first);
+      }
+    }
+  };
+
+  // Gives variable input `index` (`next`) a buffer of its own if it shares
+  // one: with a fetched value of z from before a rotation, or with another
+  // variable after an assignment (TensorFlow's variables share buffers and
+  // copy on write, a copy `next`'s chunked writes cannot make). Its values
+  // need not survive: the first replica at each chunk overwrites them.
+  tensorflow::Status Unshare(OpKernelContext* ctx, int index) {
+    tensorflow::core::RefCountPtr<tensorflow::Var> var;
+    const tensorflow::Status found = tensorflow::LookupResource(
+        ctx, tensorflow::HandleFromInput(ctx, index), &var);
+    if (absl::IsNotFound(found)) return absl::OkStatus();  // ReadResource says
+    TF_RETURN_IF_ERROR(found);
+    tsl::mutex_lock lock(*var->mu());
+    Tensor* next = var->tensor();
+    if (!var->is_initialized || next->RefCountIsOne()) {
+      return absl::OkStatus();
+    }
+    Tensor fresh;
+    TF_RETURN_IF_ERROR(
+        ctx->allocate_temp(next->dtype(), next->shape(), &fresh));
+    *next = fresh;
+    return absl::OkStatus();
+  }
+
+  // z_prev <- z <- next <- z_prev, under the three variables' locks: the
+  // central update moves no data.
+  tensorflow::Status Rotate(OpKernelContext* ctx, int central_index) {
+    tensorflow::core::RefCountPtr<tensorflow::Var> vars[3];
+    for (int i = 0; i < 3; ++i) {
+      TF_RETURN_IF_ERROR(tensorflow::LookupResource(
+          ctx, tensorflow::HandleFromInput(ctx, central_index + i),
+          &vars[i]));
+    }
+    std::vector<tsl::mutex*> mutexes = {vars[0]->mu(), vars[1]->mu(),
+                                        vars[2]->mu()};
+    std::sort(mutexes.begin(), mutexes.end());
+    mutexes.erase(std::unique(mutexes.begin(), mutexes.end()),
+                  mutexes.end());
+    for (tsl::mutex* mu : mutexes) mu->lock();
+    Tensor* z = vars[0]->tensor();
+    Tensor* z_prev = vars[1]->tensor();
+    Tensor* next = vars[2]->tensor();
+    std::swap(*z, *next);       // z = new central, next = old z
+    std::swap(*next, *z_prev);  // z_prev = old z, next = old z_prev
+    for (auto it = mutexes.rbegin(); it != mutexes.rend(); ++it) {
+      (*it)->unlock();
+    }
+    return absl::OkStatus();
+  }
+
+  bool use_nesterov_ = false;
+  int replica_ = 0;
+  int num_replicas_ = 1;
+  std::string barrier_name_;
+};
+
+#define TENSORBOW_REGISTER_WITH_CENTRAL(T)                                 \
+  REGISTER_KERNEL_BUILDER(                                                 \
+      Name("TensorBowResourceApplySmaGradientDescentWithCentral")         \
+          .Device(tensorflow::DEVICE_CPU)                                  \
+          .TypeConstraint<T>("T"),                                         \
+      ApplySmaWithCentralOp<T, false>);                                  \
+  REGISTER_KERNEL_BUILDER(                                                 \
+      Name("TensorBowResourceApplySmaMomentumWithCentral")                \
+          .Device(tensorflow::DEVICE_CPU)                                  \
+          .TypeConstraint<T>("T"),                                         \
+      ApplySmaWithCentralOp<T, true>);
+
+TENSORBOW_REGISTER_WITH_CENTRAL(float)
+TENSORBOW_REGISTER_WITH_CENTRAL(double)
+
+#undef TENSORBOW_REGISTER_WITH_CENTRAL
+
+#undef TENSORBOW_REGISTER_CPU
+#undef TENSORBOW_REGISTER_PAIR
+
+}  // namespace
+}  // namespace tensorbow
