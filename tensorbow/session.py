@@ -374,6 +374,11 @@ class TensorBowSession(compat.SessionInterface):
     """Start, end, replica and stream group of every learning task run."""
     return self._runtime.task_timings() if self._runtime is not None else []
 
+  def clear_task_timings(self):
+    """Forgets the task timings recorded so far."""
+    if self._runtime is not None:
+      self._runtime.clear_task_timings()
+
 
 def _plain_copy_info(ops, batch_names):
   """With one replica: the TrainingInfo of a copy worth making, or None.

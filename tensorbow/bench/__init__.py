@@ -1,0 +1,12 @@
+"""TensorBow's benchmark suites: `python -m tensorbow.bench SUITE`.
+
+Suites (run from a TensorBow checkout, which holds the reference models):
+  replicas  images/s against L for each model and batch size, with
+            algorithm "sma" and "none" (their ratio is the cost of SMA)
+  batch     images/s against the batch size: TF and TensorBow at L = 1, 2
+  tta       time and epochs to a test accuracy, LeNet on Fashion-MNIST
+  overhead  per-task cost of the scheduler against Session.run's per call
+
+Each writes OUT/SUITE.json, OUT/SUITE.md (tables) and OUT/SUITE.png; the
+numbers published are in benchmarks/RESULTS.md.
+"""

@@ -1,0 +1,190 @@
+"""What every benchmark suite shares: models, measured configurations, stats.
+
+A `Throughput` is one configuration (a model, a session kind, replicas, an
+algorithm, a batch size per replica) with its own graph and session, fed
+synthetic images of the model's shape. Suites build a group of them and
+call `interleave`, which measures each in turn, repeat after repeat, so
+that a noisy machine slows every configuration alike; the median and the
+spread of the repeats are reported, with ratios taken within the group.
+"""
+import importlib.util
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tensorbow import training
+from tensorbow.session import TensorBowSession
+
+# Image shapes the reference models are measured at (synthetic data).
+IMAGE_SHAPES = {
+    "logistic_regression": (28, 28, 1),
+    "lenet": (28, 28, 1),
+    "resnet32": (32, 32, 3),
+}
+NUM_CLASSES = 10
+
+
+def models_dir():
+  """The `models/` folder of the TensorBow checkout this package is in."""
+  here = os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))))
+  for root in (here, os.getcwd()):
+    path = os.path.join(root, "models")
+    if os.path.isfile(os.path.join(path, "lenet.py")):
+      return path
+  raise FileNotFoundError(
+      "tensorbow.bench needs the reference models of a TensorBow checkout "
+      "(models/*.py): run it from the checkout, e.g. `PYTHONPATH=. python "
+      "-m tensorbow.bench replicas`")
+
+
+def load_model(name):
+  """The module models/<name>.py (a script folder, not a package).
+
+  Raises:
+    ValueError: for a model that is not one of IMAGE_SHAPES.
+  """
+  if name not in IMAGE_SHAPES:
+    raise ValueError(f"unknown model {name!r}; choose from "
+                     f"{sorted(IMAGE_SHAPES)}")
+  spec = importlib.util.spec_from_file_location(
+      f"tensorbow_bench_{name}", os.path.join(models_dir(), name + ".py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def machine():
+  """What the numbers were measured on."""
+  model = platform.processor() or platform.machine()
+  try:
+    out = subprocess.run(["lscpu"], capture_output=True, text=True,
+                         check=False).stdout
+    for line in out.splitlines():
+      if line.startswith("Model name:"):
+        model = line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return {"cpu": model, "cores": os.cpu_count(),
+          "tensorflow": tf.__version__,
+          "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")}
+
+
+def summary(samples):
+  """Median, min, max and count of a list of samples."""
+  return {"median": statistics.median(samples), "min": min(samples),
+          "max": max(samples), "repeats": len(samples)}
+
+
+class Throughput(object):
+  """One configuration whose training images per second are measured.
+
+  Args:
+    model: a name from IMAGE_SHAPES.
+    session: "tf" or "tensorbow".
+    batch_size: rows per replica (per step for "tf").
+    replicas: TensorBow's L (ignored for "tf").
+    algorithm: TensorBow's algorithm.
+    learning_rate: the model's learning rate (small: synthetic data).
+  """
+
+  def __init__(self, model, session, batch_size, replicas=1,
+               algorithm="sma", learning_rate=0.001):
+    self.model = model
+    self.session_kind = session
+    self.batch_size = batch_size
+    self.replicas = replicas if session == "tensorbow" else 1
+    self.algorithm = algorithm if session == "tensorbow" else None
+    self.samples = []
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      tf.compat.v1.set_random_seed(0)
+      self.net = load_model(model).build(IMAGE_SHAPES[model], NUM_CLASSES,
+                                         learning_rate)
+      init = tf.compat.v1.global_variables_initializer()
+    if session == "tf":
+      self.session = tf.compat.v1.Session(graph=self.graph)
+    else:
+      self.session = TensorBowSession(graph=self.graph,
+                                      replicas=self.replicas,
+                                      algorithm=algorithm)
+    self.rows = batch_size * self.replicas
+    rng = np.random.RandomState(0)
+    self.feed = {
+        self.net.x: rng.rand(self.rows, *IMAGE_SHAPES[model]).astype(
+            np.float32),
+        self.net.y: rng.randint(0, NUM_CLASSES, self.rows).astype(np.int64),
+        self.net.training: True,
+    }
+    self.session.run(init)
+    self.step()  # TensorBow rewrites the graph at its first training run.
+
+  @property
+  def name(self):
+    if self.session_kind == "tf":
+      return f"{self.model} tf b{self.batch_size}"
+    return (f"{self.model} tensorbow L={self.replicas} {self.algorithm} "
+            f"b{self.batch_size}")
+
+  def step(self):
+    self.session.run(self.net.train_op, self.feed)
+
+  def measure(self, seconds, min_steps=3, warmup=2):
+    """Appends one sample: images/s over at least `seconds` and `min_steps`."""
+    for _ in range(warmup):
+      self.step()
+    steps = 0
+    start = time.perf_counter()
+    while steps < min_steps or time.perf_counter() - start < seconds:
+      self.step()
+      steps += 1
+    self.samples.append(steps * self.rows / (time.perf_counter() - start))
+
+  def close(self):
+    self.session.close()
+
+  def record(self):
+    """This configuration and its measured images/s, for the JSON output."""
+    return dict(model=self.model, session=self.session_kind,
+                replicas=self.replicas, algorithm=self.algorithm,
+                batch_size=self.batch_size, **summary(self.samples))
+
+
+def interleave(configs, repeats, seconds, log=None):
+  """Measures `configs` in turn, `repeats` times; returns their records."""
+  for r in range(repeats):
+    for c in configs:
+      c.measure(seconds)
+      if log is not None:
+        log(f"repeat {r + 1}/{repeats} {c.name}: {c.samples[-1]:.1f} img/s")
+  return [c.record() for c in configs]
+
+
+def time_to_accuracy(model, session, batch_size, replicas, target,
+                     max_epochs, learning_rate, dataset, seed=0,
+                     log_dir="/tmp/tensorbow_bench_logs"):
+  """Trains until `target` test accuracy (or `max_epochs`); one run.
+
+  Returns:
+    `training.train`'s dict plus the configuration.
+  """
+  config = training.Config(
+      session=session, replicas=replicas, algorithm="sma",
+      batch_size=batch_size, learning_rate=learning_rate, epochs=max_epochs,
+      target_accuracy=target, data="fashion_mnist", log_dir=log_dir,
+      seed=seed)
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.compat.v1.set_random_seed(seed)
+    net = load_model(model).build(dataset.train_images.shape[1:],
+                                  dataset.num_classes, learning_rate)
+  result = training.train(net, dataset, config, model, verbose=False)
+  return dict(result, model=model, session=session,
+              replicas=replicas if session == "tensorbow" else 1,
+              batch_size=batch_size, target=target,
+              reached=result["stop_reason"] == "target_accuracy")

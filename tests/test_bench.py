@@ -1,0 +1,116 @@
+"""The benchmark suites (tensorbow/bench), run at toy sizes.
+
+Throughput numbers themselves are not asserted (the machine is shared and
+noisy); what is checked is what the suites compute from them: ratios,
+medians, the cost of SMA, the best runs of time-to-accuracy, and that the
+JSON, Markdown and PNG outputs hold them.
+"""
+import json
+import os
+
+import pytest
+
+from tensorbow.bench import __main__ as bench_main
+from tensorbow.bench import harness
+from tensorbow.bench import report
+
+
+def test_summary_is_median_min_max():
+  assert harness.summary([3.0, 1.0, 2.0, 10.0]) == {
+      "median": 2.5, "min": 1.0, "max": 10.0, "repeats": 4}
+
+
+def test_unknown_model_is_named():
+  with pytest.raises(ValueError, match="unknown model 'vgg'"):
+    harness.load_model("vgg")
+
+
+def _run(tmp_path, *argv):
+  result = bench_main.main(list(argv) + ["--out", str(tmp_path)])
+  suite = argv[0]
+  with open(os.path.join(tmp_path, suite + ".json")) as f:
+    assert json.load(f)["rows"] == json.loads(json.dumps(result["rows"]))
+  with open(os.path.join(tmp_path, suite + ".png"), "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  with open(os.path.join(tmp_path, suite + ".md")) as f:
+    table = f.read()
+  return result, table
+
+
+def test_replicas_suite_ratios_and_sma_cost(tmp_path):
+  result, table = _run(tmp_path, "replicas", "--models",
+                       "logistic_regression", "--batch_sizes", "4",
+                       "--replicas", "1,2", "--repeats", "2", "--seconds",
+                       "0.05")
+  rows = result["rows"]
+  assert [(r["session"], r["replicas"], r["algorithm"]) for r in rows] == [
+      ("tf", 1, None), ("tensorbow", 1, "sma"), ("tensorbow", 2, "sma"),
+      ("tensorbow", 1, "none"), ("tensorbow", 2, "none")]
+  for r in rows:
+    assert r["repeats"] == 2 and 0 < r["min"] <= r["median"] <= r["max"]
+    assert r["vs_tf"] == pytest.approx(r["median"] / rows[0]["median"])
+  sma2, none2 = rows[2], rows[4]
+  derived = {d["replicas"]: d for d in result["derived"]}
+  assert derived[2]["sma_cost"] == pytest.approx(
+      1 - sma2["median"] / none2["median"])
+  assert derived[2]["sma_vs_tf"] == pytest.approx(sma2["vs_tf"])
+  # One table row per configuration, one per derived row, two headers each.
+  assert table.count("\n| logistic_regression |") == len(rows) + 2
+
+
+def test_batch_suite_compares_with_the_largest_tf_batch(tmp_path):
+  result, _ = _run(tmp_path, "batch", "--model", "logistic_regression",
+                   "--batch_sizes", "4,16", "--replicas", "2", "--repeats",
+                   "1", "--seconds", "0.05")
+  rows = result["rows"]
+  assert [(r["session"], r["batch_size"]) for r in rows] == [
+      ("tf", 4), ("tf", 16), ("tensorbow", 4), ("tensorbow", 16)]
+  for r in rows:
+    assert r["vs_tf_largest_batch"] == pytest.approx(
+        r["median"] / rows[1]["median"])
+
+
+def test_overhead_suite_per_task_costs(tmp_path):
+  result, _ = _run(tmp_path, "overhead", "--replicas", "1,4", "--repeats",
+                   "2", "--seconds", "0.05")
+  tf_row, one, four = result["rows"]
+  assert tf_row["session"] == "tf" and tf_row["vs_tf"] == 1.0
+  assert "cpp_task_median_us" not in tf_row
+  for r in (one, four):
+    assert r["median"] > 0 and r["cpp_task_median_us"] > 0
+    assert r["vs_tf"] == pytest.approx(r["median"] / tf_row["median"])
+    # A task's C++ part is inside the per-task time measured from Python.
+    assert r["cpp_task_median_us"] < r["max"] * r["replicas"]
+
+
+@pytest.mark.skipif(
+    not os.path.isdir("/usr/share/datasets/fashion-mnist"),
+    reason="needs Debian's dataset-fashion-mnist (scripts/setup.sh installs "
+    "it as root)")
+def test_tta_suite_finds_the_best_run_of_each(tmp_path):
+  # A target every run meets at its first evaluation, on 256 images.
+  result, table = _run(tmp_path, "tta", "--target", "0.0",
+                       "--tf_batch_sizes", "16,32", "--tensorbow_batch_sizes",
+                       "4", "--tensorbow_replicas", "2", "--max_epochs", "1",
+                       "--train_size", "256")
+  rows = result["rows"]
+  assert [(r["session"], r["batch_size"], r["replicas"]) for r in rows] == [
+      ("tf", 16, 1), ("tf", 32, 1), ("tensorbow", 4, 2)]
+  assert all(r["reached"] and 0.0 <= r["test_accuracy"] <= 1.0
+             for r in rows)
+  best_tf = min(rows[:2], key=lambda r: r["wall_time"])
+  assert result["best_tf"]["batch_size"] == best_tf["batch_size"]
+  assert result["ratio"] == pytest.approx(
+      rows[2]["wall_time"] / best_tf["wall_time"])
+  assert f"{result['ratio']:.2f}" in table
+
+
+def test_markdown_of_replicas_formats_missing_ratios():
+  result = {"rows": [], "derived": [dict(
+      model="m", batch_size=4, replicas=2, sma_vs_tf=1.5, none_vs_tf=None,
+      sma_cost=None)]}
+  assert "| m | 4 | 2 | 1.50 | - | - |" in report.markdown("replicas",
+                                                          result)
+  cost = dict(result["derived"][0], none_vs_tf=2.0, sma_cost=0.25)
+  assert "| m | 4 | 2 | 1.50 | 2.00 | 25.0 % |" in report.markdown(
+      "replicas", {"rows": [], "derived": [cost]})
