@@ -38,7 +38,9 @@ setuptools.setup(
         setuptools.Extension(
             "tensorbow._sma_ops",
             sources=["cc/ops/sma_ops.cc", "cc/kernels/sma_ops.cc",
-                     "cc/kernels/sma_with_central_ops.cc"],
+                     "cc/kernels/sma_with_central_ops.cc",
+                     "cc/ops/matmul_ops.cc", "cc/kernels/matmul_ops.cc",
+                     "cc/kernels/small_matmul.cc"],
             include_dirs=["."],
             extra_compile_args=COMPILE,
             extra_link_args=LINK,

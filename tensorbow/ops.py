@@ -1,9 +1,11 @@
-"""Python wrappers of TensorBow's SMA ops (cc/ops/sma_ops.cc).
+"""Python wrappers of TensorBow's ops (cc/ops/).
 
-Each wrapper picks the resource form (`TensorBowResource...`) for a resource
-handle and the reference form for a reference variable, like TensorFlow's
-`ResourceApply...` / `Apply...` pairs. The maths of each op is in its
-docstring; the kernels are in cc/kernels/sma_ops.cc.
+For the SMA ops (cc/ops/sma_ops.cc) each wrapper picks the resource form
+(`TensorBowResource...`) for a resource handle and the reference form for
+a reference variable, like TensorFlow's `ResourceApply...` / `Apply...`
+pairs. The maths of each op is in its docstring; the kernels are in
+cc/kernels/. `mat_mul` is the small-batch matrix product of
+cc/ops/matmul_ops.cc.
 """
 import glob
 import os
@@ -181,3 +183,45 @@ def resource_apply_sma_momentum_with_central(
       momentum, central_momentum, replica=replica, num_replicas=num_replicas,
       barrier=barrier, use_locking=use_locking, use_nesterov=use_nesterov,
       name=name)
+
+
+def mat_mul(a, b, transpose_a=False, transpose_b=False, name=None):
+  """product = op(a) · op(b), as `tf.linalg.matmul` of two matrices.
+
+  Its CPU kernel reads the large operand once where the product has few
+  rows (a small batch times a weight, or a gradient times a weight's
+  transpose) or the inner dimension is small (a weight's gradient over a
+  small batch); other shapes take Eigen's contraction, as TensorFlow does.
+
+  Args:
+    a, b: float32 or float64 matrices.
+    transpose_a, transpose_b: use the transpose of a (of b).
+    name: op name.
+
+  Returns:
+    The product, [rows of op(a), columns of op(b)].
+
+  Raises:
+    tf.errors.InvalidArgumentError: at run time, for inputs that are not
+      matrices or whose inner dimensions differ (ValueError at graph
+      construction when the static shapes show it).
+  """
+  return library().tensor_bow_mat_mul(a, b, transpose_a=transpose_a,
+                                      transpose_b=transpose_b, name=name)
+
+
+@tf.RegisterGradient("TensorBowMatMul")
+def _mat_mul_grad(op, grad):
+  """d/da and d/db of op(a) · op(b), as TensorFlow's MatMul gradient."""
+  a, b = op.inputs
+  transpose_a = op.get_attr("transpose_a")
+  transpose_b = op.get_attr("transpose_b")
+  if not transpose_a and not transpose_b:
+    return (mat_mul(grad, b, transpose_b=True),
+            mat_mul(a, grad, transpose_a=True))
+  if not transpose_a:
+    return mat_mul(grad, b), mat_mul(grad, a, transpose_a=True)
+  if not transpose_b:
+    return mat_mul(b, grad, transpose_b=True), mat_mul(a, grad)
+  return (mat_mul(b, grad, transpose_a=True, transpose_b=True),
+          mat_mul(grad, a, transpose_a=True, transpose_b=True))

@@ -1,0 +1,191 @@
+// CPU kernel of TensorBowMatMul (op in cc/ops/matmul_ops.cc).
+//
+// The replicas of a small-batch model compute their dense layers with it
+// (tensorbow/rewrite/kernels.py): a product with at most
+// small_matmul::kMaxSmall rows, or with at most that inner dimension, runs
+// the loops of small_matmul.h split over TensorFlow's intra-op pool; any
+// other product is Eigen's contraction, as TensorFlow's MatMul computes it.
+#define EIGEN_USE_THREADS
+
+#include "cc/kernels/matmul_ops.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "cc/kernels/small_matmul.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+
+namespace tensorbow {
+
+using CPUDevice = Eigen::ThreadPoolDevice;
+using Eigen::Index;
+
+namespace functor {
+namespace {
+
+// Rows of b a thread takes at least in a product with few rows.
+constexpr Index kMinDepthPerPart = 256;
+
+// The `rows` x `cols` row-major matrix `m`, transposed.
+template <typename T>
+std::vector<T> Transposed(const T* m, Index rows, Index cols) {
+  std::vector<T> out(rows * cols);
+  for (Index i = 0; i < rows; ++i) {
+    for (Index j = 0; j < cols; ++j) out[j * rows + i] = m[i * cols + j];
+  }
+  return out;
+}
+
+}  // namespace
+
+template <typename T>
+struct MatMul<CPUDevice, T> {
+  void operator()(const CPUDevice& d,
+                  typename tensorflow::TTypes<T>::ConstMatrix a,
+                  bool transpose_a,
+                  typename tensorflow::TTypes<T>::ConstMatrix b,
+                  bool transpose_b,
+                  typename tensorflow::TTypes<T>::Matrix product) {
+    namespace sm = small_matmul;
+    const Index rows = product.dimension(0);
+    const Index cols = product.dimension(1);
+    const Index depth = transpose_a ? a.dimension(0) : a.dimension(1);
+    if (rows == 0 || cols == 0) return;
+    if (depth == 0) {
+      product.device(d) = product.constant(T(0));
+      return;
+    }
+    T* out = product.data();
+    // op(a)[m, k] is a[m, k] or a[k, m].
+    const sm::Left<T> left{a.data(), transpose_a ? 1 : depth,
+                           transpose_a ? rows : 1};
+    const double bytes = sizeof(T);
+    if (rows <= sm::kMaxSmall && transpose_b) {
+      // Dot products of op(a)'s rows with b's rows, one column at a time.
+      std::vector<T> a_rows;
+      const T* a_data = a.data();
+      if (transpose_a) {
+        a_rows = Transposed(a.data(), depth, rows);
+        a_data = a_rows.data();
+      }
+      const T* b_data = b.data();
+      d.parallelFor(cols,
+                    Eigen::TensorOpCost(depth * bytes, rows * bytes,
+                                        2.0 * rows * depth),
+                    [&](Index first, Index last) {
+                      sm::TransposedProduct(a_data, b_data, out, rows, depth,
+                                            cols, first, last);
+                    });
+    } else if (rows <= sm::kMaxSmall) {
+      // The inner dimension split in `parts`, each summed into a buffer of
+      // its own (the first straight into the product), then added up.
+      const Index parts = std::max<Index>(
+          1, std::min<Index>(d.numThreads(), depth / kMinDepthPerPart));
+      const Index size = rows * cols;
+      std::fill(out, out + size, T(0));
+      std::vector<T> partial((parts - 1) * size, T(0));
+      const T* b_data = b.data();
+      d.parallelFor(parts,
+                    Eigen::TensorOpCost(depth * cols * bytes / parts,
+                                        size * bytes,
+                                        2.0 * size * depth / parts),
+                    [&](Index first, Index last) {
+                      for (Index p = first; p < last; ++p) {
+                        T* sum = p == 0 ? out : partial.data() + (p - 1) * size;
+                        sm::AccumulateProduct(left, b_data, sum, rows, cols,
+                                              p * depth / parts,
+                                              (p + 1) * depth / parts);
+                      }
+                    });
+      for (Index p = 1; p < parts; ++p) {
+        const T* sum = partial.data() + (p - 1) * size;
+        for (Index i = 0; i < size; ++i) out[i] += sum[i];
+      }
+    } else if (depth <= sm::kMaxSmall) {
+      // Blocks of 4 rows, each a sum of `depth` outer products.
+      std::vector<T> b_rows;
+      const T* b_data = b.data();
+      if (transpose_b) {
+        b_rows = Transposed(b.data(), cols, depth);
+        b_data = b_rows.data();
+      }
+      const Index blocks = (rows + 3) / 4;
+      d.parallelFor(blocks,
+                    Eigen::TensorOpCost(4 * depth * bytes, 4 * cols * bytes,
+                                        8.0 * depth * cols),
+                    [&](Index first, Index last) {
+                      sm::Product(left, b_data, out, depth, cols, first * 4,
+                                  std::min(rows, last * 4), 0, cols);
+                    });
+    } else {
+      Eigen::array<Eigen::IndexPair<Eigen::DenseIndex>, 1> dims;
+      dims[0].first = transpose_a ? 0 : 1;
+      dims[0].second = transpose_b ? 1 : 0;
+      product.device(d) = a.contract(b, dims);
+    }
+  }
+};
+
+}  // namespace functor
+
+namespace {
+
+template <typename T>
+class MatMulOp : public tensorflow::OpKernel {
+ public:
+  explicit MatMulOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("transpose_a", &transpose_a_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("transpose_b", &transpose_b_));
+  }
+
+  void Compute(tensorflow::OpKernelContext* ctx) override {
+    const tensorflow::Tensor& a = ctx->input(0);
+    const tensorflow::Tensor& b = ctx->input(1);
+    OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsMatrix(a.shape()),
+                tensorflow::errors::InvalidArgument(
+                    name(), ": 'a' must be a matrix, got shape ",
+                    a.shape().DebugString()));
+    OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsMatrix(b.shape()),
+                tensorflow::errors::InvalidArgument(
+                    name(), ": 'b' must be a matrix, got shape ",
+                    b.shape().DebugString()));
+    const int64_t rows = a.dim_size(transpose_a_ ? 1 : 0);
+    const int64_t depth = a.dim_size(transpose_a_ ? 0 : 1);
+    const int64_t b_depth = b.dim_size(transpose_b_ ? 1 : 0);
+    const int64_t cols = b.dim_size(transpose_b_ ? 0 : 1);
+    OP_REQUIRES(ctx, depth == b_depth,
+                tensorflow::errors::InvalidArgument(
+                    name(), ": inner dimensions differ: op(a) is [", rows,
+                    ", ", depth, "] and op(b) is [", b_depth, ", ", cols,
+                    "] (a ", a.shape().DebugString(), ", transpose_a=",
+                    transpose_a_, "; b ", b.shape().DebugString(),
+                    ", transpose_b=", transpose_b_, ")"));
+    tensorflow::Tensor* product = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, tensorflow::TensorShape({rows, cols}),
+                            &product));
+    functor::MatMul<CPUDevice, T>()(ctx->eigen_device<CPUDevice>(),
+                                    a.matrix<T>(), transpose_a_,
+                                    b.matrix<T>(), transpose_b_,
+                                    product->matrix<T>());
+  }
+
+ private:
+  bool transpose_a_ = false;
+  bool transpose_b_ = false;
+};
+
+#define TENSORBOW_REGISTER_MATMUL(T)                          \
+  REGISTER_KERNEL_BUILDER(Name("TensorBowMatMul")             \
+                              .Device(tensorflow::DEVICE_CPU) \
+                              .TypeConstraint<T>("T"),        \
+                          MatMulOp<T>);
+
+TENSORBOW_REGISTER_MATMUL(float)
+TENSORBOW_REGISTER_MATMUL(double)
+
+#undef TENSORBOW_REGISTER_MATMUL
+
+}  // namespace
+}  // namespace tensorbow

@@ -1,0 +1,76 @@
+// Matrix products with one small dimension (a small batch), as plain loops:
+// no TensorFlow, no Eigen. Used by the CPU kernel of TensorBowMatMul
+// (matmul_ops.cc) for the products of a dense layer at a small batch:
+//
+//   y  = x · W      few rows of the product: AccumulateProduct
+//   dx = dy · Wᵀ    few rows of the product: TransposedProduct
+//   dW = xᵀ · dy    a small inner dimension: Product
+//
+// Each reads the large operand once and writes the product once, keeping a
+// tile of the product in registers; TensorFlow's Eigen contraction, tuned
+// for large products, takes several times longer on these shapes
+// (benchmarks/matmul_shapes.py). On x86-64 each function is also compiled
+// for AVX2 with FMA and picked at load time when the CPU has them.
+//
+// Matrices are row-major. `A` is read through strides, so a transposed
+// input needs no copy: element (m, k) of the left operand op(A) is
+// a[m * a_row + k * a_col].
+#ifndef TENSORBOW_CC_KERNELS_SMALL_MATMUL_H_
+#define TENSORBOW_CC_KERNELS_SMALL_MATMUL_H_
+
+#include <cstdint>
+
+namespace tensorbow {
+namespace small_matmul {
+
+// Up to this many rows of the product (or this inner dimension) the loops
+// here beat a blocked matrix product.
+constexpr int64_t kMaxSmall = 16;
+
+// Columns of the product each tile of Product covers (64 bytes): split
+// the columns between threads in multiples of it.
+template <typename T>
+constexpr int64_t kTileColumns = 64 / sizeof(T);
+
+// Where the left operand op(A) (rows x depth) is: element (m, k) at
+// data[m * row_stride + k * col_stride].
+template <typename T>
+struct Left {
+  const T* data;
+  int64_t row_stride;
+  int64_t col_stride;
+};
+
+// c[m, j] = sum_k op(A)[m, k] * b[k, j] for m in [row_begin, row_end) and
+// j in [col_begin, col_end); b is depth x cols, c is ? x cols.
+void Product(Left<float> a, const float* b, float* c, int64_t depth,
+             int64_t cols, int64_t row_begin, int64_t row_end,
+             int64_t col_begin, int64_t col_end);
+void Product(Left<double> a, const double* b, double* c, int64_t depth,
+             int64_t cols, int64_t row_begin, int64_t row_end,
+             int64_t col_begin, int64_t col_end);
+
+// c[m, j] += sum_{k in [k_begin, k_end)} op(A)[m, k] * b[k, j] for every
+// m < rows and j < cols; b is ? x cols, c is rows x cols. Reads b's rows
+// whole and in order: split the inner dimension between threads, each
+// summing into a buffer of its own.
+void AccumulateProduct(Left<float> a, const float* b, float* c, int64_t rows,
+                       int64_t cols, int64_t k_begin, int64_t k_end);
+void AccumulateProduct(Left<double> a, const double* b, double* c,
+                       int64_t rows, int64_t cols, int64_t k_begin,
+                       int64_t k_end);
+
+// c[m, n] = sum_k a[m, k] * b[n, k] for m < rows and n in [n_begin, n_end):
+// dot products of contiguous rows. a is rows x depth (contiguous), b is
+// ? x depth, c is rows x cols.
+void TransposedProduct(const float* a, const float* b, float* c, int64_t rows,
+                       int64_t depth, int64_t cols, int64_t n_begin,
+                       int64_t n_end);
+void TransposedProduct(const double* a, const double* b, double* c,
+                       int64_t rows, int64_t depth, int64_t cols,
+                       int64_t n_begin, int64_t n_end);
+
+}  // namespace small_matmul
+}  // namespace tensorbow
+
+#endif  // TENSORBOW_CC_KERNELS_SMALL_MATMUL_H_
