@@ -1,92 +1,227 @@
 """The faster kernel equivalents of tensorbow/rewrite/kernels.py.
 
-Each substitution must compute the product it replaces (NumPy reference),
-apply only where it is meant to, and leave training where it was: the same
-variables with and without it, under SMA and with one replica.
+Each substitution must compute what the op it replaces computes (the
+replaced TensorFlow op, and NumPy for the products), apply only where it is
+meant to, and leave training where it was: the same variables with and
+without it, under SMA and with one replica.
 """
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
 
 import tensorbow as tb
 from tensorbow.rewrite import kernels
 
 tf.compat.v1.disable_eager_execution()
+tf1 = tf.compat.v1
+
+
+def _faster(graph):
+  faster = tf.Graph()
+  with faster.as_default():
+    tf1.import_graph_def(kernels.faster_graph_def(graph), name="")
+  return faster
+
+
+# ---- MatMul ------------------------------------------------------------------
 
 
 def matmul_graph(a_shape, b_shape, dtype, **kwargs):
   graph = tf.Graph()
   with graph.as_default():
-    a = tf.compat.v1.placeholder(dtype, a_shape, name="a")
-    b = tf.compat.v1.placeholder(dtype, b_shape, name="b")
+    a = tf1.placeholder(dtype, a_shape, name="a")
+    b = tf1.placeholder(dtype, b_shape, name="b")
     product = tf.matmul(a, b, name="product", **kwargs)
   return graph, product.op
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
-@pytest.mark.parametrize("rows", [2, 4, 17])
-def test_substituted_matmul_equals_numpy(dtype, rows):
-  rng = np.random.RandomState(rows)
-  a = rng.randn(rows, 40).astype(dtype.as_numpy_dtype)
-  b = rng.randn(1030, 40).astype(dtype.as_numpy_dtype)
-  graph, op = matmul_graph([None, 40], [1030, 40], dtype, transpose_b=True)
-  assert kernels.applies(op)
-  faster = tf.Graph()
-  with faster.as_default():
-    tf.compat.v1.import_graph_def(kernels.faster_graph_def(graph), name="")
-  product = faster.get_tensor_by_name("product:0")
-  assert product.op.type == "Transpose"
-  with tf.compat.v1.Session(graph=faster) as sess:
-    got = sess.run(product, {"a:0": a, "b:0": b})
-  tol = 1e-5 if dtype == tf.float32 else 1e-12
-  np.testing.assert_allclose(got, a @ b.T, rtol=tol, atol=tol)
-  assert got.shape == (rows, 1030)
-
-
 @pytest.mark.parametrize("a_shape,b_shape,kwargs", [
-    ([None, 40], [1000, 40], {"transpose_b": True}),  # B not tall enough
-    ([None, 40], [40, 2048], {}),  # no transpose: Eigen is fine
-    ([40, None], [2048, 40], {"transpose_a": True, "transpose_b": True}),
-    ([1, 40], [2048, 40], {"transpose_b": True}),  # matrix-vector
-    ([512, 40], [2048, 40], {"transpose_b": True}),  # not a small batch
-    ([None, 40], [None, 40], {"transpose_b": True}),  # B's rows unknown
+    ([None, 40], [1030, 40], {"transpose_b": True}),  # dY·Wᵀ
+    ([None, 300], [300, 70], {}),  # X·W
+    ([None, 300], [None, 70], {"transpose_a": True}),  # Xᵀ·dY
+    ([3, 20], [20, 5], {}),  # few rows, known
 ])
-def test_substitution_applies_only_to_small_times_tall_transposed(
-    a_shape, b_shape, kwargs):
-  _, op = matmul_graph(a_shape, b_shape, tf.float32, **kwargs)
+def test_substituted_matmul_equals_numpy(dtype, a_shape, b_shape, kwargs):
+  graph, op = matmul_graph(a_shape, b_shape, dtype, **kwargs)
+  assert kernels.applies(op)
+  rng = np.random.RandomState(0)
+  rows = 3 if a_shape[0] is None else a_shape[0]
+  a = rng.randn(rows, a_shape[1]).astype(dtype.as_numpy_dtype)
+  b = rng.randn(rows if b_shape[0] is None else b_shape[0],
+                b_shape[1]).astype(dtype.as_numpy_dtype)
+  faster = _faster(graph)
+  product = faster.get_tensor_by_name("product:0")
+  assert product.op.type == "TensorBowMatMul"
+  with tf1.Session(graph=faster) as sess:
+    got = sess.run(product, {"a:0": a, "b:0": b})
+  expected = ((a.T if kwargs.get("transpose_a") else a) @
+              (b.T if kwargs.get("transpose_b") else b))
+  tol = 1e-5 if dtype == tf.float32 else 1e-12
+  np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("a_shape,b_shape,kwargs,dtype", [
+    ([64, 40], [40, 2048], {}, tf.float32),  # 64 rows, inner 40: no small side
+    ([40, 64], [40, 64], {"transpose_a": True}, tf.float32),
+    ([None, 40], [40, 30], {}, tf.int32),  # not a float
+    ([None, 40], [40, 30], {}, tf.complex64),
+])
+def test_matmul_substitution_applies_only_to_small_float_products(
+    a_shape, b_shape, kwargs, dtype):
+  _, op = matmul_graph(a_shape, b_shape, dtype, **kwargs)
   assert not kernels.applies(op)
   assert kernels.substitute(op.node_def, op) is None
 
 
-def two_layer_model():
-  """x [None, 6] -> 1024 hidden -> 2; the hidden layer's input gradient
-  dH = dY W2^T has a tall W2 (1024 x 2), which the replicas substitute."""
+# ---- Convolution gradients ---------------------------------------------------
+
+
+def conv_grads_graph(batch, size, channels, filters, kernel, padding="SAME",
+                     strides=1):
+  """Conv2D's two gradient ops on fixed inputs: (graph, input op, filter op)."""
+  rng = np.random.RandomState(kernel)
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.constant(rng.randn(batch, size, size, channels).astype(np.float32))
+    w = tf.constant(rng.randn(kernel, kernel, channels, filters).astype(
+        np.float32))
+    out = size if padding == "SAME" else size - kernel + 1
+    out = (out + strides - 1) // strides
+    dy = tf.constant(rng.randn(batch, out, out, filters).astype(np.float32))
+    dx = tf1.nn.conv2d_backprop_input(tf.shape(x), w, dy,
+                                      [1, strides, strides, 1], padding,
+                                      name="dx")
+    dw = tf1.nn.conv2d_backprop_filter(x, tf.shape(w), dy,
+                                       [1, strides, strides, 1], padding,
+                                       name="dw")
+  return graph, dx.op, dw.op
+
+
+@pytest.mark.parametrize("batch,size,channels,filters,kernel,input_grad", [
+    (4, 14, 32, 64, 5, True),  # LeNet's conv2
+    (3, 28, 1, 32, 5, False),  # LeNet's conv1: one input channel
+    (2, 32, 8, 8, 3, True),  # a block of ResNet's first stage
+    (2, 16, 8, 8, 3, False),  # its second stage: too small a window
+    (2, 15, 3, 4, 1, False),  # 1x1
+])
+def test_substituted_conv_gradients_equal_tensorflows(batch, size, channels,
+                                                       filters, kernel,
+                                                       input_grad):
+  graph, dx, dw = conv_grads_graph(batch, size, channels, filters, kernel)
+  assert kernels.applies(dw)
+  assert kernels.applies(dx) == input_grad
+  with tf1.Session(graph=graph) as sess:
+    expected = sess.run([dx.outputs[0], dw.outputs[0]])
+  faster = _faster(graph)
+  fetches = [faster.get_tensor_by_name("dx:0"),
+             faster.get_tensor_by_name("dw:0")]
+  assert fetches[1].op.type == "Transpose"
+  with tf1.Session(graph=faster) as sess:
+    got = sess.run(fetches)
+  for g, e in zip(got, expected):
+    assert g.shape == e.shape
+    np.testing.assert_allclose(g, e, rtol=1e-4,
+                               atol=1e-4 * np.abs(e).max())
+
+
+def test_conv_filter_gradient_equals_numpy():
+  graph, _, dw = conv_grads_graph(2, 6, 3, 4, 3)
+  faster = _faster(graph)
+  with tf1.Session(graph=faster) as sess:
+    got, x, dy = sess.run([faster.get_tensor_by_name("dw:0")] + [
+        faster.get_tensor_by_name(t.name) for t in (dw.inputs[0],
+                                                   dw.inputs[2])])
+  padded = np.pad(x, [(0, 0), (1, 1), (1, 1), (0, 0)])
+  expected = np.zeros((3, 3, 3, 4))
+  for i in range(3):
+    for j in range(3):
+      expected[i, j] = np.einsum("byxc,byxo->co",
+                                 padded[:, i:i + 6, j:j + 6, :], dy)
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel,padding,strides", [
+    (4, "SAME", 1),  # even kernel: asymmetric padding
+    (3, "VALID", 1),  # VALID with a kernel larger than 1
+    (3, "SAME", 2),  # strided
+])
+def test_conv_substitutions_skip_other_convolutions(kernel, padding, strides):
+  _, dx, dw = conv_grads_graph(2, 16, 3, 4, kernel, padding, strides)
+  assert not kernels.applies(dx) and not kernels.applies(dw)
+
+
+@pytest.mark.parametrize("size,channels,kernel", [
+    (8, 16, 3),  # 8 x 8 x 3 x 3 pixels of window
+    (14, 4, 5),  # too few input channels
+])
+def test_conv_input_gradient_skipped_where_tensorflow_is_faster(
+    size, channels, kernel):
+  _, dx, dw = conv_grads_graph(2, size, channels, 16, kernel)
+  assert not kernels.applies(dx) and kernels.applies(dw)
+
+
+def test_conv_substitutions_skip_ops_inside_a_while_loop(monkeypatch):
+  # A TF1 while loop (v2 control flow would move the body into a function).
+  monkeypatch.setattr(control_flow_util, "ENABLE_CONTROL_FLOW_V2", False)
+  graph = tf.Graph()
+  with graph.as_default():
+    w = tf.ones([3, 3, 8, 8])
+    dy = tf.ones([2, 32, 32, 8])
+
+    def body(i, x):
+      dw = tf1.nn.conv2d_backprop_filter(x, tf.shape(w), dy, [1, 1, 1, 1],
+                                         "SAME", name="dw")
+      return i + 1, x + tf.reduce_sum(dw)
+
+    tf.while_loop(lambda i, _: i < 2, body, [0, tf.ones([2, 32, 32, 8])])
+  dw = [op for op in graph.get_operations()
+        if op.type == "Conv2DBackpropFilter"]
+  assert len(dw) == 1 and not kernels.applies(dw[0])
+
+
+# ---- Training with and without the substitutions ------------------------------
+
+
+def small_cnn():
+  """x [None, 14, 14, 2] -> conv 3x3x8 -> dense 1568 x 16 -> 3 classes.
+
+  Its replicas substitute every kind: both convolution gradients and the
+  dense layers' products (forward, input and weight gradients)."""
   graph = tf.Graph()
   rng = np.random.RandomState(0)
   with graph.as_default():
-    x = tf.compat.v1.placeholder(tf.float32, [None, 6], name="x")
-    y = tf.compat.v1.placeholder(tf.float32, [None, 2], name="y")
-    w1 = tf.compat.v1.get_variable(
-        "w1", initializer=(0.3 * rng.randn(6, 1024)).astype(np.float32))
-    w2 = tf.compat.v1.get_variable(
-        "w2", initializer=(0.05 * rng.randn(1024, 2)).astype(np.float32))
-    loss = tf.reduce_mean(tf.square(tf.matmul(tf.tanh(x @ w1), w2) - y))
-    train = tf.compat.v1.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
-    init = tf.compat.v1.global_variables_initializer()
-  xs = rng.randn(12, 6).astype(np.float32)
-  ys = rng.randn(12, 2).astype(np.float32)
-  return graph, (x, y, w1, w2, loss, train, init), xs, ys
+    x = tf1.placeholder(tf.float32, [None, 14, 14, 2], name="x")
+    y = tf1.placeholder(tf.int64, [None], name="y")
+    w1 = tf1.get_variable("w1", initializer=(0.3 * rng.randn(3, 3, 2, 8))
+                          .astype(np.float32))
+    h = tf.nn.relu(tf.nn.conv2d(x, w1, 1, "SAME"))
+    h = tf.reshape(h, [-1, 14 * 14 * 8])
+    w2 = tf1.get_variable("w2", initializer=(0.05 * rng.randn(1568, 16))
+                          .astype(np.float32))
+    w3 = tf1.get_variable("w3", initializer=(0.2 * rng.randn(16, 3))
+                          .astype(np.float32))
+    logits = tf.matmul(tf.tanh(tf.matmul(h, w2)), w3)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=y, logits=logits))
+    train = tf1.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
+    init = tf1.global_variables_initializer()
+  xs = rng.randn(12, 14, 14, 2).astype(np.float32)
+  ys = rng.randint(0, 3, 12)
+  return graph, (x, y, [w1, w2, w3], loss, train, init), xs, ys
 
 
 def train_model(session_factory, waves=3):
-  graph, (x, y, w1, w2, loss, train, init), xs, ys = two_layer_model()
+  graph, (x, y, weights, loss, train, init), xs, ys = small_cnn()
   with session_factory(graph) as sess:
     sess.run(init)
     losses = [sess.run([loss, train], {x: xs, y: ys})[0]
               for _ in range(waves)]
-    values = sess.run([w1, w2])
-  substituted = any(op.name.endswith(">tensorbow_transposed")
-                    for op in graph.get_operations())
+    values = sess.run(weights)
+  substituted = sorted({op.type for op in graph.get_operations()
+                        if ">tensorbow_" in op.name or
+                        op.type == "TensorBowMatMul"})
   return losses, values, substituted
 
 
@@ -97,18 +232,19 @@ def test_training_with_and_without_substitution_agree(monkeypatch, replicas):
   slow_losses, slow_values, slow_substituted = train_model(make)
   monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "1")
   fast_losses, fast_values, fast_substituted = train_model(make)
-  assert not slow_substituted and fast_substituted
+  assert not slow_substituted
+  assert {"TensorBowMatMul", "Conv2D", "Pad", "Transpose"} <= set(
+      fast_substituted)
   np.testing.assert_allclose(fast_losses, slow_losses, rtol=1e-5)
   for fast, slow in zip(fast_values, slow_values):
     np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-6)
 
 
 def test_one_replica_with_substitution_equals_tf_session():
-  tf_losses, tf_values, _ = train_model(
-      lambda g: tf.compat.v1.Session(graph=g))
+  tf_losses, tf_values, _ = train_model(lambda g: tf1.Session(graph=g))
   tb_losses, tb_values, substituted = train_model(
       lambda g: tb.TensorBowSession(graph=g, replicas=1))
-  assert substituted
+  assert "TensorBowMatMul" in substituted
   np.testing.assert_allclose(tb_losses, tf_losses, rtol=1e-5)
   for a, b in zip(tb_values, tf_values):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
