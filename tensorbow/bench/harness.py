@@ -155,6 +155,17 @@ class Throughput(object):
                 batch_size=self.batch_size, **summary(self.samples))
 
 
+def milliseconds_per_run(sess, fetches, seconds):
+  """Mean ms of `sess.run(fetches)` over `seconds`, after 3 warm-up runs."""
+  for _ in range(3):
+    sess.run(fetches)
+  runs, start = 0, time.perf_counter()
+  while time.perf_counter() - start < seconds:
+    sess.run(fetches)
+    runs += 1
+  return (time.perf_counter() - start) / runs * 1e3
+
+
 def interleave(configs, repeats, seconds, log=None):
   """Measures `configs` in turn, `repeats` times; returns their records."""
   for r in range(repeats):
