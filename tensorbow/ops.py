@@ -191,7 +191,7 @@ def mat_mul(a, b, transpose_a=False, transpose_b=False, name=None):
   Its CPU kernel reads the large operand once where the product has few
   rows (a small batch times a weight, or a gradient times a weight's
   transpose) or the inner dimension is small (a weight's gradient over a
-  small batch); other shapes take Eigen's contraction, as TensorFlow does.
+  small batch); other shapes run TensorFlow's own MatMul kernel.
 
   Args:
     a, b: float32 or float64 matrices.

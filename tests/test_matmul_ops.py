@@ -3,10 +3,11 @@
 The kernel has four paths, picked from the shapes at run time: few rows of
 the product with b as given (the inner dimension split between threads
 when it is long), few rows with b transposed (dot products), a small inner
-dimension (sums of outer products), and Eigen's contraction for the rest.
-Each is run for every transpose flag, in float32 and float64, with row
-counts that leave 1, 2 and 3 rows after the blocks of 4, column counts that
-leave a partial tile, and inner dimensions that leave a partial vector.
+dimension (sums of outer products), and TensorFlow's own MatMul kernel for
+the rest. Each is run for every transpose flag, in float32 and float64,
+with row counts that leave 1, 2 and 3 rows after the blocks of 4, column
+counts that leave a partial tile, and inner dimensions that leave a partial
+vector.
 """
 import itertools
 
@@ -29,7 +30,7 @@ SHAPES = [
     (16, 100, 33),  # the most rows the small paths take
     (3136, 4, 512),  # LeNet's fc1 weight gradient: a small inner dimension
     (37, 16, 19),  # the largest small inner dimension, rows 4k+1
-    (17, 17, 17),  # neither small: Eigen's contraction
+    (17, 17, 17),  # neither small: TensorFlow's MatMul kernel
     (64, 100, 70),  # neither small
 ]
 DTYPES = [np.float32, np.float64]

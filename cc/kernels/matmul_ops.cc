@@ -4,15 +4,20 @@
 // (tensorbow/rewrite/kernels.py): a product with at most
 // small_matmul::kMaxSmall rows, or with at most that inner dimension, runs
 // the loops of small_matmul.h split over TensorFlow's intra-op pool; any
-// other product is Eigen's contraction, as TensorFlow's MatMul computes it.
+// other product runs TensorFlow's own MatMul kernel (the wheel's Eigen is
+// built for the CPU it targets; an Eigen contraction compiled here, with
+// tf.sysconfig's flags, took 2.5x as long for 64 x 3136 by 3136 x 512).
 #define EIGEN_USE_THREADS
 
 #include "cc/kernels/matmul_ops.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "cc/kernels/small_matmul.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 
@@ -102,8 +107,9 @@ struct MatMul<CPUDevice, T> {
         const T* sum = partial.data() + (p - 1) * size;
         for (Index i = 0; i < size; ++i) out[i] += sum[i];
       }
-    } else if (depth <= sm::kMaxSmall) {
-      // Blocks of 4 rows, each a sum of `depth` outer products.
+    } else {
+      // Blocks of 4 rows, each a sum of `depth` (<= kMaxSmall) outer
+      // products.
       std::vector<T> b_rows;
       const T* b_data = b.data();
       if (transpose_b) {
@@ -118,11 +124,6 @@ struct MatMul<CPUDevice, T> {
                       sm::Product(left, b_data, out, depth, cols, first * 4,
                                   std::min(rows, last * 4), 0, cols);
                     });
-    } else {
-      Eigen::array<Eigen::IndexPair<Eigen::DenseIndex>, 1> dims;
-      dims[0].first = transpose_a ? 0 : 1;
-      dims[0].second = transpose_b ? 1 : 0;
-      product.device(d) = a.contract(b, dims);
     }
   }
 };
@@ -137,6 +138,7 @@ class MatMulOp : public tensorflow::OpKernel {
   explicit MatMulOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("transpose_a", &transpose_a_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("transpose_b", &transpose_b_));
+    OP_REQUIRES_OK(ctx, CreateTensorFlowMatMul(ctx));
   }
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
@@ -161,6 +163,10 @@ class MatMulOp : public tensorflow::OpKernel {
                     "] (a ", a.shape().DebugString(), ", transpose_a=",
                     transpose_a_, "; b ", b.shape().DebugString(),
                     ", transpose_b=", transpose_b_, ")"));
+    if (rows > small_matmul::kMaxSmall && depth > small_matmul::kMaxSmall) {
+      tensorflow_matmul_->Compute(ctx);
+      return;
+    }
     tensorflow::Tensor* product = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
                             0, tensorflow::TensorShape({rows, cols}),
@@ -172,8 +178,34 @@ class MatMulOp : public tensorflow::OpKernel {
   }
 
  private:
+  // TensorFlow's MatMul kernel with this op's attributes, for the shapes
+  // the small-batch loops do not take. It runs in this op's context: the
+  // two ops have the same inputs and output.
+  tensorflow::Status CreateTensorFlowMatMul(
+      tensorflow::OpKernelConstruction* ctx) {
+    tensorflow::NodeDef def;
+    def.set_name(name() + "/tensorflow_matmul");
+    def.set_op("MatMul");
+    def.add_input("a");
+    def.add_input("b");
+    tensorflow::AddNodeAttr("T", tensorflow::DataTypeToEnum<T>::v(), &def);
+    tensorflow::AddNodeAttr("transpose_a", transpose_a_, &def);
+    tensorflow::AddNodeAttr("transpose_b", transpose_b_, &def);
+    const tensorflow::OpDef* op_def = nullptr;
+    TF_RETURN_IF_ERROR(
+        tensorflow::OpRegistry::Global()->LookUpOpDef("MatMul", &op_def));
+    tensorflow::AddDefaultsToNodeDef(*op_def, &def);
+    tensorflow::Status status;
+    tensorflow_matmul_ = tensorflow::CreateOpKernel(
+        tensorflow::DEVICE_CPU, ctx->device(),
+        ctx->device()->GetAllocator(tensorflow::AllocatorAttributes()), def,
+        ctx->graph_def_version(), &status);
+    return status;
+  }
+
   bool transpose_a_ = false;
   bool transpose_b_ = false;
+  std::unique_ptr<tensorflow::OpKernel> tensorflow_matmul_;
 };
 
 #define TENSORBOW_REGISTER_MATMUL(T)                          \

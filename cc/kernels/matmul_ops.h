@@ -11,7 +11,9 @@
 namespace tensorbow {
 namespace functor {
 
-// product = op(a) · op(b), op(x) = x, or xᵀ if its transpose flag is set.
+// product = op(a) · op(b), op(x) = x, or xᵀ if its transpose flag is set,
+// for a small batch: op(a) has at most small_matmul::kMaxSmall rows or
+// columns (the op hands other shapes to TensorFlow's MatMul kernel).
 // `product` has the product's shape and does not overlap a or b.
 template <typename Device, typename T>
 struct MatMul {
