@@ -185,7 +185,8 @@ def resource_apply_sma_momentum_with_central(
       name=name)
 
 
-def mat_mul(a, b, transpose_a=False, transpose_b=False, name=None):
+def mat_mul(a, b, transpose_a=False, transpose_b=False, min_elements=None,
+            name=None):
   """product = op(a) · op(b), as `tf.linalg.matmul` of two matrices.
 
   Its CPU kernel reads the large operand once where the product has few
@@ -196,6 +197,9 @@ def mat_mul(a, b, transpose_a=False, transpose_b=False, name=None):
   Args:
     a, b: float32 or float64 matrices.
     transpose_a, transpose_b: use the transpose of a (of b).
+    min_elements: the small-batch loops run only when op(b) or the product
+      has at least this many elements (None: the op's default, 65536);
+      smaller products run TensorFlow's kernel, which is faster there.
     name: op name.
 
   Returns:
@@ -206,8 +210,10 @@ def mat_mul(a, b, transpose_a=False, transpose_b=False, name=None):
       matrices or whose inner dimensions differ (ValueError at graph
       construction when the static shapes show it).
   """
+  kwargs = {} if min_elements is None else {"min_elements": min_elements}
   return library().tensor_bow_mat_mul(a, b, transpose_a=transpose_a,
-                                      transpose_b=transpose_b, name=name)
+                                      transpose_b=transpose_b, name=name,
+                                      **kwargs)
 
 
 @tf.RegisterGradient("TensorBowMatMul")

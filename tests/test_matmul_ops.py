@@ -61,14 +61,18 @@ def _run(fetches, feed=None):
     return sess.run(fetches, feed)
 
 
+# min_elements=0 runs the small-batch loops on every small shape; the
+# default sends the smaller ones to TensorFlow's kernel.
+@pytest.mark.parametrize("min_elements", [0, None], ids=["loops", "default"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float64"])
-def test_product_equals_numpy(dtype):
+def test_product_equals_numpy(dtype, min_elements):
   rng = np.random.default_rng(0)
   cases = []
   with tf.Graph().as_default():
     for (rows, depth, cols), (ta, tb) in itertools.product(SHAPES, FLAGS):
       a, b = _operands(rng, rows, depth, cols, ta, tb, dtype)
-      product = tb_ops.mat_mul(a, b, transpose_a=ta, transpose_b=tb)
+      product = tb_ops.mat_mul(a, b, transpose_a=ta, transpose_b=tb,
+                               min_elements=min_elements)
       assert product.shape.as_list() == [rows, cols]
       cases.append(((rows, depth, cols, ta, tb), a, b, product))
     results = _run([c[3] for c in cases])
@@ -85,7 +89,7 @@ def test_empty_dimensions(rows, depth, cols):
   a = np.ones((rows, depth), np.float32)
   b = np.ones((depth, cols), np.float32)
   with tf.Graph().as_default():
-    got = _run(tb_ops.mat_mul(a, b))
+    got = _run(tb_ops.mat_mul(a, b, min_elements=0))
   np.testing.assert_array_equal(got, np.zeros((rows, cols), np.float32))
 
 
@@ -96,7 +100,7 @@ def test_runs_with_shapes_known_only_at_run_time():
   with tf.Graph().as_default():
     pa = tf1.placeholder(tf.float32, None)
     pb = tf1.placeholder(tf.float32, None)
-    product = tb_ops.mat_mul(pa, pb)
+    product = tb_ops.mat_mul(pa, pb, min_elements=0)
     got = _run(product, {pa: a, pb: b})
   np.testing.assert_allclose(got, _reference(a, b, False, False),
                              **_tolerance(np.float32, 300))

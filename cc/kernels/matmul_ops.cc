@@ -3,8 +3,9 @@
 // The replicas of a small-batch model compute their dense layers with it
 // (tensorbow/rewrite/kernels.py): a product with at most
 // small_matmul::kMaxSmall rows, or with at most that inner dimension, runs
-// the loops of small_matmul.h split over TensorFlow's intra-op pool; any
-// other product runs TensorFlow's own MatMul kernel (the wheel's Eigen is
+// the loops of small_matmul.h split over TensorFlow's intra-op pool, when
+// op(b) or the product has at least `min_elements` elements; any other
+// product runs TensorFlow's own MatMul kernel (the wheel's Eigen is
 // built for the CPU it targets; an Eigen contraction compiled here, with
 // tf.sysconfig's flags, took 2.5x as long for 64 x 3136 by 3136 x 512).
 #define EIGEN_USE_THREADS
@@ -138,6 +139,7 @@ class MatMulOp : public tensorflow::OpKernel {
   explicit MatMulOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("transpose_a", &transpose_a_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("transpose_b", &transpose_b_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("min_elements", &min_elements_));
     OP_REQUIRES_OK(ctx, CreateTensorFlowMatMul(ctx));
   }
 
@@ -163,7 +165,9 @@ class MatMulOp : public tensorflow::OpKernel {
                     "] (a ", a.shape().DebugString(), ", transpose_a=",
                     transpose_a_, "; b ", b.shape().DebugString(),
                     ", transpose_b=", transpose_b_, ")"));
-    if (rows > small_matmul::kMaxSmall && depth > small_matmul::kMaxSmall) {
+    const bool small_batch = rows <= small_matmul::kMaxSmall ||
+                             depth <= small_matmul::kMaxSmall;
+    if (!small_batch || std::max(rows, depth) * cols < min_elements_) {
       tensorflow_matmul_->Compute(ctx);
       return;
     }
@@ -205,6 +209,7 @@ class MatMulOp : public tensorflow::OpKernel {
 
   bool transpose_a_ = false;
   bool transpose_b_ = false;
+  int64_t min_elements_ = 0;
   std::unique_ptr<tensorflow::OpKernel> tensorflow_matmul_;
 };
 
