@@ -37,11 +37,14 @@ def matmul_graph(a_shape, b_shape, dtype, **kwargs):
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+# The weight (and the weight gradient) has at least TensorBowMatMul's
+# default min_elements (65536) elements, so its own loops run, not the
+# TensorFlow kernel it hands small products to.
 @pytest.mark.parametrize("a_shape,b_shape,kwargs", [
-    ([None, 40], [1030, 40], {"transpose_b": True}),  # dY·Wᵀ
-    ([None, 300], [300, 70], {}),  # X·W
-    ([None, 300], [None, 70], {"transpose_a": True}),  # Xᵀ·dY
-    ([3, 20], [20, 5], {}),  # few rows, known
+    ([None, 64], [1030, 64], {"transpose_b": True}),  # dY·Wᵀ
+    ([None, 300], [300, 256], {}),  # X·W
+    ([None, 300], [None, 256], {"transpose_a": True}),  # Xᵀ·dY
+    ([3, 300], [300, 256], {}),  # few rows, known
 ])
 def test_substituted_matmul_equals_numpy(dtype, a_shape, b_shape, kwargs):
   graph, op = matmul_graph(a_shape, b_shape, dtype, **kwargs)
@@ -185,10 +188,12 @@ def test_conv_substitutions_skip_ops_inside_a_while_loop(monkeypatch):
 
 
 def small_cnn():
-  """x [None, 14, 14, 2] -> conv 3x3x8 -> dense 1568 x 16 -> 3 classes.
+  """x [None, 14, 14, 2] -> conv 3x3x8 -> dense 1568 x 48 -> 3 classes.
 
   Its replicas substitute every kind: both convolution gradients and the
-  dense layers' products (forward, input and weight gradients)."""
+  dense layers' products (forward, input and weight gradients). The first
+  dense weight has more than TensorBowMatMul's default min_elements
+  (65536), so its products run the op's own loops."""
   graph = tf.Graph()
   rng = np.random.RandomState(0)
   with graph.as_default():
@@ -198,9 +203,9 @@ def small_cnn():
                           .astype(np.float32))
     h = tf.nn.relu(tf.nn.conv2d(x, w1, 1, "SAME"))
     h = tf.reshape(h, [-1, 14 * 14 * 8])
-    w2 = tf1.get_variable("w2", initializer=(0.05 * rng.randn(1568, 16))
+    w2 = tf1.get_variable("w2", initializer=(0.05 * rng.randn(1568, 48))
                           .astype(np.float32))
-    w3 = tf1.get_variable("w3", initializer=(0.2 * rng.randn(16, 3))
+    w3 = tf1.get_variable("w3", initializer=(0.2 * rng.randn(48, 3))
                           .astype(np.float32))
     logits = tf.matmul(tf.tanh(tf.matmul(h, w2)), w3)
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(

@@ -123,7 +123,7 @@ struct MatMul<CPUDevice, T> {
                                         8.0 * depth * cols),
                     [&](Index first, Index last) {
                       sm::Product(left, b_data, out, depth, cols, first * 4,
-                                  std::min(rows, last * 4), 0, cols);
+                                  std::min(rows, last * 4));
                     });
     }
   }

@@ -39,10 +39,9 @@ template <typename T>
 using Vec = typename VecOf<T>::type;
 template <typename T>
 constexpr int64_t kLanes = 32 / sizeof(T);
+// Columns of the product a tile covers: two vectors, 64 bytes.
 template <typename T>
-constexpr int64_t kTile = kTileColumns<T>;
-static_assert(kTileColumns<float> == 2 * kLanes<float>, "two vectors a tile");
-static_assert(kTileColumns<double> == 2 * kLanes<double>, "two vectors a tile");
+constexpr int64_t kTile = 2 * kLanes<T>;
 
 template <typename T>
 TENSORBOW_INLINE Vec<T> Load(const T* p) {
@@ -105,33 +104,32 @@ TENSORBOW_INLINE void Tile(Left<T> a, const T* b, T* c, int64_t depth,
 // product, which is slow to write a column strip at a time).
 template <typename T, int kRows>
 TENSORBOW_INLINE void ProductRowBlock(Left<T> a, const T* b, T* c,
-                                      int64_t depth, int64_t cols, int64_t m,
-                                      int64_t col_begin, int64_t col_end) {
+                                      int64_t depth, int64_t cols,
+                                      int64_t m) {
   const Left<T> rows{a.data + m * a.row_stride, a.row_stride, a.col_stride};
-  for (int64_t j = col_begin; j < col_end; j += kTile<T>) {
+  for (int64_t j = 0; j < cols; j += kTile<T>) {
     Tile<T, kRows, false>(rows, b + j, c + m * cols + j, depth, cols,
-                          std::min(kTile<T>, col_end - j));
+                          std::min(kTile<T>, cols - j));
   }
 }
 
 template <typename T>
 TENSORBOW_INLINE void ProductImpl(Left<T> a, const T* b, T* c, int64_t depth,
                                   int64_t cols, int64_t row_begin,
-                                  int64_t row_end, int64_t col_begin,
-                                  int64_t col_end) {
+                                  int64_t row_end) {
   int64_t m = row_begin;
   for (; m + 4 <= row_end; m += 4) {
-    ProductRowBlock<T, 4>(a, b, c, depth, cols, m, col_begin, col_end);
+    ProductRowBlock<T, 4>(a, b, c, depth, cols, m);
   }
   switch (row_end - m) {
     case 3:
-      ProductRowBlock<T, 3>(a, b, c, depth, cols, m, col_begin, col_end);
+      ProductRowBlock<T, 3>(a, b, c, depth, cols, m);
       break;
     case 2:
-      ProductRowBlock<T, 2>(a, b, c, depth, cols, m, col_begin, col_end);
+      ProductRowBlock<T, 2>(a, b, c, depth, cols, m);
       break;
     case 1:
-      ProductRowBlock<T, 1>(a, b, c, depth, cols, m, col_begin, col_end);
+      ProductRowBlock<T, 1>(a, b, c, depth, cols, m);
       break;
     default:
       break;
@@ -237,16 +235,14 @@ TENSORBOW_INLINE void TransposedProductImpl(const T* a, const T* b, T* c,
 
 TENSORBOW_CLONES void Product(Left<float> a, const float* b, float* c,
                               int64_t depth, int64_t cols, int64_t row_begin,
-                              int64_t row_end, int64_t col_begin,
-                              int64_t col_end) {
-  ProductImpl(a, b, c, depth, cols, row_begin, row_end, col_begin, col_end);
+                              int64_t row_end) {
+  ProductImpl(a, b, c, depth, cols, row_begin, row_end);
 }
 
 TENSORBOW_CLONES void Product(Left<double> a, const double* b, double* c,
                               int64_t depth, int64_t cols, int64_t row_begin,
-                              int64_t row_end, int64_t col_begin,
-                              int64_t col_end) {
-  ProductImpl(a, b, c, depth, cols, row_begin, row_end, col_begin, col_end);
+                              int64_t row_end) {
+  ProductImpl(a, b, c, depth, cols, row_begin, row_end);
 }
 
 TENSORBOW_CLONES void AccumulateProduct(Left<float> a, const float* b,

@@ -7,10 +7,12 @@
 //   dW = xᵀ · dy    a small inner dimension: Product
 //
 // Each reads the large operand once and writes the product once, keeping a
-// tile of the product in registers; TensorFlow's Eigen contraction, tuned
-// for large products, takes several times longer on these shapes
-// (benchmarks/matmul_shapes.py). On x86-64 each function is also compiled
-// for AVX2 with FMA and picked at load time when the CPU has them.
+// tile of the product in registers. TensorFlow's Eigen contraction, tuned
+// for large products, takes 12x as long for the input gradient of LeNet's
+// fc1 at batch 4; the other two are about even alone and faster in a
+// training step (benchmarks/matmul_shapes.py, step_profile.py). On x86-64
+// each function is also compiled for AVX2 with FMA and picked at load time
+// when the CPU has them.
 //
 // Matrices are row-major. `A` is read through strides, so a transposed
 // input needs no copy: element (m, k) of the left operand op(A) is
@@ -27,11 +29,6 @@ namespace small_matmul {
 // here beat a blocked matrix product.
 constexpr int64_t kMaxSmall = 16;
 
-// Columns of the product each tile of Product covers (64 bytes): split
-// the columns between threads in multiples of it.
-template <typename T>
-constexpr int64_t kTileColumns = 64 / sizeof(T);
-
 // Where the left operand op(A) (rows x depth) is: element (m, k) at
 // data[m * row_stride + k * col_stride].
 template <typename T>
@@ -42,13 +39,11 @@ struct Left {
 };
 
 // c[m, j] = sum_k op(A)[m, k] * b[k, j] for m in [row_begin, row_end) and
-// j in [col_begin, col_end); b is depth x cols, c is ? x cols.
+// every j < cols; b is depth x cols, c is ? x cols.
 void Product(Left<float> a, const float* b, float* c, int64_t depth,
-             int64_t cols, int64_t row_begin, int64_t row_end,
-             int64_t col_begin, int64_t col_end);
+             int64_t cols, int64_t row_begin, int64_t row_end);
 void Product(Left<double> a, const double* b, double* c, int64_t depth,
-             int64_t cols, int64_t row_begin, int64_t row_end,
-             int64_t col_begin, int64_t col_end);
+             int64_t cols, int64_t row_begin, int64_t row_end);
 
 // c[m, j] += sum_{k in [k_begin, k_end)} op(A)[m, k] * b[k, j] for every
 // m < rows and j < cols; b is ? x cols, c is rows x cols. Reads b's rows

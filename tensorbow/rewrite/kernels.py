@@ -187,7 +187,7 @@ def _conv_input_grad(node, op):
   perm = _const(node, "swap_perm", [0, 1, 3, 2])
   swapped = _node(node, "swapped", "Transpose", [flipped.name, perm.name],
                   T=node.attr["T"], Tperm=_type(tf.int32))
-  conv = _conv2d(node, node.name, [grad, swapped.name], "SAME")
+  conv = _conv2d(node, None, [grad, swapped.name], "SAME")
   return [axes, flipped, perm, swapped, conv]
 
 
@@ -206,8 +206,7 @@ def _conv_filter_grad(node, op):
   grad_perm = _const(node, "grad_perm", [1, 2, 0, 3])
   grad_t = _node(node, "grad_t", "Transpose", [grad, grad_perm.name] + control,
                  T=node.attr["T"], Tperm=_type(tf.int32))
-  product = _conv2d(node, node.name + ">tensorbow_product",
-                    [input_t.name, grad_t.name], "VALID")
+  product = _conv2d(node, "product", [input_t.name, grad_t.name], "VALID")
   out = _node(node, None, "Transpose", [product.name, grad_perm.name],
               T=node.attr["T"], Tperm=_type(tf.int32))
   return [paddings, padded, input_perm, input_t, grad_perm, grad_t, product,
@@ -245,10 +244,9 @@ def _const(like, suffix, value):
   return node
 
 
-def _conv2d(like, name, inputs, padding):
-  node = tf.compat.v1.NodeDef(name=name, op="Conv2D", device=like.device)
-  node.input.extend(inputs)
-  node.attr["T"].CopyFrom(like.attr["T"])
+def _conv2d(like, suffix, inputs, padding):
+  """A stride-1 NHWC Conv2D named as `_node` names it."""
+  node = _node(like, suffix, "Conv2D", inputs, T=like.attr["T"])
   node.attr["strides"].list.i.extend([1, 1, 1, 1])
   node.attr["dilations"].list.i.extend([1, 1, 1, 1])
   node.attr["padding"].s = padding.encode()
