@@ -68,3 +68,8 @@ def extend_session(session):
   them; the runtime's TF_SessionRun calls do not.
   """
   session._extend_graph()  # pylint: disable=protected-access
+
+
+def fetches_fed(handler):
+  """Whether a fetch handler fetches a fed tensor (it returns the fed value)."""
+  return len(handler._final_fetches) != len(handler._fetches)  # pylint: disable=protected-access

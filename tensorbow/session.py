@@ -27,10 +27,23 @@ _Plan = collections.namedtuple("_Plan", [
     "feeds",  # fed tensors, in call order
     "batch",  # per feed: is it a batch feed (sharded)?
     "dtypes",  # per feed: TF_DataType enum
+    "np_dtypes",  # per feed: NumPy dtype
+    "shapes",  # per feed: dims (None where unknown), or None: unknown rank
     "calls",  # per replica: runtime call id
     "sync_call",  # runtime call id of the synchronisation, or -1
     "central_fetches",  # fetch positions read from the central model
 ])
+
+# How a run is classified, kept per fetch structure and feed keys.
+_Route = collections.namedtuple("_Route", [
+    "fed",  # fed tensors, in feed_dict order
+    "handler",  # TensorFlow's fetch handler
+    "signature",  # (fetched tensor names, target names, fed names)
+    "closure",  # (is_training, writes_variables, ops)
+    "fetched",  # tensors and operations the handler fetches or runs
+    "cacheable",  # no fetch is fed (the handler then holds a feed value)
+])
+_MAX_ROUTES = 256
 
 
 class TensorBowSession(compat.SessionInterface):
@@ -75,6 +88,7 @@ class TensorBowSession(compat.SessionInterface):
     self._replicator = None
     self._plans = {}
     self._closures = {}  # signature -> (is_training, writes, ops)
+    self._routes = {}  # _run_key -> _Route
     self._needs_refresh = False
     self._lock = threading.RLock()
     self._context = None
@@ -167,12 +181,34 @@ class TensorBowSession(compat.SessionInterface):
       As `tf.compat.v1.Session.run` otherwise.
     """
     feed_dict = feed_dict or {}
+    key = _run_key(fetches, feed_dict)
+    route = self._routes.get(key) if key is not None else None
+    if route is not None and not all(
+        self.graph.is_fetchable(x) for x in route.fetched):
+      route = None  # made unfetchable since: TensorFlow reports it
+    if route is None:
+      route = self._route(fetches, feed_dict)
+      if route is None:  # let TensorFlow report it, exactly as it would
+        return self._plain_run(fetches, feed_dict, options, run_metadata, None)
+      if key is not None and route.cacheable:
+        if len(self._routes) >= _MAX_ROUTES:
+          self._routes.clear()
+        self._routes[key] = route
+    is_training, writes, ops = route.closure
+    if not is_training:
+      return self._plain_run(fetches, feed_dict, options, run_metadata, writes)
+    feeds = list(zip(route.fed, feed_dict.values()))
+    return self._training_run(route.handler, route.signature, ops, feeds,
+                              options, run_metadata)
+
+  def _route(self, fetches, feed_dict):
+    """Classifies a run: its _Route, or None for TensorFlow to report."""
     try:
       feeds = self._resolve_feeds(feed_dict)
     except (TypeError, ValueError, KeyError):
-      feeds = None  # let TensorFlow report it, exactly as it would
+      feeds = None
     if feeds is None:
-      return self._plain_run(fetches, feed_dict, options, run_metadata, None)
+      return None
     handler = compat.fetch_handler(self.graph, fetches,
                                    {t.ref(): v for t, v in feeds})
     signature = (tuple(t.name for t in handler.fetches()),
@@ -188,11 +224,10 @@ class TensorBowSession(compat.SessionInterface):
         closure = (any(analysis.is_apply(op) for op in ops),
                    analysis.writes_variables(ops), ops)
         self._closures[signature] = closure
-    is_training, writes, ops = closure
-    if not is_training:
-      return self._plain_run(fetches, feed_dict, options, run_metadata, writes)
-    return self._training_run(handler, signature, ops, feeds, options,
-                              run_metadata)
+    return _Route(fed=[t for t, _ in feeds], handler=handler,
+                  signature=signature, closure=closure,
+                  fetched=handler.fetches() + handler.targets(),
+                  cacheable=not compat.fetches_fed(handler))
 
   # ---- Plain runs ----------------------------------------------------------
 
@@ -275,8 +310,7 @@ class TensorBowSession(compat.SessionInterface):
       if info is None:
         call = self._runtime.add_call(fed, fetches, targets)
         compat.extend_session(self._session)
-        return _Plan(fed, batch, [t.dtype.as_datatype_enum for t in fed],
-                     [call], -1, [])
+        return _new_plan(fed, batch, [call], -1, [])
     else:
       info = analysis.analyse_training(ops, batch_names)
     if self._replicator is None:
@@ -308,8 +342,7 @@ class TensorBowSession(compat.SessionInterface):
         [replica_op(op, r) for op in targets])
              for r in range(self._replicas)]
     compat.extend_session(self._session)
-    return _Plan(fed, batch, [t.dtype.as_datatype_enum for t in fed], calls,
-                 sync_call, central_fetches)
+    return _new_plan(fed, batch, calls, sync_call, central_fetches)
 
   def _resolve_feeds(self, feed_dict):
     """[(tensor, value)] for a feed_dict of Tensors or tensor names."""
@@ -326,14 +359,15 @@ class TensorBowSession(compat.SessionInterface):
     """The fed values as NumPy arrays, checked as TensorFlow checks them."""
     values = []
     rows = {}
-    for t, is_batch in zip(plan.feeds, plan.batch):
+    for t, is_batch, dtype, shape in zip(plan.feeds, plan.batch,
+                                         plan.np_dtypes, plan.shapes):
       value = fed[t]
       if isinstance(value, tf.Tensor):
         raise TypeError(
             f"The value of a feed cannot be a tf.Tensor object (feed "
             f"{t.name}); feed NumPy arrays, lists or scalars")
-      array = np.asarray(value, dtype=t.dtype.as_numpy_dtype)
-      if not t.shape.is_compatible_with(array.shape):
+      array = np.asarray(value, dtype=dtype)
+      if not _shape_fits(shape, array.shape):
         raise ValueError(
             f"Cannot feed value of shape {array.shape} for Tensor {t.name}, "
             f"which has shape {t.shape}")
@@ -394,8 +428,64 @@ def _plain_copy_info(ops, batch_names):
     return None
 
 
+def _new_plan(fed, batch, calls, sync_call, central_fetches):
+  return _Plan(
+      feeds=fed, batch=batch, dtypes=[t.dtype.as_datatype_enum for t in fed],
+      np_dtypes=[t.dtype.as_numpy_dtype for t in fed],
+      shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
+              for t in fed],
+      calls=calls, sync_call=sync_call, central_fetches=central_fetches)
+
+
+def _shape_fits(dims, shape):
+  """Whether an array's shape is compatible with a feed's (known) dims."""
+  if dims is None:
+    return True
+  return len(dims) == len(shape) and all(
+      d is None or d == n for d, n in zip(dims, shape))
+
+
+class _Uncacheable(Exception):
+  pass
+
+
+def _run_key(fetches, feed_dict):
+  """A hashable key for a run's fetch structure and feed keys, or None.
+
+  Only plain structures (lists, tuples, dicts) of Tensors, Operations and
+  names are keyed; anything else is classified afresh on every run.
+  """
+  try:
+    return (_fetch_key(fetches),
+            tuple(_leaf_key(k) for k in feed_dict))
+  except _Uncacheable:
+    return None
+
+
+def _fetch_key(fetch):
+  kind = type(fetch)
+  if kind is list or kind is tuple:
+    return (kind, tuple(_fetch_key(f) for f in fetch))
+  if kind is dict:
+    return (kind, tuple((type(k), k, _fetch_key(v))
+                        for k, v in fetch.items()))
+  return _leaf_key(fetch)
+
+
+def _leaf_key(leaf):
+  if isinstance(leaf, tf.Tensor):
+    return leaf.ref()
+  if isinstance(leaf, tf.Operation):
+    return (tf.Operation, id(leaf), leaf)
+  if isinstance(leaf, str):
+    return leaf
+  raise _Uncacheable()
+
+
 def _contiguous(array):
   # Not np.ascontiguousarray: it turns a scalar into shape [1].
+  if array.flags.c_contiguous:
+    return array
   return np.require(array, requirements="C")
 
 

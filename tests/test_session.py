@@ -489,3 +489,32 @@ def test_variables_of_one_shape_keep_their_own_values(use_resource):
       got_gamma, got_beta = sess.run([gamma, beta])
       np.testing.assert_allclose(got_gamma, z[0], rtol=1e-5, atol=1e-6)
       np.testing.assert_allclose(got_beta, z[1], rtol=1e-5, atol=1e-6)
+
+
+def test_repeated_runs_check_every_call_and_return_this_calls_values():
+  """Runs are classified once per fetch structure and feed keys; what
+  depends on the call (fed values, shapes, fetchability) is still per call."""
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  with tb.TensorBowSession(graph=m.graph, replicas=2) as sess:
+    sess.run(m.init)
+    for scale in (1.0, -2.0, 3.0):
+      # A fetched fed tensor is this call's value, by Tensor and by name.
+      out = sess.run({"x": m.x, "name": "y:0", "op": m.train},
+                     {m.x: scale * X, m.y: scale * Y})
+      assert sorted(out) == ["name", "op", "x"] and out["op"] is None
+      np.testing.assert_array_equal(out["x"], scale * X)
+      np.testing.assert_array_equal(out["name"], scale * Y)
+    for _ in range(2):
+      loss, _ = sess.run([m.loss, m.train], {m.x: X, m.y: Y})
+    w = sess.run(m.w)
+    with pytest.raises(ValueError, match=r"Cannot feed value of shape "
+                       r"\(10, 2\) for Tensor x:0, which has shape"):
+      sess.run([m.loss, m.train], {m.x: X[:, :2], m.y: Y})
+    m.graph.prevent_fetching(m.loss.op)
+    with pytest.raises(ValueError, match="has been marked as not fetchable"):
+      sess.run([m.loss, m.train], {m.x: X, m.y: Y})
+    np.testing.assert_array_equal(sess.run(m.w), w)
+    # The keys alone pick the classification: by name, in another order.
+    sess.run([m.train], {"y:0": Y, "x:0": X})
+    assert not np.array_equal(sess.run(m.w), w)
+  assert np.isfinite(loss)
