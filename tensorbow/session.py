@@ -24,7 +24,8 @@ ALGORITHMS = ("sma", "none")
 
 # One training run's execution, prepared once per signature.
 _Plan = collections.namedtuple("_Plan", [
-    "feeds",  # fed tensors, in call order
+    "feeds",  # fed tensors, by name
+    "names",  # per feed: its tensor's name
     "batch",  # per feed: is it a batch feed (sharded)?
     "dtypes",  # per feed: TF_DataType enum
     "np_dtypes",  # per feed: NumPy dtype
@@ -37,6 +38,7 @@ _Plan = collections.namedtuple("_Plan", [
 # How a run is classified, kept per fetch structure and feed keys.
 _Route = collections.namedtuple("_Route", [
     "fed",  # fed tensors, in feed_dict order
+    "order",  # positions in feed_dict order of the fed tensors, by name
     "handler",  # TensorFlow's fetch handler
     "signature",  # (fetched tensor names, target names, fed names)
     "closure",  # (is_training, writes_variables, ops)
@@ -183,8 +185,9 @@ class TensorBowSession(compat.SessionInterface):
     feed_dict = feed_dict or {}
     key = _run_key(fetches, feed_dict)
     route = self._routes.get(key) if key is not None else None
+    graph = self.graph
     if route is not None and not all(
-        self.graph.is_fetchable(x) for x in route.fetched):
+        graph.is_fetchable(x) for x in route.fetched):
       route = None  # made unfetchable since: TensorFlow reports it
     if route is None:
       route = self._route(fetches, feed_dict)
@@ -197,7 +200,8 @@ class TensorBowSession(compat.SessionInterface):
     is_training, writes, ops = route.closure
     if not is_training:
       return self._plain_run(fetches, feed_dict, options, run_metadata, writes)
-    feeds = list(zip(route.fed, feed_dict.values()))
+    values = list(feed_dict.values())
+    feeds = [(route.fed[i], values[i]) for i in route.order]
     return self._training_run(route.handler, route.signature, ops, feeds,
                               options, run_metadata)
 
@@ -224,7 +228,9 @@ class TensorBowSession(compat.SessionInterface):
         closure = (any(analysis.is_apply(op) for op in ops),
                    analysis.writes_variables(ops), ops)
         self._closures[signature] = closure
-    return _Route(fed=[t for t, _ in feeds], handler=handler,
+    fed = [t for t, _ in feeds]
+    order = sorted(range(len(fed)), key=lambda i: fed[i].name)
+    return _Route(fed=fed, order=order, handler=handler,
                   signature=signature, closure=closure,
                   fetched=handler.fetches() + handler.targets(),
                   cacheable=not compat.fetches_fed(handler))
@@ -254,7 +260,7 @@ class TensorBowSession(compat.SessionInterface):
       if plan is None:
         plan = self._build_plan(handler, ops, feeds)
         self._plans[signature] = plan
-      values = self._feed_values(plan, dict(feeds))
+      values = self._feed_values(plan, [v for _, v in feeds])
       shards = self._shard(plan, values)
       if self._replicator is not None:
         seed = self._replicator.seed_op()
@@ -356,12 +362,13 @@ class TensorBowSession(compat.SessionInterface):
     return feeds
 
   def _feed_values(self, plan, fed):
-    """The fed values as NumPy arrays, checked as TensorFlow checks them."""
+    """The fed values (in plan order) as NumPy arrays, checked as
+    TensorFlow checks them."""
+    graph = self.graph
     values = []
-    rows = {}
-    for t, is_batch, dtype, shape in zip(plan.feeds, plan.batch,
-                                         plan.np_dtypes, plan.shapes):
-      value = fed[t]
+    rows = []
+    for t, name, is_batch, dtype, shape, value in zip(
+        plan.feeds, plan.names, plan.batch, plan.np_dtypes, plan.shapes, fed):
       if isinstance(value, tf.Tensor):
         raise TypeError(
             f"The value of a feed cannot be a tf.Tensor object (feed "
@@ -371,24 +378,23 @@ class TensorBowSession(compat.SessionInterface):
         raise ValueError(
             f"Cannot feed value of shape {array.shape} for Tensor {t.name}, "
             f"which has shape {t.shape}")
-      if not self.graph.is_feedable(t):
+      if not graph.is_feedable(t):
         raise ValueError(f"Tensor {t.name} may not be fed.")
       if is_batch:
-        rows[t.name] = array.shape[0]
+        rows.append((name, array.shape[0]))
       values.append(array)
     if rows:
-      sizes = set(rows.values())
-      described = ", ".join(f"{n}: {s}" for n, s in sorted(rows.items()))
+      sizes = {n for _, n in rows}
       if len(sizes) > 1:
         raise tf.errors.InvalidArgumentError(
             None, None,
             "TensorBow: all batch feeds of a training run must have the same "
-            f"first dimension; got {described}")
+            f"first dimension; got {_described(rows)}")
       if sizes.pop() < self._replicas:
         raise tf.errors.InvalidArgumentError(
             None, None,
             f"TensorBow: a batch feed needs at least one row per replica "
-            f"({self._replicas} replicas); got {described}")
+            f"({self._replicas} replicas); got {_described(rows)}")
     return values
 
   def _shard(self, plan, values):
@@ -430,11 +436,15 @@ def _plain_copy_info(ops, batch_names):
 
 def _new_plan(fed, batch, calls, sync_call, central_fetches):
   return _Plan(
-      feeds=fed, batch=batch, dtypes=[t.dtype.as_datatype_enum for t in fed],
+      feeds=fed, names=[t.name for t in fed], batch=batch, dtypes=[t.dtype.as_datatype_enum for t in fed],
       np_dtypes=[t.dtype.as_numpy_dtype for t in fed],
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
               for t in fed],
       calls=calls, sync_call=sync_call, central_fetches=central_fetches)
+
+
+def _described(rows):
+  return ", ".join(f"{name}: {n}" for name, n in rows)
 
 
 def _shape_fits(dims, shape):
