@@ -105,6 +105,40 @@ def test_tta_suite_finds_the_best_run_of_each(tmp_path):
   assert f"{result['ratio']:.2f}" in table
 
 
+@pytest.mark.skipif(
+    not os.path.isdir("/usr/share/datasets/fashion-mnist"),
+    reason="needs Debian's dataset-fashion-mnist (scripts/setup.sh installs "
+    "it as root)")
+def test_tta_merge_keeps_earlier_rows_and_runs_only_new_configurations(
+    tmp_path):
+  first_dir, merged_dir = tmp_path / "first", tmp_path / "merged"
+  settings = ["--target", "0.0", "--max_epochs", "1", "--train_size", "256"]
+  first, _ = _run(first_dir, "tta", "--tf_batch_sizes", "32",
+                  "--tensorbow_batch_sizes", "4", "--tensorbow_replicas", "2",
+                  *settings)
+  previous = str(first_dir / "tta.json")
+  merged, table = _run(merged_dir, "tta", "--tf_batch_sizes", "16,32",
+                       "--tensorbow_batch_sizes", "4",
+                       "--tensorbow_replicas", "2", "--merge", previous,
+                       *settings)
+  rows = merged["rows"]
+  assert [(r["session"], r["batch_size"], r["replicas"]) for r in rows] == [
+      ("tf", 16, 1), ("tf", 32, 1), ("tensorbow", 4, 2)]
+  # Rows of the earlier run are kept as they were, not measured again.
+  assert rows[1] == first["rows"][0] and rows[2] == first["rows"][1]
+  assert merged["merged_commands"] == [first["command"]]
+  best_tf = min(rows[:2], key=lambda r: r["wall_time"])
+  assert merged["ratio"] == pytest.approx(
+      rows[2]["wall_time"] / best_tf["wall_time"])
+  assert f"{merged['ratio']:.2f}" in table
+  with pytest.raises(ValueError, match=r"other settings.*'max_epochs': "
+                     r"\(1, 2\)"):
+    bench_main.main(["tta", "--merge", previous, "--target", "0.0",
+                     "--max_epochs", "2", "--train_size", "256",
+                     "--out", str(tmp_path / "bad")])
+  assert not (tmp_path / "bad").exists()
+
+
 def test_markdown_of_replicas_formats_missing_ratios():
   result = {"rows": [], "derived": [dict(
       model="m", batch_size=4, replicas=2, sma_vs_tf=1.5, none_vs_tf=None,

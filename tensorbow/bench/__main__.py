@@ -52,6 +52,9 @@ def parse_args(argv):
   p.add_argument("--learning_rate", type=float, default=0.01)
   p.add_argument("--train_size", type=int, default=None,
                  help="tta: keep the first N training images")
+  p.add_argument("--merge", default=None,
+                 help="tta: an earlier tta.json whose rows are kept and "
+                 "whose configurations are not run again")
   return p.parse_args(argv)
 
 
@@ -68,10 +71,18 @@ def run(args, log):
                         args.replicas or [1, 2], args.repeats, args.seconds,
                         log)
   if args.suite == "tta":
-    return suites.tta(args.target, args.tf_batch_sizes,
-                      args.tensorbow_batch_sizes, args.tensorbow_replicas,
-                      args.max_epochs, args.learning_rate, args.train_size,
-                      log)
+    previous = None
+    if args.merge:
+      with open(args.merge) as f:
+        previous = json.load(f)
+    result = suites.tta(args.target, args.tf_batch_sizes,
+                        args.tensorbow_batch_sizes, args.tensorbow_replicas,
+                        args.max_epochs, args.learning_rate, args.train_size,
+                        log, previous)
+    if previous is not None:
+      result["merged_commands"] = (previous.get("merged_commands", []) +
+                                   [previous["command"]])
+    return result
   return suites.overhead(args.replicas or [1, 2, 4, 8], args.repeats,
                          args.seconds, log)
 

@@ -72,18 +72,37 @@ def batch(model, batch_sizes, replica_counts, repeats, seconds, log=None):
 
 
 def tta(target, tf_batch_sizes, tensorbow_batch_sizes, tensorbow_replicas,
-        max_epochs, learning_rate, train_size=None, log=None):
+        max_epochs, learning_rate, train_size=None, log=None, previous=None):
   """Time and epochs to `target` test accuracy, LeNet on Fashion-MNIST.
 
   One run per configuration (they take minutes each), TF at every batch
   size and TensorBow at every (batch size, L). Derived: the best (least
   wall time among runs that reached the target) of each and their ratio.
+
+  `previous`, an earlier result of this suite with the same target, epochs,
+  learning rate and training set, contributes its rows: its configurations
+  are not run again, so a sweep can be completed over several sessions.
+
+  Raises:
+    ValueError: `previous` was run with other settings.
   """
-  dataset = tb_data.load_dataset("fashion_mnist", train_size=train_size)
+  settings = {"target": target, "max_epochs": max_epochs,
+              "learning_rate": learning_rate, "train_size": train_size}
+  rows = []
+  if previous is not None:
+    differ = {k: (previous.get(k), v) for k, v in settings.items()
+              if previous.get(k) != v}
+    if differ:
+      raise ValueError(f"the previous tta result was run with other "
+                       f"settings (previous, now): {differ}")
+    rows = list(previous["rows"])
+  done = {(r["session"], r["batch_size"], r["replicas"]) for r in rows}
   runs = [("tf", b, 1) for b in tf_batch_sizes]
   runs += [("tensorbow", b, r) for b in tensorbow_batch_sizes
            for r in tensorbow_replicas]
-  rows = []
+  runs = [run for run in runs if run not in done]
+  dataset = (tb_data.load_dataset("fashion_mnist", train_size=train_size)
+             if runs else None)
   for session, b, r in runs:
     result = harness.time_to_accuracy("lenet", session, b, r, target,
                                       max_epochs, learning_rate, dataset)
@@ -93,14 +112,15 @@ def tta(target, tf_batch_sizes, tensorbow_batch_sizes, tensorbow_replicas,
           f"after {result['epochs']:.2f} epochs, {result['wall_time']:.1f} s"
           f" ({result['stop_reason']})")
 
+  rows.sort(key=lambda r: (r["session"] != "tf", r["batch_size"],
+                           r["replicas"]))
+
   def best(session):
     reached = [r for r in rows if r["session"] == session and r["reached"]]
     return min(reached, key=lambda r: r["wall_time"]) if reached else None
 
   best_tf, best_tb = best("tf"), best("tensorbow")
-  return {"target": target, "max_epochs": max_epochs,
-          "learning_rate": learning_rate, "train_size": train_size,
-          "rows": rows, "best_tf": best_tf, "best_tensorbow": best_tb,
+  return {**settings, "rows": rows, "best_tf": best_tf, "best_tensorbow": best_tb,
           "ratio": (best_tb["wall_time"] / best_tf["wall_time"]
                     if best_tf and best_tb else None)}
 
