@@ -37,8 +37,8 @@ _Plan = collections.namedtuple("_Plan", [
 
 # How a run is classified, kept per fetch structure and feed keys.
 _Route = collections.namedtuple("_Route", [
-    "fed",  # fed tensors, in feed_dict order
-    "order",  # positions in feed_dict order of the fed tensors, by name
+    "fed",  # fed tensors, by name
+    "order",  # per fed tensor: its position in feed_dict
     "handler",  # TensorFlow's fetch handler
     "signature",  # (fetched tensor names, target names, fed names)
     "closure",  # (is_training, writes_variables, ops)
@@ -197,12 +197,11 @@ class TensorBowSession(compat.SessionInterface):
         if len(self._routes) >= _MAX_ROUTES:
           self._routes.clear()
         self._routes[key] = route
-    is_training, writes, ops = route.closure
+    is_training, writes, _ = route.closure
     if not is_training:
       return self._plain_run(fetches, feed_dict, options, run_metadata, writes)
     values = list(feed_dict.values())
-    feeds = [(route.fed[i], values[i]) for i in route.order]
-    return self._training_run(route.handler, route.signature, ops, feeds,
+    return self._training_run(route, [values[i] for i in route.order],
                               options, run_metadata)
 
   def _route(self, fetches, feed_dict):
@@ -228,9 +227,9 @@ class TensorBowSession(compat.SessionInterface):
         closure = (any(analysis.is_apply(op) for op in ops),
                    analysis.writes_variables(ops), ops)
         self._closures[signature] = closure
-    fed = [t for t, _ in feeds]
-    order = sorted(range(len(fed)), key=lambda i: fed[i].name)
-    return _Route(fed=fed, order=order, handler=handler,
+    order = sorted(range(len(feeds)), key=lambda i: feeds[i][0].name)
+    return _Route(fed=[feeds[i][0] for i in order], order=order,
+                  handler=handler,
                   signature=signature, closure=closure,
                   fetched=handler.fetches() + handler.targets(),
                   cacheable=not compat.fetches_fed(handler))
@@ -253,14 +252,15 @@ class TensorBowSession(compat.SessionInterface):
 
   # ---- Training runs -------------------------------------------------------
 
-  def _training_run(self, handler, signature, ops, feeds, options,
-                    run_metadata):
+  def _training_run(self, route, fed_values, options, run_metadata):
+    """A wave over `route`'s plan; `fed_values` in the order of route.fed."""
+    handler = route.handler
     with self._lock:
-      plan = self._plans.get(signature)
+      plan = self._plans.get(route.signature)
       if plan is None:
-        plan = self._build_plan(handler, ops, feeds)
-        self._plans[signature] = plan
-      values = self._feed_values(plan, [v for _, v in feeds])
+        plan = self._build_plan(handler, route.closure[2], route.fed)
+        self._plans[route.signature] = plan
+      values = self._feed_values(plan, fed_values)
       shards = self._shard(plan, values)
       if self._replicator is not None:
         seed = self._replicator.seed_op()
@@ -299,8 +299,7 @@ class TensorBowSession(compat.SessionInterface):
         k += 1
     return handler.build_results(self, results)
 
-  def _build_plan(self, handler, ops, feeds):
-    fed = [t for t, _ in feeds]
+  def _build_plan(self, handler, ops, fed):
     fed_names = frozenset(t.name for t in fed)
     batch = [_is_batch_feed(t) for t in fed]
     fetches = handler.fetches()
@@ -436,7 +435,8 @@ def _plain_copy_info(ops, batch_names):
 
 def _new_plan(fed, batch, calls, sync_call, central_fetches):
   return _Plan(
-      feeds=fed, names=[t.name for t in fed], batch=batch, dtypes=[t.dtype.as_datatype_enum for t in fed],
+      feeds=fed, names=[t.name for t in fed], batch=batch,
+      dtypes=[t.dtype.as_datatype_enum for t in fed],
       np_dtypes=[t.dtype.as_numpy_dtype for t in fed],
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
               for t in fed],
@@ -486,7 +486,7 @@ def _leaf_key(leaf):
   if isinstance(leaf, tf.Tensor):
     return leaf.ref()
   if isinstance(leaf, tf.Operation):
-    return (tf.Operation, id(leaf), leaf)
+    return leaf  # hashed and compared by identity
   if isinstance(leaf, str):
     return leaf
   raise _Uncacheable()

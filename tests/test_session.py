@@ -514,7 +514,20 @@ def test_repeated_runs_check_every_call_and_return_this_calls_values():
     with pytest.raises(ValueError, match="has been marked as not fetchable"):
       sess.run([m.loss, m.train], {m.x: X, m.y: Y})
     np.testing.assert_array_equal(sess.run(m.w), w)
-    # The keys alone pick the classification: by name, in another order.
+    # Fed by name, in another order: the same training wave, checked
+    # against a session fed by Tensor below.
     sess.run([m.train], {"y:0": Y, "x:0": X})
-    assert not np.array_equal(sess.run(m.w), w)
-  assert np.isfinite(loss)
+    got = sess.run([m.w, m.b])
+  # The same successful runs, fed by Tensor in the graph's order.
+  ref = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  with tb.TensorBowSession(graph=ref.graph, replicas=2) as sess:
+    sess.run(ref.init)
+    for scale in (1.0, -2.0, 3.0):
+      sess.run(ref.train, {ref.x: scale * X, ref.y: scale * Y})
+    for _ in range(2):
+      ref_loss, _ = sess.run([ref.loss, ref.train], {ref.x: X, ref.y: Y})
+    sess.run(ref.train, {ref.x: X, ref.y: Y})
+    expected = sess.run([ref.w, ref.b])
+  np.testing.assert_allclose(loss, ref_loss, rtol=1e-6)
+  for a, b in zip(got, expected):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

@@ -120,7 +120,8 @@ def tta(target, tf_batch_sizes, tensorbow_batch_sizes, tensorbow_replicas,
     return min(reached, key=lambda r: r["wall_time"]) if reached else None
 
   best_tf, best_tb = best("tf"), best("tensorbow")
-  return {**settings, "rows": rows, "best_tf": best_tf, "best_tensorbow": best_tb,
+  return {**settings, "rows": rows, "best_tf": best_tf,
+          "best_tensorbow": best_tb,
           "ratio": (best_tb["wall_time"] / best_tf["wall_time"]
                     if best_tf and best_tb else None)}
 
