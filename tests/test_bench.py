@@ -54,8 +54,60 @@ def test_replicas_suite_ratios_and_sma_cost(tmp_path):
   assert derived[2]["sma_cost"] == pytest.approx(
       1 - sma2["median"] / none2["median"])
   assert derived[2]["sma_vs_tf"] == pytest.approx(sma2["vs_tf"])
+  ratios = [s / n for s, n in zip(sma2["samples"], none2["samples"])]
+  assert derived[2]["sma_cost_paired"] == pytest.approx(
+      1 - (ratios[0] + ratios[1]) / 2)
+  assert derived[2]["sma_cost_interval"] is None  # 2 repeats are too few.
   # One table row per configuration, one per derived row, two headers each.
   assert table.count("\n| logistic_regression |") == len(rows) + 2
+
+
+def test_interleave_reverses_every_other_repeat():
+
+  class Fake(object):
+
+    def __init__(self, name):
+      self.name, self.samples = name, []
+
+    def measure(self, seconds):
+      order.append(self.name)
+      self.samples.append(seconds)
+
+    def record(self):
+      return self.name
+
+  order = []
+  configs = [Fake("a"), Fake("b"), Fake("c")]
+  assert harness.interleave(configs, 3, 1.0) == ["a", "b", "c"]
+  assert order == list("abccbaabc")
+
+
+def test_median_interval_from_order_statistics():
+  # n = 20: P(Binomial(20, 1/2) <= 5) = 0.0207, <= 6: 0.0577, so the 95 %
+  # interval runs from the 6th smallest to the 6th largest sample.
+  assert harness.median_interval(list(range(20, 0, -1))) == (6, 15)
+  # n = 6: only the full range reaches 95 % (1 - 2 / 64); n = 5 cannot.
+  assert harness.median_interval([3, 1, 2, 6, 5, 4]) == (1, 6)
+  assert harness.median_interval([1, 2, 3, 4, 5]) is None
+  assert harness.median_interval(list(range(20)), confidence=0.99) == (3, 16)
+
+
+def test_paired_ratio_takes_ratios_repeat_by_repeat():
+
+  class Samples(object):
+
+    def __init__(self, name, samples):
+      self.name, self.samples = name, samples
+
+  # Drift moves both alike: the medians' ratio is 1, every pair's is 0.9.
+  sma = Samples("sma", [90.0, 45.0, 180.0, 9.0, 900.0, 90.0])
+  none = Samples("none", [100.0, 50.0, 200.0, 10.0, 1000.0, 100.0])
+  paired = harness.paired_ratio(sma, none)
+  assert paired["median"] == pytest.approx(0.9)
+  assert paired["interval"] == pytest.approx((0.9, 0.9))
+  assert paired["repeats"] == 6
+  with pytest.raises(ValueError, match="sma has 6 samples, none 5"):
+    harness.paired_ratio(sma, Samples("none", none.samples[:5]))
 
 
 def test_batch_suite_compares_with_the_largest_tf_batch(tmp_path):
@@ -146,5 +198,8 @@ def test_markdown_of_replicas_formats_missing_ratios():
   assert "| m | 4 | 2 | 1.50 | - | - |" in report.markdown("replicas",
                                                           result)
   cost = dict(result["derived"][0], none_vs_tf=2.0, sma_cost=0.25)
-  assert "| m | 4 | 2 | 1.50 | 2.00 | 25.0 % |" in report.markdown(
+  assert "| m | 4 | 2 | 1.50 | 2.00 | 25.0 % | - |" in report.markdown(
       "replicas", {"rows": [], "derived": [cost]})
+  cost.update(sma_cost_paired=0.02, sma_cost_interval=[-0.01, 0.035])
+  assert ("| m | 4 | 2 | 1.50 | 2.00 | 25.0 % | 2.0 % (-1.0 % to 3.5 %) |"
+          in report.markdown("replicas", {"rows": [], "derived": [cost]}))

@@ -6,7 +6,12 @@ synthetic images of the model's shape. Suites build a group of them and
 call `interleave`, which measures each in turn, repeat after repeat, so
 that a noisy machine slows every configuration alike; the median and the
 spread of the repeats are reported, with ratios taken within the group.
+Every other repeat runs the group in reverse, so that two neighbours are
+measured once in each order and a ratio of their samples taken in the same
+repeat (`paired_ratio`) is not biased by drift within a repeat.
 """
+import math
+
 import importlib.util
 import os
 import platform
@@ -81,6 +86,43 @@ def summary(samples):
           "max": max(samples), "repeats": len(samples)}
 
 
+def median_interval(samples, confidence=0.95):
+  """A distribution-free confidence interval of the samples' median.
+
+  The interval between the k-th smallest and the k-th largest sample
+  holds the median with probability 1 - 2 P(Binomial(n, 1/2) < k); k is
+  the largest for which that is at least `confidence`. Returns (low,
+  high), or None when even the full range is not enough (n < 6 at 95 %).
+  """
+  n = len(samples)
+  tail, k = 0.0, 0  # tail = P(Binomial(n, 1/2) < k + 1) after the loop.
+  while True:
+    tail += math.comb(n, k) / 2 ** n
+    if 1 - 2 * tail < confidence:
+      break
+    k += 1
+  if k == 0:
+    return None
+  ordered = sorted(samples)
+  return ordered[k - 1], ordered[n - k]
+
+
+def paired_ratio(numerator, denominator, confidence=0.95):
+  """Median of the repeat-by-repeat ratios of two configurations' samples.
+
+  Returns {"median", "interval", "repeats"}; "interval" is
+  median_interval's, or None with too few repeats.
+  """
+  if len(numerator.samples) != len(denominator.samples):
+    raise ValueError(f"{numerator.name} has {len(numerator.samples)} "
+                     f"samples, {denominator.name} "
+                     f"{len(denominator.samples)}")
+  ratios = [a / b for a, b in zip(numerator.samples, denominator.samples)]
+  return {"median": statistics.median(ratios),
+          "interval": median_interval(ratios, confidence),
+          "repeats": len(ratios)}
+
+
 class Throughput(object):
   """One configuration whose training images per second are measured.
 
@@ -152,7 +194,8 @@ class Throughput(object):
     """This configuration and its measured images/s, for the JSON output."""
     return dict(model=self.model, session=self.session_kind,
                 replicas=self.replicas, algorithm=self.algorithm,
-                batch_size=self.batch_size, **summary(self.samples))
+                batch_size=self.batch_size, samples=list(self.samples),
+                **summary(self.samples))
 
 
 def milliseconds_per_run(sess, fetches, seconds):
@@ -167,9 +210,12 @@ def milliseconds_per_run(sess, fetches, seconds):
 
 
 def interleave(configs, repeats, seconds, log=None):
-  """Measures `configs` in turn, `repeats` times; returns their records."""
+  """Measures `configs` in turn, `repeats` times; returns their records.
+
+  Odd repeats (counting from 0) go through `configs` in reverse order.
+  """
   for r in range(repeats):
-    for c in configs:
+    for c in (configs if r % 2 == 0 else configs[::-1]):
       c.measure(seconds)
       if log is not None:
         log(f"repeat {r + 1}/{repeats} {c.name}: {c.samples[-1]:.1f} img/s")

@@ -9,6 +9,10 @@ def _fmt(value, digits=2):
   return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _percent(fraction):
+  return "-" if fraction is None else f"{100 * fraction:.1f} %"
+
+
 def markdown(suite, result):
   """The result's table(s) in Markdown."""
   lines = []
@@ -21,13 +25,17 @@ def markdown(suite, result):
           f"{r['replicas']} | {r['algorithm'] or '-'} | {r['median']:.0f} "
           f"({r['min']:.0f}-{r['max']:.0f}) | {r['vs_tf']:.2f} |")
     lines += ["", "| model | batch | L | sma vs TF | none vs TF | SMA cost "
-              "(1 - sma/none) |", "|---|---|---|---|---|---|"]
+              "(1 - sma/none) | paired SMA cost (95 % interval) |",
+              "|---|---|---|---|---|---|---|"]
     for d in result["derived"]:
+      paired = _percent(d.get("sma_cost_paired"))
+      if d.get("sma_cost_interval"):
+        paired += " ({} to {})".format(*map(_percent,
+                                            d["sma_cost_interval"]))
       lines.append(
           f"| {d['model']} | {d['batch_size']} | {d['replicas']} | "
           f"{_fmt(d['sma_vs_tf'])} | {_fmt(d['none_vs_tf'])} | "
-          f"{_fmt(None if d['sma_cost'] is None else 100 * d['sma_cost'], 1)}"
-          f"{'' if d['sma_cost'] is None else ' %'} |")
+          f"{_percent(d['sma_cost'])} | {paired} |")
   elif suite == "batch":
     lines += ["| session | L | batch per replica | img/s (min-max) | "
               "vs TF at the largest batch |", "|---|---|---|---|---|"]

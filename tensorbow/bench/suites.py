@@ -21,16 +21,24 @@ def replicas(models, batch_sizes, replica_counts, algorithms, repeats,
   """Images/s against L, per model and batch size, with "sma" and "none".
 
   Per (model, batch size) one interleaved group: TF and TensorBow at every
-  L and algorithm. Derived: TensorBow's ratio to TF, and the cost of
-  synchronisation, 1 - sma / none, at each L.
+  L and algorithm, the algorithms of one L measured next to each other.
+  Derived: TensorBow's ratio to TF, and the cost of synchronisation at
+  each L, twice: 1 - sma / none of the medians, and 1 - the median of the
+  ratios taken repeat by repeat ("sma_cost_paired", with the 95 % interval
+  of that median, "sma_cost_interval"), which cancels the drift between
+  repeats that scatters the first.
   """
   rows, derived = [], []
   for model in models:
     for batch in batch_sizes:
       group = [harness.Throughput(model, "tf", batch)]
-      group += [harness.Throughput(model, "tensorbow", batch, r, a)
-                for a in algorithms for r in replica_counts]
-      records = harness.interleave(group, repeats, seconds, log)
+      configs = {(r, a): harness.Throughput(model, "tensorbow", batch, r, a)
+                 for a in algorithms for r in replica_counts}
+      group += configs.values()
+      harness.interleave(
+          group[:1] + [configs[r, a] for r in replica_counts
+                       for a in algorithms], repeats, seconds, log)
+      records = [c.record() for c in group]
       for c in group:
         c.close()
       tf_median = records[0]["median"]
@@ -40,11 +48,17 @@ def replicas(models, batch_sizes, replica_counts, algorithms, repeats,
       by_key = {(r["replicas"], r["algorithm"]): r for r in records[1:]}
       for r in replica_counts:
         sma, none = by_key.get((r, "sma")), by_key.get((r, "none"))
+        paired = (harness.paired_ratio(configs[r, "sma"], configs[r, "none"])
+                  if sma and none else None)
+        interval = paired and paired["interval"]
         derived.append(dict(
             model=model, batch_size=batch, replicas=r,
             sma_vs_tf=sma and sma["vs_tf"], none_vs_tf=none and none["vs_tf"],
             sma_cost=(1 - sma["median"] / none["median"]
-                      if sma and none else None)))
+                      if sma and none else None),
+            sma_cost_paired=paired and 1 - paired["median"],
+            sma_cost_interval=interval and [1 - interval[1],
+                                            1 - interval[0]]))
   return {"models": models, "batch_sizes": batch_sizes,
           "replicas": replica_counts, "algorithms": algorithms,
           "repeats": repeats, "seconds": seconds, "rows": rows,
