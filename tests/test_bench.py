@@ -5,14 +5,18 @@ noisy); what is checked is what the suites compute from them: ratios,
 medians, the cost of SMA, the best runs of time-to-accuracy, and that the
 JSON, Markdown and PNG outputs hold them.
 """
+import importlib.util
 import json
 import os
 
 import pytest
+import tensorflow as tf
 
 from tensorbow.bench import __main__ as bench_main
 from tensorbow.bench import harness
 from tensorbow.bench import report
+
+tf.compat.v1.disable_eager_execution()
 
 
 def test_summary_is_median_min_max():
@@ -203,3 +207,23 @@ def test_markdown_of_replicas_formats_missing_ratios():
   cost.update(sma_cost_paired=0.02, sma_cost_interval=[-0.01, 0.035])
   assert ("| m | 4 | 2 | 1.50 | 2.00 | 25.0 % | 2.0 % (-1.0 % to 3.5 %) |"
           in report.markdown("replicas", {"rows": [], "derived": [cost]}))
+
+
+def test_sma_op_time_counts_the_apply_ops_of_both_algorithms():
+  path = os.path.join(os.path.dirname(__file__), "..", "benchmarks",
+                      "sma_op_time.py")
+  spec = importlib.util.spec_from_file_location("sma_op_time", path)
+  sma_op_time = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(sma_op_time)
+  assert sma_op_time.is_apply("TensorBowResourceApplySmaMomentumWithCentral")
+  assert sma_op_time.is_apply("ResourceApplyGradientDescent")
+  assert not sma_op_time.is_apply("MatMul")
+  for algorithm in ("sma", "none"):
+    config = harness.Throughput("logistic_regression", "tensorbow", 4, 2,
+                                algorithm)
+    waves = sma_op_time.traced_waves(config, 2)
+    config.close()
+    assert len(waves) == 2
+    for wall, all_ops, apply_ops in waves:
+      # Replica 0's apply op was traced, and it is part of all its ops.
+      assert 0 < apply_ops < all_ops and wall > 0
