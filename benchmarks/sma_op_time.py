@@ -25,15 +25,13 @@ the noise that the apply ops' difference leaves out.
 import argparse
 import collections
 import json
-import os
 import statistics
 import sys
 import time
 
 import tensorflow as tf
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from tensorbow.bench import harness  # noqa: E402  pylint: disable=g-import-not-at-top
+from tensorbow.bench import harness
 
 
 def _op_type(node_stats):

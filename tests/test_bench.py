@@ -103,13 +103,20 @@ def test_paired_ratio_takes_ratios_repeat_by_repeat():
     def __init__(self, name, samples):
       self.name, self.samples = name, samples
 
-  # Drift moves both alike: the medians' ratio is 1, every pair's is 0.9.
+  # Drift moves both alike: the samples span 100x, every pair's ratio is 0.9.
   sma = Samples("sma", [90.0, 45.0, 180.0, 9.0, 900.0, 90.0])
   none = Samples("none", [100.0, 50.0, 200.0, 10.0, 1000.0, 100.0])
   paired = harness.paired_ratio(sma, none)
   assert paired["median"] == pytest.approx(0.9)
   assert paired["interval"] == pytest.approx((0.9, 0.9))
   assert paired["repeats"] == 6
+  # A slow spell that starts between the third pair's two samples: the
+  # medians' ratio is 54 / 80, the pairs' median still 0.9.
+  slow_sma = Samples("sma", [90.0, 90.0, 54.0, 54.0, 54.0, 54.0])
+  slow_none = Samples("none", [100.0, 100.0, 100.0, 60.0, 60.0, 60.0])
+  paired = harness.paired_ratio(slow_sma, slow_none)
+  assert paired["median"] == pytest.approx(0.9)
+  assert paired["interval"] == pytest.approx((0.54, 0.9))
   with pytest.raises(ValueError, match="sma has 6 samples, none 5"):
     harness.paired_ratio(sma, Samples("none", none.samples[:5]))
 

@@ -10,9 +10,8 @@ Every other repeat runs the group in reverse, so that two neighbours are
 measured once in each order and a ratio of their samples taken in the same
 repeat (`paired_ratio`) is not biased by drift within a repeat.
 """
-import math
-
 import importlib.util
+import math
 import os
 import platform
 import statistics
