@@ -23,7 +23,6 @@ the noise that the apply ops' difference leaves out.
   python benchmarks/sma_op_time.py --model resnet32 --replicas 8 --batch_size 16
 """
 import argparse
-import collections
 import json
 import statistics
 import sys
@@ -32,11 +31,6 @@ import time
 import tensorflow as tf
 
 from tensorbow.bench import harness
-
-
-def _op_type(node_stats):
-  label = node_stats.timeline_label
-  return label.split("=")[1].split("(")[0].strip() if "=" in label else ""
 
 
 def is_apply(op_type):
@@ -55,14 +49,12 @@ def traced_waves(config, waves):
     config.session.run(config.net.train_op, config.feed, options=options,
                        run_metadata=metadata)
     wall = (time.perf_counter() - start) * 1e3
-    total = collections.Counter()
-    for device in metadata.step_stats.dev_stats:
-      for node in device.node_stats:
-        micros = node.op_end_rel_micros - node.op_start_rel_micros
-        total["all"] += micros
-        if is_apply(_op_type(node)):
-          total["apply"] += micros
-    out.append((wall, total["all"] / 1e3, total["apply"] / 1e3))
+    all_ops = apply_ops = 0
+    for _, op_type, micros in harness.op_times(metadata):
+      all_ops += micros
+      if is_apply(op_type):
+        apply_ops += micros
+    out.append((wall, all_ops / 1e3, apply_ops / 1e3))
   return out
 
 

@@ -21,16 +21,9 @@ import time
 import tensorflow as tf
 
 from lenet_throughput import Config
+from tensorbow.bench import harness
 
 _REPLICA_0 = "/replica_0/"
-
-
-def _op_key(node_stats):
-  """(op name without the replica prefix, op type) of one node's stats."""
-  name = node_stats.node_name.split(":")[0].split(_REPLICA_0)[-1]
-  label = node_stats.timeline_label
-  op_type = label.split("=")[1].split("(")[0].strip() if "=" in label else ""
-  return name, op_type
 
 
 def profile(config, steps):
@@ -45,12 +38,11 @@ def profile(config, steps):
     metadata = tf.compat.v1.RunMetadata()
     config.session.run(config.train, config.feed, options=options,
                        run_metadata=metadata)
-    for device in metadata.step_stats.dev_stats:
-      for node in device.node_stats:
-        if "/replica_" in node.node_name and _REPLICA_0 not in node.node_name:
-          continue
-        times[_op_key(node)] += (node.op_end_rel_micros -
-                                 node.op_start_rel_micros)
+    for name, op_type, micros in harness.op_times(metadata):
+      if "/replica_" in name and _REPLICA_0 not in name:
+        continue
+      # The op's name without the replica prefix.
+      times[name.split(":")[0].split(_REPLICA_0)[-1], op_type] += micros
   wall = (time.perf_counter() - start) / steps * 1e3
   return wall, {key: micros / steps / 1e3 for key, micros in times.items()}
 

@@ -188,7 +188,9 @@ class TensorBowSession(compat.SessionInterface):
     graph = self.graph
     if route is not None and not all(
         graph.is_fetchable(x) for x in route.fetched):
-      route = None  # made unfetchable since: TensorFlow reports it
+      # Made unfetchable since: classified again, TensorFlow's handler
+      # reports it before a plain run's refresh or reseeding could run.
+      route = None
     if route is None:
       route = self._route(fetches, feed_dict)
       if route is None:  # let TensorFlow report it, exactly as it would
@@ -361,8 +363,11 @@ class TensorBowSession(compat.SessionInterface):
     return feeds
 
   def _feed_values(self, plan, fed):
-    """The fed values (in plan order) as NumPy arrays, checked as
-    TensorFlow checks them."""
+    """The fed values, in plan order, as checked NumPy arrays.
+
+    Checked as TensorFlow checks them: dtype, shape and feedability, and
+    every batch feed's rows.
+    """
     graph = self.graph
     values = []
     rows = []

@@ -216,12 +216,17 @@ def test_markdown_of_replicas_formats_missing_ratios():
           in report.markdown("replicas", {"rows": [], "derived": [cost]}))
 
 
-def test_sma_op_time_counts_the_apply_ops_of_both_algorithms():
+def _sma_op_time():
   path = os.path.join(os.path.dirname(__file__), "..", "benchmarks",
                       "sma_op_time.py")
   spec = importlib.util.spec_from_file_location("sma_op_time", path)
-  sma_op_time = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(sma_op_time)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_sma_op_time_counts_the_apply_ops_of_both_algorithms():
+  sma_op_time = _sma_op_time()
   assert sma_op_time.is_apply("TensorBowResourceApplySmaMomentumWithCentral")
   assert sma_op_time.is_apply("ResourceApplyGradientDescent")
   assert not sma_op_time.is_apply("MatMul")
@@ -234,3 +239,30 @@ def test_sma_op_time_counts_the_apply_ops_of_both_algorithms():
     for wall, all_ops, apply_ops in waves:
       # Replica 0's apply op was traced, and it is part of all its ops.
       assert 0 < apply_ops < all_ops and wall > 0
+
+
+def test_sma_op_time_pairs_its_rounds(tmp_path):
+  out = tmp_path / "sma_op_time.json"
+  result = _sma_op_time().main([
+      "--model", "logistic_regression", "--replicas", "2", "--batch_size",
+      "4", "--repeats", "6", "--waves", "2", "--warmup", "1", "--json",
+      str(out)])
+  with open(out) as f:
+    assert json.load(f)["sma_work"] == json.loads(
+        json.dumps(result["sma_work"]))
+  sma, none = result["rounds_ms"]["sma"], result["rounds_ms"]["none"]
+  assert len(sma) == len(none) == 6
+  # Each round's values, (wall, all ops, apply ops), paired with none's.
+  work = sorted((s[2] - n[2]) / n[1] for s, n in zip(sma, none))
+  assert result["sma_work"]["median"] == pytest.approx(
+      (work[2] + work[3]) / 2)
+  assert result["sma_work"]["interval"] == pytest.approx((work[0], work[5]))
+  walls = sorted(s[0] / n[0] - 1 for s, n in zip(sma, none))
+  assert result["wall_difference"]["median"] == pytest.approx(
+      (walls[2] + walls[3]) / 2)
+  alls = sorted(s[1] / n[1] - 1 for s, n in zip(sma, none))
+  assert result["all_ops_difference"]["median"] == pytest.approx(
+      (alls[2] + alls[3]) / 2)
+  applies = sorted(n[2] for n in none)
+  assert result["median_ms"]["none"]["apply_ops"] == pytest.approx(
+      (applies[2] + applies[3]) / 2)

@@ -85,6 +85,20 @@ def summary(samples):
           "max": max(samples), "repeats": len(samples)}
 
 
+def op_times(run_metadata):
+  """(node name, op type, microseconds) of each op a traced run records.
+
+  The time is from the op's start to its end on its thread.
+  """
+  for device in run_metadata.step_stats.dev_stats:
+    for node in device.node_stats:
+      label = node.timeline_label
+      op_type = (label.split("=")[1].split("(")[0].strip() if "=" in label
+                 else "")
+      yield (node.node_name, op_type,
+             node.op_end_rel_micros - node.op_start_rel_micros)
+
+
 def median_interval(samples, confidence=0.95):
   """A distribution-free confidence interval of the samples' median.
 
