@@ -505,8 +505,11 @@ def _contiguous(array):
 
 
 def _is_batch_feed(tensor):
+  # as_list(), not shape[0]: under v1 behaviour that is a Dimension, never
+  # None.
   shape = tensor.shape
-  return shape.rank is not None and shape.rank >= 1 and shape[0] is None
+  return (shape.rank is not None and shape.rank >= 1 and
+          shape.as_list()[0] is None)
 
 
 def _merge(values, sizes):
