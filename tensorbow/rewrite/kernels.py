@@ -98,11 +98,22 @@ def _rule(op):
     return _conv_filter_grad
   if op.type == "Conv2DBackpropInput" and _is_plain_same_conv(op):
     kh, kw = _kernel_size(op)
-    shape = op.outputs[0].shape
-    if (_pixels(shape) * kh * kw >= MIN_INPUT_GRAD_WINDOW and
-        shape[3] is not None and shape[3] >= MIN_INPUT_GRAD_CHANNELS):
+    dims = _dims(op.outputs[0], 4)
+    if (dims is not None and None not in dims[1:] and
+        dims[1] * dims[2] * kh * kw >= MIN_INPUT_GRAD_WINDOW and
+        dims[3] >= MIN_INPUT_GRAD_CHANNELS):
       return _conv_input_grad
   return None
+
+
+def _dims(tensor, rank):
+  """`tensor`'s static dims (None where unknown) if its rank is `rank`.
+
+  Read through as_list(): under v1 behaviour indexing a TensorShape gives
+  a Dimension, which is never None.
+  """
+  shape = tensor.shape
+  return shape.as_list() if shape.rank == rank else None
 
 
 def _small(dim):
@@ -113,10 +124,10 @@ def _is_small_batch_matmul(op):
   """A float product with few (or unknown) rows or a small inner dimension."""
   if op.get_attr("T") not in _FLOATS:
     return False
-  a = op.inputs[0].shape
-  if a.rank != 2:
+  a = _dims(op.inputs[0], 2)
+  if a is None:
     return False
-  rows, depth = (a[1], a[0]) if op.get_attr("transpose_a") else (a[0], a[1])
+  rows, depth = reversed(a) if op.get_attr("transpose_a") else a
   return _small(rows) or _small(depth)
 
 
@@ -148,19 +159,9 @@ def _is_plain_same_conv(op):
 
 def _kernel_size(op):
   """(height, width) of a convolution gradient's filter, None if unknown."""
-  if op.type == "Conv2DBackpropFilter":
-    shape = op.outputs[0].shape
-  else:
-    shape = op.inputs[1].shape
-  if shape.rank != 4:
-    return None, None
-  return shape[0], shape[1]
-
-
-def _pixels(shape):
-  if shape.rank != 4 or shape[1] is None or shape[2] is None:
-    return 0
-  return shape[1] * shape[2]
+  filter_ = op.outputs[0] if op.type == "Conv2DBackpropFilter" else op.inputs[1]
+  dims = _dims(filter_, 4)
+  return (None, None) if dims is None else (dims[0], dims[1])
 
 
 # ---- The equivalents ---------------------------------------------------------
