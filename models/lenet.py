@@ -15,7 +15,6 @@ Fashion-MNIST is the default data set (`--data=mnist --data_dir=DIR` for the
 report's MNIST runs); `--data=synthetic` needs no files.
 """
 
-import numpy as np
 import tensorflow as tf
 
 from tensorbow import training as training_loop
@@ -60,7 +59,7 @@ def build(image_shape, num_classes, learning_rate):
   h = tf.nn.relu(tf.nn.conv2d(h, _weight("conv2/w", [5, 5, 32, 64]),
                               strides=1, padding="SAME") + _bias("conv2/b", 64))
   h = tf.nn.max_pool2d(h, 2, 2, "SAME")
-  features = int(np.prod(h.shape[1:]))
+  features = h.shape[1:].num_elements()
   h = tf.reshape(h, [-1, features])
   h = tf.nn.relu(tf.matmul(h, _weight("fc1/w", [features, 512])) +
                  _bias("fc1/b", 512))
