@@ -27,6 +27,7 @@ _Plan = collections.namedtuple("_Plan", [
     "feeds",  # fed tensors, by name
     "names",  # per feed: its tensor's name
     "batch",  # per feed: is it a batch feed (sharded)?
+    "batch_feed",  # position of the first batch feed, or -1
     "dtypes",  # per feed: TF_DataType enum
     "np_dtypes",  # per feed: NumPy dtype
     "shapes",  # per feed: dims (None where unknown), or None: unknown rank
@@ -271,8 +272,8 @@ class TensorBowSession(compat.SessionInterface):
       per_replica = [[s[r] for s in shards] for r in range(len(plan.calls))]
       try:
         outputs = self._runtime.run_wave(
-            plan.calls, per_replica, plan.dtypes, plan.sync_call, options,
-            run_metadata)
+            plan.calls, per_replica, plan.dtypes, plan.batch_feed,
+            plan.sync_call, options, run_metadata)
       except tf.errors.OpError:
         # Replicas that finished their step are put back on the central
         # model, which the failed wave did not change.
@@ -289,8 +290,8 @@ class TensorBowSession(compat.SessionInterface):
         central_values = self._session.run(
             [fetched[i] for i in plan.central_fetches])
         central = dict(zip(plan.central_fetches, central_values))
-    sizes = [len(s) for s in shards[plan.batch.index(True)]] if any(
-        plan.batch) else None
+    sizes = ([len(s) for s in shards[plan.batch_feed]]
+             if plan.batch_feed >= 0 else None)
     results = []
     k = 0  # position among the replicas' fetches
     for i in range(len(fetched)):
@@ -441,6 +442,7 @@ def _plain_copy_info(ops, batch_names):
 def _new_plan(fed, batch, calls, sync_call, central_fetches):
   return _Plan(
       feeds=fed, names=[t.name for t in fed], batch=batch,
+      batch_feed=batch.index(True) if any(batch) else -1,
       dtypes=[t.dtype.as_datatype_enum for t in fed],
       np_dtypes=[t.dtype.as_numpy_dtype for t in fed],
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())

@@ -158,17 +158,23 @@ class Runtime {
   // Runs calls[r] with feeds[r] for every replica r as one wave, then
   // `sync_call` (if >= 0). Replica 0 runs with `run_options`, the others
   // and the sync with `other_options` (TensorFlow traces one run at a
-  // time). Returns (code, message, outputs, run_metadata): outputs[r] holds
-  // replica r's fetches; run_metadata is replica 0's.
+  // time). Each task's timing records the rows of its feed at position
+  // `batch_feed` (if >= 0), as handed to TensorFlow. Returns (code,
+  // message, outputs, run_metadata): outputs[r] holds replica r's fetches;
+  // run_metadata is replica 0's.
   py::tuple RunWave(const std::vector<int>& calls, const py::list& feeds,
-                    const std::vector<int>& dtypes, int sync_call,
-                    const py::bytes& run_options,
+                    const std::vector<int>& dtypes, int batch_feed,
+                    int sync_call, const py::bytes& run_options,
                     const py::bytes& other_options, bool want_metadata) {
     const size_t n = calls.size();
     if (py::len(feeds) != n) {
       throw py::value_error("TensorBow: one feed list per replica expected");
     }
+    if (batch_feed >= static_cast<int>(dtypes.size())) {
+      throw py::value_error("TensorBow: batch_feed is not a feed position");
+    }
     std::vector<std::vector<HostTensor>> host(n);
+    std::vector<int64_t> rows(n, -1);
     for (size_t r = 0; r < n; ++r) {
       py::list replica_feeds = feeds[r].cast<py::list>();
       if (py::len(replica_feeds) != dtypes.size()) {
@@ -177,6 +183,9 @@ class Runtime {
       for (size_t i = 0; i < dtypes.size(); ++i) {
         host[r].push_back(
             ToHostTensor(replica_feeds[i].cast<py::array>(), dtypes[i]));
+      }
+      if (batch_feed >= 0 && !host[r][batch_feed].dims.empty()) {
+        rows[r] = host[r][batch_feed].dims[0];
       }
     }
     const std::string options = run_options;
@@ -202,7 +211,7 @@ class Runtime {
     Status status;
     {
       py::gil_scoped_release release;
-      status = scheduler_.RunWave(tasks, sync);
+      status = scheduler_.RunWave(tasks, sync, rows);
     }
     py::list result;
     if (status.ok()) {
@@ -219,7 +228,7 @@ class Runtime {
   py::list TaskTimings() const {
     py::list out;
     for (const TaskTiming& t : scheduler_.Timings()) {
-      out.append(py::make_tuple(t.wave, t.replica, t.stream_group,
+      out.append(py::make_tuple(t.wave, t.replica, t.stream_group, t.rows,
                                 t.start_ns * 1e-9, t.end_ns * 1e-9));
     }
     return out;
@@ -248,7 +257,8 @@ PYBIND11_MODULE(_runtime, m) {
       .def("add_call", &Runtime::AddCall, py::arg("feeds"), py::arg("fetches"),
            py::arg("targets"))
       .def("run_wave", &Runtime::RunWave, py::arg("calls"), py::arg("feeds"),
-           py::arg("dtypes"), py::arg("sync_call"), py::arg("run_options"),
+           py::arg("dtypes"), py::arg("batch_feed"), py::arg("sync_call"),
+           py::arg("run_options"),
            py::arg("other_options"), py::arg("want_metadata"))
       .def("task_timings", &Runtime::TaskTimings)
       .def("clear_task_timings", &Runtime::ClearTaskTimings)

@@ -34,11 +34,14 @@ TaskScheduler::~TaskScheduler() {
 }
 
 Status TaskScheduler::RunWave(const std::vector<Task>& tasks,
-                              const Task& sync) {
+                              const Task& sync,
+                              const std::vector<int64_t>& rows) {
   std::lock_guard<std::mutex> wave_lock(wave_mu_);
   {
     std::unique_lock<std::mutex> lock(mu_);
     ++wave_;
+    rows_ = rows;
+    rows_.resize(tasks.size(), -1);
     statuses_.assign(tasks.size(), Status::Ok());
     remaining_ = static_cast<int>(tasks.size());
     for (size_t r = 0; r < tasks.size(); ++r) {
@@ -96,7 +99,12 @@ void TaskScheduler::Record(int replica, int stream_group, int64_t start,
 void TaskScheduler::RecordLocked(int replica, int stream_group, int64_t start,
                                  int64_t end) {
   if (timings_.size() >= kMaxTimings) timings_.clear();
-  timings_.push_back(TaskTiming{wave_, replica, stream_group, start, end});
+  const int64_t rows =
+      replica >= 0 && static_cast<size_t>(replica) < rows_.size()
+          ? rows_[replica]
+          : -1;
+  timings_.push_back(
+      TaskTiming{wave_, replica, stream_group, rows, start, end});
 }
 
 std::vector<TaskTiming> TaskScheduler::Timings() const {

@@ -26,6 +26,7 @@ struct TaskTiming {
   int64_t wave;
   int replica;       // -1 for a synchronisation task
   int stream_group;  // which worker ran it
+  int64_t rows;      // rows of the batch it was given, -1 if none
   int64_t start_ns;
   int64_t end_ns;
 };
@@ -48,7 +49,9 @@ class TaskScheduler {
   // `sync` on the calling thread if every task succeeded and `sync` is set.
   // Returns the first failure, by replica order, or the sync's status.
   // Waves are serialised: a second caller waits for the first wave.
-  Status RunWave(const std::vector<Task>& tasks, const Task& sync);
+  // `rows[r]`, if given, is recorded with task r's timing.
+  Status RunWave(const std::vector<Task>& tasks, const Task& sync,
+                 const std::vector<int64_t>& rows = {});
 
   std::vector<TaskTiming> Timings() const;
   void ClearTimings();
@@ -65,6 +68,7 @@ class TaskScheduler {
   void Record(int replica, int stream_group, int64_t start, int64_t end);
   void RecordLocked(int replica, int stream_group, int64_t start,
                     int64_t end);  // requires mu_
+  std::vector<int64_t> rows_;  // of the current wave's tasks
 
   const int num_stream_groups_;
   std::mutex wave_mu_;  // one wave at a time

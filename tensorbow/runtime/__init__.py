@@ -10,9 +10,10 @@ import os
 from tensorbow import compat
 
 TaskTiming = collections.namedtuple(
-    "TaskTiming", ["wave", "replica", "stream_group", "start", "end"])
+    "TaskTiming", ["wave", "replica", "stream_group", "rows", "start", "end"])
 TaskTiming.__doc__ = """One task: replica -1 is a synchronisation task;
-start and end are seconds of a steady clock."""
+rows is the first dimension of the batch feed TensorFlow was given (-1:
+no batch feed); start and end are seconds of a steady clock."""
 
 
 def _extension():
@@ -51,14 +52,16 @@ class Runtime(object):
         [(compat.operation_handle(t.op), t.value_index) for t in fetches],
         [compat.operation_handle(op) for op in targets])
 
-  def run_wave(self, calls, feeds, dtypes, sync_call=-1, run_options=None,
-               run_metadata=None):
+  def run_wave(self, calls, feeds, dtypes, batch_feed=-1, sync_call=-1,
+               run_options=None, run_metadata=None):
     """Runs calls[r] with feeds[r] for every replica r, then `sync_call`.
 
     Args:
       calls: one call id per replica.
       feeds: per replica, C-contiguous NumPy arrays in the call's feed order.
       dtypes: the TF_DataType enum of each feed.
+      batch_feed: the position of a batch feed, whose rows each task's
+        timing records, or -1.
       sync_call: call id run after every task succeeded, or -1.
       run_options: the `RunOptions` of replica 0, or None; the other tasks
         run with the same options but no tracing (TensorFlow traces one run
@@ -79,7 +82,7 @@ class Runtime(object):
       untraced.trace_level = untraced.NO_TRACE
       others = untraced.SerializeToString()
     code, message, outputs, metadata = self._impl.run_wave(
-        calls, feeds, dtypes, sync_call, options, others,
+        calls, feeds, dtypes, batch_feed, sync_call, options, others,
         run_metadata is not None)
     if code != 0:
       raise compat.error_from_code(code, message)
