@@ -16,7 +16,6 @@ from tensorbow.bench import __main__ as bench_main
 from tensorbow.bench import harness
 from tensorbow.bench import report
 
-tf.compat.v1.disable_eager_execution()
 
 
 def test_summary_is_median_min_max():

@@ -23,7 +23,6 @@ import tensorbow as tb
 from tensorbow import data as tb_data
 from tensorbow import training
 
-tf.compat.v1.disable_eager_execution()
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "models")

@@ -24,8 +24,11 @@ X = RNG.randn(10, 3).astype(np.float32)
 Y = RNG.randn(10, 1).astype(np.float32)
 W0 = np.array([[0.5], [-0.3], [0.8]], np.float32)
 B0 = np.array([0.1], np.float32)
+X16 = RNG.randn(16, 3).astype(np.float32)
+Y16 = RNG.randn(16, 1).astype(np.float32)
 
-# An unmodified TF1 script: {imports} and {session} vary the spelling.
+# An unmodified TF1 script: {imports} and {session} vary the spelling,
+# {mode} is the suite's TF1 mode (conftest.py).
 SCRIPT = """\
 import json
 import sys
@@ -33,7 +36,7 @@ import sys
 import numpy as np
 {imports}
 
-tf.compat.v1.disable_eager_execution()
+{mode}
 data = np.load(sys.argv[1])
 x = tf.compat.v1.placeholder(tf.float32, [None, 3])
 y = tf.compat.v1.placeholder(tf.float32, [None, 1])
@@ -67,12 +70,51 @@ SPELLINGS = {
 }
 
 
-def write_script(tmp_path, spelling="tf.compat.v1.Session"):
+# The classic TF1 script, as most run on TensorFlow 2 whatever the suite's
+# mode: v1 behaviour, reference variables, `tf.Session`. It tries a batch of
+# 3 rows, then trains on the data's rows, fetching the rows one replica saw.
+V1_SCRIPT = """\
+import json
+import sys
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+tf.disable_v2_behavior()
+
+data = np.load(sys.argv[1])
+x = tf.placeholder(tf.float32, [None, 3])
+y = tf.placeholder(tf.float32, [None, 1])
+w = tf.Variable(data["w0"])
+b = tf.Variable(data["b0"])
+loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+rows = tf.shape(x)[0]
+train = tf.train.GradientDescentOptimizer({lr}).minimize(loss)
+result = {{"variables": [type(v).__name__ for v in (w, b)]}}
+with tf.Session() as sess:
+  sess.run(tf.global_variables_initializer())
+  try:
+    sess.run(train, {{x: data["x"][:3], y: data["y"][:3]}})
+    result["small_batch"] = "trained"
+  except tf.errors.InvalidArgumentError as e:
+    result["small_batch"] = e.message
+  result["w_after_small_batch"] = sess.run(w).tolist()
+  result["rows"] = [
+      int(sess.run([rows, train], {{x: data["x"], y: data["y"]}})[0])
+      for _ in range({steps})]
+  result["w"], result["b"] = [v.tolist() for v in sess.run([w, b])]
+with open(sys.argv[2], "w") as f:
+  json.dump(result, f)
+"""
+
+
+def write_script(tmp_path, mode, spelling="tf.compat.v1.Session"):
+  """The least-squares script in TF1 mode `mode` (a statement), and its
+  data's path."""
   imports, session, session_class = SPELLINGS[spelling]
   script = tmp_path / "train_lsq.py"
   script.write_text(SCRIPT.format(imports=imports, session=session,
                                   session_class=session_class, lr=LR,
-                                  steps=STEPS))
+                                  steps=STEPS, mode=mode))
   data = tmp_path / "data.npz"
   np.savez(data, x=X, y=Y, w0=W0, b0=B0)
   return str(script), str(data)
@@ -107,13 +149,13 @@ def run_tensorbow(tmp_path, options, script, data, name="tb.json"):
     return json.load(f), result.stderr
 
 
-def sma_sgd_reference(replicas, alpha, mu, algorithm="sma"):
+def sma_sgd_reference(replicas, alpha, mu, algorithm="sma", x=X, y=Y):
   """DESIGN.md section 3 for gradient descent; returns the central (w, b)
   and the fetched (shard-weighted mean) loss of every wave."""
   z = [W0.astype(np.float64), B0.astype(np.float64)]
   z_prev = [p.copy() for p in z]
   models = [[p.copy() for p in z] for _ in range(replicas)]
-  shards = list(zip(np.array_split(X, replicas), np.array_split(Y, replicas)))
+  shards = list(zip(np.array_split(x, replicas), np.array_split(y, replicas)))
   losses = []
   for _ in range(STEPS):
     corrections = [np.zeros_like(p) for p in z]
@@ -121,7 +163,7 @@ def sma_sgd_reference(replicas, alpha, mu, algorithm="sma"):
     for j, (xs, ys) in enumerate(shards):
       w, b = models[j]
       r = xs @ w + b - ys
-      wave_loss += 0.5 * float(np.mean(r ** 2)) * len(xs) / len(X)
+      wave_loss += 0.5 * float(np.mean(r ** 2)) * len(xs) / len(x)
       for k, g in enumerate((xs.T @ r / len(xs), r.mean(axis=0))):
         c = alpha * (models[j][k] - z[k]) if algorithm == "sma" else 0.0
         models[j][k] = models[j][k] - LR * g - c
@@ -135,8 +177,9 @@ def sma_sgd_reference(replicas, alpha, mu, algorithm="sma"):
   return z, losses
 
 
-def test_script_trains_with_sma_and_differs_from_plain_tf(tmp_path):
-  script, data = write_script(tmp_path)
+def test_script_trains_with_sma_and_differs_from_plain_tf(tmp_path,
+                                                         tf_mode_statement):
+  script, data = write_script(tmp_path, tf_mode_statement)
   plain = run_plain(tmp_path, script, data)
   result, stderr = run_tensorbow(tmp_path, ["--replicas", "2"], script, data)
   assert plain["session"] == "Session"
@@ -150,8 +193,8 @@ def test_script_trains_with_sma_and_differs_from_plain_tf(tmp_path):
   assert np.max(np.abs(np.subtract(result["w"], plain["w"]))) > 1e-3
 
 
-def test_one_replica_equals_plain_tf(tmp_path):
-  script, data = write_script(tmp_path)
+def test_one_replica_equals_plain_tf(tmp_path, tf_mode_statement):
+  script, data = write_script(tmp_path, tf_mode_statement)
   plain = run_plain(tmp_path, script, data)
   result, _ = run_tensorbow(tmp_path, ["--replicas", "1"], script, data)
   assert result["session"] == "TensorBowSession"
@@ -164,8 +207,9 @@ def test_one_replica_equals_plain_tf(tmp_path):
      0.25, 0.5, "sma"),
     (["--replicas", "2", "--algorithm", "none"], None, None, "none"),
 ])
-def test_options_reach_the_session(tmp_path, options, alpha, mu, algorithm):
-  script, data = write_script(tmp_path)
+def test_options_reach_the_session(tmp_path, tf_mode_statement, options,
+                                   alpha, mu, algorithm):
+  script, data = write_script(tmp_path, tf_mode_statement)
   result, stderr = run_tensorbow(tmp_path, options, script, data)
   assert f"(algorithm {algorithm})" in stderr
   replicas = int(options[1])
@@ -175,8 +219,9 @@ def test_options_reach_the_session(tmp_path, options, alpha, mu, algorithm):
 
 
 @pytest.mark.parametrize("spelling", ["tf.Session", "from-import"])
-def test_other_spellings_of_session_are_replaced(tmp_path, spelling):
-  script, data = write_script(tmp_path, spelling)
+def test_other_spellings_of_session_are_replaced(tmp_path, tf_mode_statement,
+                                                 spelling):
+  script, data = write_script(tmp_path, tf_mode_statement, spelling)
   result, _ = run_tensorbow(tmp_path, ["--replicas", "2"], script, data)
   assert result["session"] == "TensorBowSession"
   assert result["is_session"] is True
@@ -184,11 +229,33 @@ def test_other_spellings_of_session_are_replaced(tmp_path, spelling):
   np.testing.assert_allclose(result["w"], w, rtol=1e-5, atol=1e-6)
 
 
-def test_script_sees_its_own_argv_and_name(tmp_path):
-  script, data = write_script(tmp_path)
+def test_script_sees_its_own_argv_and_name(tmp_path, tf_mode_statement):
+  script, data = write_script(tmp_path, tf_mode_statement)
   result, _ = run_tensorbow(tmp_path, ["--replicas", "2"], script, data)
   assert result["argv"] == [script, data, str(tmp_path / "tb.json")]
   assert result["name"] == "__main__"
+
+
+def test_v1_script_shards_its_batches(tmp_path):
+  script = tmp_path / "train_v1.py"
+  script.write_text(V1_SCRIPT.format(lr=LR, steps=STEPS))
+  data = str(tmp_path / "data16.npz")
+  np.savez(data, x=X16, y=Y16, w0=W0, b0=B0)
+  plain = run_plain(tmp_path, str(script), data)
+  result, _ = run_tensorbow(tmp_path, ["--replicas", "4"], str(script), data)
+  assert plain["variables"] == ["RefVariable"] * 2
+  assert plain["small_batch"] == "trained"
+  assert plain["rows"] == [16] * STEPS
+  # 3 rows for 4 replicas: refused, and nothing changed.
+  assert result["small_batch"] == (
+      "TensorBow: a batch feed needs at least one row per replica (4 "
+      "replicas); got Placeholder:0: 3, Placeholder_1:0: 3")
+  np.testing.assert_array_equal(result["w_after_small_batch"], W0)
+  # 16 rows: 4 to each replica, as SMA over 4 shards of the data.
+  assert result["rows"] == [4] * STEPS
+  (w, b), _ = sma_sgd_reference(4, alpha=0.25, mu=0.9, x=X16, y=Y16)
+  np.testing.assert_allclose(result["w"], w, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(result["b"], b, rtol=1e-5, atol=1e-6)
 
 
 # ---- In-process: the patch itself ------------------------------------------
