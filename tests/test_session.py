@@ -11,7 +11,6 @@ import tensorflow as tf
 
 import tensorbow as tb
 
-tf.compat.v1.disable_eager_execution()
 
 RNG = np.random.RandomState(42)
 X = RNG.randn(10, 3).astype(np.float32)
@@ -47,11 +46,11 @@ def grads(w, b, xs, ys):
 
 
 def sma_reference(waves, num_replicas, alpha, mu, lr, momentum=None,
-                  nesterov=False, z=(W0, B0), adagrad=False):
+                  nesterov=False, z=(W0, B0), adagrad=False, x=X, y=Y):
   """DESIGN.md section 3 in NumPy; returns per wave (z, fetched loss).
 
   The optimizer is SGD, momentum SGD (`momentum` set) or Adagrad
-  (`adagrad`, TF1's initial accumulator 0.1).
+  (`adagrad`, TF1's initial accumulator 0.1), on the batch (x, y).
   """
   z = [p.astype(np.float64) for p in z]
   z_prev = [p.copy() for p in z]
@@ -59,8 +58,8 @@ def sma_reference(waves, num_replicas, alpha, mu, lr, momentum=None,
   accums = [[np.full_like(p, 0.1 if adagrad else 0.0) for p in z]
             for _ in range(num_replicas)]
   out = []
-  shards = list(zip(np.array_split(X, num_replicas),
-                    np.array_split(Y, num_replicas)))
+  shards = list(zip(np.array_split(x, num_replicas),
+                    np.array_split(y, num_replicas)))
   for _ in range(waves):
     corrections = [np.zeros_like(p) for p in z]
     losses = []
@@ -89,14 +88,14 @@ def sma_reference(waves, num_replicas, alpha, mu, lr, momentum=None,
   return out
 
 
-def assert_waves_match(m, reference, replicas, alpha, mu):
+def assert_waves_match(m, reference, replicas, alpha, mu, x=X, y=Y):
   """Trains wave by wave, checking z and the fetched loss against NumPy."""
   with tb.TensorBowSession(graph=m.graph, replicas=replicas, alpha=alpha,
                            central_momentum=mu) as sess:
     sess.run(m.init)
     for z, loss, _, _ in reference:
       # 10 rows over 3 replicas: uneven shards of 4, 3 and 3.
-      fetched, _ = sess.run([m.loss, m.train], {m.x: X, m.y: Y})
+      fetched, _ = sess.run([m.loss, m.train], {m.x: x, m.y: y})
       np.testing.assert_allclose(sess.run(m.w), z[0], rtol=1e-5, atol=1e-6)
       np.testing.assert_allclose(sess.run(m.b), z[1], rtol=1e-5, atol=1e-6)
       np.testing.assert_allclose(fetched, loss, rtol=1e-5)
@@ -115,6 +114,64 @@ def test_sma_matches_numpy(use_resource, optimizer, momentum, nesterov):
   m = build(opt, use_resource)
   reference = sma_reference(3, replicas, alpha, mu, lr, momentum, nesterov)
   assert_waves_match(m, reference, replicas, alpha, mu)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum"])
+@pytest.mark.parametrize("replicas", [2, 3, 4, 16])
+def test_sma_matches_numpy_for_any_replica_count(use_resource, optimizer,
+                                                 replicas):
+  # 37 rows: uneven shards at every L (19 + 18, ..., 5 x 3 + 11 x 2).
+  rng = np.random.RandomState(replicas)
+  x = rng.randn(37, 3).astype(np.float32)
+  y = rng.randn(37, 1).astype(np.float32)
+  lr, mu = 0.1, 0.9
+  momentum = 0.8 if optimizer == "momentum" else None
+  if momentum is None:
+    opt = lambda: tf.compat.v1.train.GradientDescentOptimizer(lr)
+  else:
+    opt = lambda: tf.compat.v1.train.MomentumOptimizer(lr, momentum)
+  m = build(opt, use_resource)
+  reference = sma_reference(3, replicas, 1.0 / replicas, mu, lr, momentum,
+                            x=x, y=y)
+  assert_waves_match(m, reference, replicas, None, mu, x, y)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_sma_through_a_cond_matches_numpy(tf_mode, use_resource):
+  """A cond in the learning part: Switch and Merge ops copied into each
+  replica under v1 behaviour, an If op (a function) otherwise."""
+  lr, alpha, mu, replicas = 0.1, 0.25, 0.6, 3
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+    with_bias = tf.compat.v1.placeholder_with_default(True, [])
+    w = tf.compat.v1.get_variable("w", initializer=W0,
+                                  use_resource=use_resource)
+    b = tf.compat.v1.get_variable("b", initializer=B0,
+                                  use_resource=use_resource)
+    pred = tf.cond(with_bias, lambda: tf.matmul(x, w) + b,
+                   lambda: tf.matmul(x, w) - b)
+    loss = 0.5 * tf.reduce_mean(tf.square(pred - y))
+    train = tf.compat.v1.train.GradientDescentOptimizer(lr).minimize(loss)
+    init = tf.compat.v1.global_variables_initializer()
+  control_flow = {op.type for op in graph.get_operations()} & {
+      "Switch", "Merge", "If", "StatelessIf"}
+  if tf_mode == "v1":
+    assert control_flow == {"Switch", "Merge"}, control_flow
+  else:
+    assert control_flow and control_flow <= {"If", "StatelessIf"}, (
+        control_flow)
+  reference = sma_reference(3, replicas, alpha, mu, lr)
+  with tb.TensorBowSession(graph=graph, replicas=replicas, alpha=alpha,
+                           central_momentum=mu) as sess:
+    sess.run(init)
+    for z, fetched_loss, _, _ in reference:
+      fetched, _ = sess.run([loss, train], {x: X, y: Y})
+      np.testing.assert_allclose(sess.run(w), z[0], rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(sess.run(b), z[1], rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(fetched, fetched_loss, rtol=1e-5)
 
 
 @pytest.mark.parametrize("use_resource", [True, False])
@@ -356,14 +413,44 @@ def test_task_timings_record_every_replica():
       sess.run(m.train, {m.x: X, m.y: Y})
     timings = sess.task_timings()
   learning = [t for t in timings if t.replica >= 0]
-  assert sorted((t.wave, t.replica) for t in learning) == [
-      (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+  assert sorted((t.wave, t.replica, t.rows) for t in learning) == [
+      (1, 0, 4), (1, 1, 3), (1, 2, 3), (2, 0, 4), (2, 1, 3), (2, 2, 3)]
   assert all(t.end >= t.start for t in timings)
   syncs = [t for t in timings if t.replica == -1]
-  assert len(syncs) == 2
+  assert len(syncs) == 2 and all(t.rows == -1 for t in syncs)
   # The synchronisation starts after every learning task of its wave.
   for s in syncs:
     assert s.start >= max(t.end for t in learning if t.wave == s.wave)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+@pytest.mark.parametrize("replicas,fast_kernels", [
+    (1, "0"),  # the user's own graph
+    (1, "1"),  # a copy with TensorBow's kernels
+    (2, "1"), (4, "1"), (7, "1")])
+def test_replicas_see_the_fed_rows_once(monkeypatch, use_resource, replicas,
+                                        fast_kernels):
+  """Guards against every replica training on the whole batch: the rows
+  TensorFlow was given per task, from the runtime, add up to the fed rows,
+  split as numpy.array_split splits them."""
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", fast_kernels)
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1),
+            use_resource)
+  with m.graph.as_default():
+    rows = tf.shape(m.x)[0]  # an int scalar: replica 0's value
+  with tb.TensorBowSession(graph=m.graph, replicas=replicas) as sess:
+    sess.run(m.init)
+    seen = []
+    for n in (7, 10):
+      seen.append(sess.run([rows, m.train], {m.x: X[:n], m.y: Y[:n]})[0])
+    timings = sess.task_timings()
+  assert seen == [len(np.array_split(np.zeros(n), replicas)[0])
+                  for n in (7, 10)]
+  for wave, n in ((1, 7), (2, 10)):
+    tasks = sorted((t.replica, t.rows) for t in timings
+                   if t.wave == wave and t.replica >= 0)
+    assert tasks == [(r, len(s)) for r, s in
+                     enumerate(np.array_split(np.zeros(n), replicas))]
 
 
 def test_string_fetches_in_training_run():
