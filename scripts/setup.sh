@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets TensorBow up from a fresh clone: Fashion-MNIST (Debian's package, when
 # this user may install it), a virtualenv in .venv with the pinned TensorFlow,
-# and the C++ build (`pip install .`). Safe to run again.
+# and the C++ build (`pip install -e .`: the libraries are built into the
+# source tree, so scripts run from the checkout with PYTHONPATH=. find
+# them). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,4 +19,4 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
-.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation .
+.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation -e .

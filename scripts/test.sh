@@ -8,8 +8,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export TF_CPP_MIN_LOG_LEVEL=2
-# The pytest entry point (not `python -m pytest`) imports the installed
-# package rather than the source tree, which holds no built libraries.
 status=0
 for mode in v1 graph; do
   echo "== TF1 mode: $mode =="
