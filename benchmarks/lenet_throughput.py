@@ -138,7 +138,15 @@ def main():
                       "TensorBow's kernel substitutions, with this many "
                       "copies")
   parser.add_argument("--json", default="")
+  parser.add_argument("--tf_mode", choices=("graph", "v1"), default="graph",
+                      help="graph: eager execution disabled alone (resource "
+                      "variables); v1: disable_v2_behavior() (reference "
+                      "variables, as most TF1 scripts run)")
   args = parser.parse_args()
+  if args.tf_mode == "v1":
+    tf.compat.v1.disable_v2_behavior()
+  else:
+    tf.compat.v1.disable_eager_execution()
 
   configs = [Config("tf", None, args.batch_size)]
   for c in [int(v) for v in args.copies.split(",") if v]:
@@ -156,7 +164,8 @@ def main():
     for c in configs:
       c.measure(args.seconds)
   tf_median = statistics.median(configs[0].samples)
-  print(f"LeNet, batch {args.batch_size} per replica, {args.repeats} "
+  print(f"LeNet ({args.tf_mode} mode), batch {args.batch_size} per replica, "
+        f"{args.repeats} "
         f"interleaved repeats of {args.seconds:.0f} s, algorithm "
         f"{args.algorithm}; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores")
@@ -171,9 +180,9 @@ def main():
           f"{max(c.samples):>10.0f}{median / tf_median:>8.2f}")
   if args.json:
     with open(args.json, "w") as f:
-      json.dump({"batch_size": args.batch_size, "rows": rows}, f, indent=1)
+      json.dump({"batch_size": args.batch_size, "tf_mode": args.tf_mode,
+                 "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
-  tf.compat.v1.disable_eager_execution()
   main()

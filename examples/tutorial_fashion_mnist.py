@@ -11,8 +11,13 @@ is the whole port.
 Run it (it needs the Fashion-MNIST IDX files in
 /usr/share/datasets/fashion-mnist):
 
-  PYTHONPATH=. python examples/tutorial_fashion_mnist.py
+  PYTHONPATH=. python examples/tutorial_fashion_mnist.py [--tf_mode graph]
+
+in TF1's v1 mode (`tf.compat.v1.disable_v2_behavior()`, how most TF1
+scripts run) or, with `--tf_mode graph`, with eager execution disabled
+alone (resource variables).
 """
+import argparse
 import contextlib
 import os
 import tempfile
@@ -135,9 +140,14 @@ def main(session_factory, epochs=2, batch_size=100, seed=0, data=None,
 
 if __name__ == "__main__":
   # pylint: disable=g-import-not-at-top
-  # TF1 graph mode for the whole process. `main` builds its own `tf.Graph`,
-  # so tests can call it without flipping this process-wide switch.
-  tf.compat.v1.disable_eager_execution()
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--tf_mode", choices=("v1", "graph"), default="v1")
+  # The whole process's TF1 mode. `main` builds its own `tf.Graph`, so
+  # tests call it in whichever mode they run in.
+  if parser.parse_args().tf_mode == "v1":
+    tf.compat.v1.disable_v2_behavior()
+  else:
+    tf.compat.v1.disable_eager_execution()
   from tensorbow import TensorBowSession
 
   fashion_mnist = load_fashion_mnist()
