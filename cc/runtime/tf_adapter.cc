@@ -43,6 +43,34 @@ TF_Tensor* ToTfTensor(const HostTensor& host) {
   return t;
 }
 
+// `t` as a tensor that owns its memory alone, so the array made from it
+// belongs to the caller: a fetched tensor may share its buffer with a
+// variable (a reference variable's value) or sit in a fed buffer borrowed
+// from the caller (an identity of a feed); those are copied.
+TF_Tensor* SolelyOwned(TF_Tensor* t, const std::vector<HostTensor>& feeds) {
+  if (t == nullptr || TF_TensorType(t) == TF_STRING) return t;
+  const size_t nbytes = TF_TensorByteSize(t);
+  const char* data = static_cast<const char*>(TF_TensorData(t));
+  bool in_feed = false;
+  for (const HostTensor& f : feeds) {
+    const char* begin = static_cast<const char*>(f.data);
+    if (begin != nullptr && data >= begin && data < begin + f.nbytes) {
+      in_feed = true;
+      break;
+    }
+  }
+  if (!in_feed) {
+    if (TF_Tensor* moved = TF_TensorMaybeMove(t)) return moved;
+  }
+  std::vector<int64_t> dims(TF_NumDims(t));
+  for (size_t i = 0; i < dims.size(); ++i) dims[i] = TF_Dim(t, i);
+  TF_Tensor* copy = TF_AllocateTensor(TF_TensorType(t), dims.data(),
+                                      static_cast<int>(dims.size()), nbytes);
+  if (nbytes > 0) std::memcpy(TF_TensorData(copy), data, nbytes);
+  TF_DeleteTensor(t);
+  return copy;
+}
+
 }  // namespace
 
 FetchedTensor::FetchedTensor(FetchedTensor&& other) noexcept
@@ -166,7 +194,7 @@ Status TfSession::Run(int call_id, const std::vector<HostTensor>& feeds,
   }
   outputs->clear();
   outputs->reserve(values.size());
-  for (TF_Tensor* t : values) outputs->emplace_back(t);
+  for (TF_Tensor* t : values) outputs->emplace_back(SolelyOwned(t, feeds));
   return result;
 }
 
