@@ -47,6 +47,8 @@ _Route = collections.namedtuple("_Route", [
     "cacheable",  # no fetch is fed (the handler then holds a feed value)
 ])
 _MAX_ROUTES = 256
+# A floating-point type that NumPy's dtype kinds do not call one.
+_BFLOAT16 = np.dtype(tf.bfloat16.as_numpy_dtype)
 
 
 class TensorBowSession(compat.SessionInterface):
@@ -303,6 +305,13 @@ class TensorBowSession(compat.SessionInterface):
     return handler.build_results(self, results)
 
   def _build_plan(self, handler, ops, fed):
+    fetchable = tb_runtime.fetchable_dtypes()
+    for t in handler.fetches():
+      if (t.dtype.as_datatype_enum not in fetchable and
+          not analysis.is_variable_value(t)):
+        raise TypeError(
+            f"TensorBow cannot fetch {t.name} ({t.dtype.name}) in a training "
+            "run; fetch it in a plain run")
     fed_names = frozenset(t.name for t in fed)
     batch = [_is_batch_feed(t) for t in fed]
     fetches = handler.fetches()
@@ -518,7 +527,8 @@ def _merge(values, sizes):
   """Merges one fetch's per-replica values (DESIGN.md section 2.4)."""
   first = values[0]
   if first.ndim == 0:
-    if first.dtype.kind == "f" and len(values) > 1:
+    if ((first.dtype.kind == "f" or first.dtype == _BFLOAT16) and
+        len(values) > 1):
       weights = np.asarray(sizes if sizes else [1] * len(values), np.float64)
       mean = np.dot(weights, np.asarray(values, np.float64)) / weights.sum()
       return first.dtype.type(mean)

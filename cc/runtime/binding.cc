@@ -58,8 +58,21 @@ void* PointerFromConduit(py::handle obj, const std::vector<std::string>& abi_ids
                        "TensorFlow build is not supported (pybind11 ABI)");
 }
 
+constexpr int kTfBfloat16 = 14;  // TF_BFLOAT16
+
+// TF_DataTypes a training run can fetch (strings besides): NumpyDtype's.
+const std::vector<int>& FetchableDtypes() {
+  static const std::vector<int> dtypes = {1, 2, 3, 4, 5, 6, 8, 9, 10,
+                                          kTfBfloat16, 17, 18, 19, 22, 23};
+  return dtypes;
+}
+
 py::dtype NumpyDtype(int tf_dtype) {
   switch (tf_dtype) {
+    case kTfBfloat16:
+      // TensorFlow's own NumPy type for bfloat16.
+      return py::dtype::from_args(
+          py::module_::import("ml_dtypes").attr("bfloat16"));
     case 1: return py::dtype::of<float>();
     case 2: return py::dtype::of<double>();
     case 3: return py::dtype::of<int32_t>();
@@ -235,6 +248,11 @@ class Runtime {
   }
 
   void ClearTaskTimings() { scheduler_.ClearTimings(); }
+  static std::vector<int> fetchable_dtypes() {
+    std::vector<int> dtypes = FetchableDtypes();
+    dtypes.push_back(kTfString);
+    return dtypes;
+  }
   int num_stream_groups() const { return scheduler_.num_stream_groups(); }
 
  private:
@@ -262,5 +280,6 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("other_options"), py::arg("want_metadata"))
       .def("task_timings", &Runtime::TaskTimings)
       .def("clear_task_timings", &Runtime::ClearTaskTimings)
-      .def_property_readonly("num_stream_groups", &Runtime::num_stream_groups);
+      .def_property_readonly("num_stream_groups", &Runtime::num_stream_groups)
+      .def_static("fetchable_dtypes", &Runtime::fetchable_dtypes);
 }

@@ -98,6 +98,11 @@ class Runtime(object):
     self._impl.clear_task_timings()
 
 
+def fetchable_dtypes():
+  """TF_DataType enums whose tensors a wave can return to Python."""
+  return frozenset(_extension().Runtime.fetchable_dtypes())
+
+
 def default_stream_groups(num_replicas):
   """Concurrent tasks on the CPU: one per core, at most one per replica."""
   env = os.environ.get("TENSORBOW_STREAM_GROUPS")
