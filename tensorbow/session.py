@@ -42,7 +42,7 @@ _Route = collections.namedtuple("_Route", [
     "order",  # per fed tensor: its position in feed_dict
     "handler",  # TensorFlow's fetch handler
     "signature",  # (fetched tensor names, target names, fed names)
-    "closure",  # (is_training, writes_variables, ops)
+    "closure",  # (is_training, written variables or None, ops)
     "fetched",  # tensors and operations the handler fetches or runs
     "cacheable",  # no fetch is fed (the handler then holds a feed value)
 ])
@@ -92,10 +92,11 @@ class TensorBowSession(compat.SessionInterface):
     self._runtime = None
     self._replicator = None
     self._plans = {}
-    self._closures = {}  # signature -> (is_training, writes, ops)
+    self._closures = {}  # signature -> (is_training, written, ops)
     self._routes = {}  # _run_key -> _Route
     self._needs_refresh = False
     self._lock = threading.RLock()
+    self._closed = False
     self._context = None
 
   # ---- SessionInterface ----------------------------------------------------
@@ -120,10 +121,19 @@ class TensorBowSession(compat.SessionInterface):
     return self._session.list_devices()
 
   def close(self):
-    """Stops the runtime's threads and closes the TensorFlow session."""
+    """Closes the session once a wave in flight has finished.
+
+    Stops the runtime's threads and closes the TensorFlow session; later
+    runs raise RuntimeError, as TensorFlow's do.
+    """
     with self._lock:
+      self._closed = True
       self._runtime = None
       self._session.close()
+
+  def _check_open(self):
+    if self._closed:
+      raise RuntimeError("Attempted to use a closed Session.")
 
   def as_default(self):
     """Context manager that makes this the default session."""
@@ -185,6 +195,7 @@ class TensorBowSession(compat.SessionInterface):
       tf.errors.UnimplementedError: a training graph TensorBow cannot train.
       As `tf.compat.v1.Session.run` otherwise.
     """
+    self._check_open()
     feed_dict = feed_dict or {}
     key = _run_key(fetches, feed_dict)
     route = self._routes.get(key) if key is not None else None
@@ -197,14 +208,16 @@ class TensorBowSession(compat.SessionInterface):
     if route is None:
       route = self._route(fetches, feed_dict)
       if route is None:  # let TensorFlow report it, exactly as it would
-        return self._plain_run(fetches, feed_dict, options, run_metadata, None)
+        return self._plain_run(fetches, feed_dict, options, run_metadata,
+                               None)
       if key is not None and route.cacheable:
         if len(self._routes) >= _MAX_ROUTES:
           self._routes.clear()
         self._routes[key] = route
-    is_training, writes, _ = route.closure
+    is_training, written, _ = route.closure
     if not is_training:
-      return self._plain_run(fetches, feed_dict, options, run_metadata, writes)
+      return self._plain_run(fetches, feed_dict, options, run_metadata,
+                             written)
     values = list(feed_dict.values())
     return self._training_run(route, [values[i] for i in route.order],
                               options, run_metadata)
@@ -217,8 +230,14 @@ class TensorBowSession(compat.SessionInterface):
       feeds = None
     if feeds is None:
       return None
+    # Without the fed values unless a fetch is fed: a cached route must not
+    # keep a run's feeds alive.
     handler = compat.fetch_handler(self.graph, fetches,
-                                   {t.ref(): v for t, v in feeds})
+                                   {t.ref(): None for t, _ in feeds})
+    cacheable = not compat.fetches_fed(handler)
+    if not cacheable:
+      handler = compat.fetch_handler(self.graph, fetches,
+                                     {t.ref(): v for t, v in feeds})
     signature = (tuple(t.name for t in handler.fetches()),
                  tuple(op.name for op in handler.targets()),
                  tuple(sorted(t.name for t, _ in feeds)))
@@ -230,30 +249,44 @@ class TensorBowSession(compat.SessionInterface):
             [t.op for t in handler.fetches()] + list(handler.targets()),
             fed_names)
         closure = (any(analysis.is_apply(op) for op in ops),
-                   analysis.writes_variables(ops), ops)
+                   analysis.written_variables(ops), ops)
         self._closures[signature] = closure
     order = sorted(range(len(feeds)), key=lambda i: feeds[i][0].name)
     return _Route(fed=[feeds[i][0] for i in order], order=order,
                   handler=handler,
                   signature=signature, closure=closure,
                   fetched=handler.fetches() + handler.targets(),
-                  cacheable=not compat.fetches_fed(handler))
+                  cacheable=cacheable)
 
   # ---- Plain runs ----------------------------------------------------------
 
-  def _plain_run(self, fetches, feed_dict, options, run_metadata, writes):
+  def _plain_run(self, fetches, feed_dict, options, run_metadata, written):
+    """Runs as tf.compat.v1.Session does; `written`: the variables the run
+    may write (None: unknown)."""
     with self._lock:
       if self._needs_refresh and self._replicator is not None:
         refresh = self._replicator.refresh_op()
         if refresh is not None:
           self._session.run(refresh)
         self._needs_refresh = False
-      try:
-        return self._session.run(fetches, feed_dict, options, run_metadata)
-      finally:
-        # Even a failed run may have written some variables.
-        if (writes or writes is None) and self._replicator is not None:
-          self._replicator.reseed_all()
+    # Not under the lock: a run that blocks inside TensorFlow (a dequeue)
+    # must not block the session's other runs, as with TensorFlow.
+    try:
+      result = self._session.run(fetches, feed_dict, options, run_metadata)
+    except (TypeError, ValueError):
+      raise  # refused before anything ran
+    except BaseException:
+      # Failed or interrupted while executing, maybe after some writes.
+      self._reseed(written)
+      raise
+    self._reseed(written)
+    return result
+
+  def _reseed(self, written):
+    if written is None or written:
+      with self._lock:
+        if self._replicator is not None:
+          self._replicator.reseed(written)
 
   # ---- Training runs -------------------------------------------------------
 
@@ -261,6 +294,7 @@ class TensorBowSession(compat.SessionInterface):
     """A wave over `route`'s plan; `fed_values` in the order of route.fed."""
     handler = route.handler
     with self._lock:
+      self._check_open()
       plan = self._plans.get(route.signature)
       if plan is None:
         plan = self._build_plan(handler, route.closure[2], route.fed)
@@ -272,6 +306,9 @@ class TensorBowSession(compat.SessionInterface):
         if seed is not None:
           self._session.run(seed)
       per_replica = [[s[r] for s in shards] for r in range(len(plan.calls))]
+      # Before the wave: an interrupt after it must still leave the
+      # user-named slots to be refreshed.
+      self._needs_refresh = True
       try:
         outputs = self._runtime.run_wave(
             plan.calls, per_replica, plan.dtypes, plan.batch_feed,
@@ -280,12 +317,11 @@ class TensorBowSession(compat.SessionInterface):
         # Replicas that finished their step are put back on the central
         # model, which the failed wave did not change.
         if self._replicator is not None:
-          self._replicator.reseed_all()
+          self._replicator.reseed()
           reset = self._replicator.reset_barriers_op()
           if reset is not None:
             self._session.run(reset)
         raise
-      self._needs_refresh = True
       fetched = handler.fetches()
       central = {}
       if plan.central_fetches:

@@ -181,6 +181,14 @@ def _depends_on(tensors, names):
   return False
 
 
-def writes_variables(ops):
-  """Whether any of `ops` may write a variable (a plain run's closure)."""
-  return any(is_write(op) for op in ops)
+def written_variables(ops):
+  """Names of the variable ops that `ops` may write (a plain run's closure),
+  or None if some write's variable cannot be told."""
+  names = set()
+  for op in ops:
+    if is_write(op):
+      var = variable_of(op.inputs[0]) if op.inputs else None
+      if var is None:
+        return None
+      names.add(var.name)
+  return frozenset(names)

@@ -372,9 +372,13 @@ class Replicator(object):
     return self._group("seed", names, lambda: tf.group(
         *[self._seeds[n] for n in names], name=f"{self._prefix}/seed/group"))
 
-  def reseed_all(self):
-    """Every replica is to be re-seeded before the next training run."""
-    self._pending_seed.update(self._seeds)
+  def reseed(self, names=None):
+    """Replicas of variables `names` (None: all) are to be re-seeded from
+    the central model before the next training run."""
+    if names is None:
+      self._pending_seed.update(self._seeds)
+    else:
+      self._pending_seed.update(n for n in names if n in self._seeds)
 
   def sync_op(self, info):
     """The synchronisation op of a training run with `info`, or None."""
