@@ -14,6 +14,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from tensorbow import checkpoint
 from tensorbow import compat
 from tensorbow import runtime as tb_runtime
 from tensorbow.rewrite import analysis
@@ -95,6 +96,7 @@ class TensorBowSession(compat.SessionInterface):
     self._closures = {}  # signature -> (is_training, written, ops)
     self._routes = {}  # _run_key -> _Route
     self._needs_refresh = False
+    self._loaded_state = None  # replica state restored with a checkpoint
     self._lock = threading.RLock()
     self._closed = False
     self._context = None
@@ -209,15 +211,15 @@ class TensorBowSession(compat.SessionInterface):
       route = self._route(fetches, feed_dict)
       if route is None:  # let TensorFlow report it, exactly as it would
         return self._plain_run(fetches, feed_dict, options, run_metadata,
-                               None)
+                               None, None)
       if key is not None and route.cacheable:
         if len(self._routes) >= _MAX_ROUTES:
           self._routes.clear()
         self._routes[key] = route
-    is_training, written, _ = route.closure
+    is_training, written, ops = route.closure
     if not is_training:
       return self._plain_run(fetches, feed_dict, options, run_metadata,
-                             written)
+                             written, ops)
     values = list(feed_dict.values())
     return self._training_run(route, [values[i] for i in route.order],
                               options, run_metadata)
@@ -260,9 +262,14 @@ class TensorBowSession(compat.SessionInterface):
 
   # ---- Plain runs ----------------------------------------------------------
 
-  def _plain_run(self, fetches, feed_dict, options, run_metadata, written):
-    """Runs as tf.compat.v1.Session does; `written`: the variables the run
-    may write (None: unknown)."""
+  def _plain_run(self, fetches, feed_dict, options, run_metadata, written,
+                 ops):
+    """Runs as tf.compat.v1.Session does.
+
+    `written`: the variables the run may write (None: unknown); `ops`: its
+    closure (None: unknown). A Saver's save or restore also saves or
+    restores the replicas' state beside the checkpoint.
+    """
     with self._lock:
       if self._needs_refresh and self._replicator is not None:
         refresh = self._replicator.refresh_op()
@@ -280,7 +287,45 @@ class TensorBowSession(compat.SessionInterface):
       self._reseed(written)
       raise
     self._reseed(written)
+    saver = (checkpoint.saver_call(ops, feed_dict, self.graph)
+             if ops is not None else None)
+    if saver is not None:
+      with self._lock:
+        kind, prefix = saver
+        if kind == "save" and self._replicator is not None:
+          checkpoint.save(prefix, self._config(), self._replica_state())
+        elif kind == "restore":
+          self._loaded_state = checkpoint.load(prefix, self._config())
     return result
+
+  def _config(self):
+    """What a checkpoint's replica state must have been saved with."""
+    return {"replicas": self._replicas, "algorithm": self._algorithm,
+            "alpha": self._alpha, "central_momentum": self._central_momentum}
+
+  def _replica_state(self):
+    """{key: value} of every replica's state (seeded first if due)."""
+    self._seed_replicas()
+    tensors = self._replicator.state_tensors()
+    keys = sorted(tensors)
+    return dict(zip(keys, self._session.run([tensors[k] for k in keys])))
+
+  def _seed_replicas(self):
+    """Sets replicas due for it from a restored checkpoint's state or from
+    the central model."""
+    rep = self._replicator
+    if self._loaded_state is not None:
+      names = [n for n in rep.replicated_variables()
+               if all(k in self._loaded_state for k in rep.state_keys(n))]
+      if names:
+        placeholders, load = rep.load_state_op(names)
+        self._session.run(load, {p: self._loaded_state[k]
+                                 for k, p in placeholders.items()})
+        rep.mark_seeded(names)
+      self._loaded_state = None
+    seed = rep.seed_op()
+    if seed is not None:
+      self._session.run(seed)
 
   def _reseed(self, written):
     if written is None or written:
@@ -302,9 +347,7 @@ class TensorBowSession(compat.SessionInterface):
       values = self._feed_values(plan, fed_values)
       shards = self._shard(plan, values)
       if self._replicator is not None:
-        seed = self._replicator.seed_op()
-        if seed is not None:
-          self._session.run(seed)
+        self._seed_replicas()
       per_replica = [[s[r] for s in shards] for r in range(len(plan.calls))]
       # Before the wave: an interrupt after it must still leave the
       # user-named slots to be refreshed.

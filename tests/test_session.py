@@ -4,6 +4,7 @@ The model is least squares, loss = 0.5 * mean((x w + b - y)^2), whose
 gradients NumPy computes exactly, so every wave of SMA can be checked.
 """
 import collections
+import os
 
 import numpy as np
 import pytest
@@ -355,7 +356,12 @@ def test_saver_checkpoint_restores_into_tf_session(tmp_path):
     assert plain.run(m.loss, {m.x: X, m.y: Y}) == saved_loss
 
 
-def test_restore_reseeds_replicas(tmp_path):
+@pytest.mark.parametrize("replica_state", [True, False])
+def test_restore_resumes_from_the_checkpoint(tmp_path, replica_state):
+  """With the replicas' state saved beside the checkpoint, training goes
+  on from the save point exactly; without it (a checkpoint of plain
+  TensorFlow's), the replicas are re-seeded from the restored central
+  model."""
   lr, alpha, mu = 0.1, 0.3, 0.5
   m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(lr))
   with m.graph.as_default():
@@ -369,8 +375,12 @@ def test_restore_reseeds_replicas(tmp_path):
     z = (sess.run(m.w), sess.run(m.b))
     for _ in range(3):  # the replicas drift away from the checkpoint
       sess.run(m.train, {m.x: X, m.y: Y})
+    if replica_state:
+      reference = sma_reference(3, 2, alpha, mu, lr)[1:]
+    else:
+      os.remove(path + ".tensorbow.npz")
+      reference = sma_reference(2, 2, alpha, mu, lr, z=z)
     saver.restore(sess, path)
-    reference = sma_reference(2, 2, alpha, mu, lr, z=z)
     for expected, _, _, _ in reference:
       sess.run(m.train, {m.x: X, m.y: Y})
       np.testing.assert_allclose(sess.run(m.w), expected[0], rtol=1e-5,

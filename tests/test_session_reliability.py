@@ -8,6 +8,7 @@ squares on fixed data, as in test_session.py; "the same as a session that
 never saw the call" is checked against a second session fed only the good
 calls.
 """
+import os
 import threading
 import time
 
@@ -331,3 +332,76 @@ def test_cached_routes_keep_no_feed_alive():
     del x
     assert ref() is None
 
+
+# ---- Exact resume from a checkpoint ------------------------------------------
+
+
+OPTIMIZERS = {
+    "sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1),
+    "momentum": lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9),
+    "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.05),
+}
+
+
+def _saved_model(optimizer, use_resource):
+  """Least squares with `optimizer` and a Saver, in a new graph."""
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+    w = tf.compat.v1.get_variable("w", initializer=W0,
+                                  use_resource=use_resource)
+    loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+    train = OPTIMIZERS[optimizer]().minimize(loss)
+    init = tf.compat.v1.global_variables_initializer()
+    saver = tf.compat.v1.train.Saver()
+  return graph, x, y, w, train, init, saver
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_restore_resumes_exactly(tmp_path, optimizer, use_resource):
+  path = str(tmp_path / "model.ckpt")
+  graph, x, y, w, train, init, saver = _saved_model(optimizer, use_resource)
+  with tb.TensorBowSession(graph=graph, replicas=3) as sess:
+    sess.run(init)
+    for _ in range(3):
+      sess.run(train, {x: X, y: Y})
+    saver.save(sess, path)
+    for _ in range(5):
+      sess.run(train, {x: X, y: Y})
+    continued = sess.run(w)
+  graph, x, y, w, train, init, saver = _saved_model(optimizer, use_resource)
+  with tb.TensorBowSession(graph=graph, replicas=3) as sess:
+    saver.restore(sess, path)
+    for _ in range(5):
+      sess.run(train, {x: X, y: Y})
+    np.testing.assert_allclose(sess.run(w), continued, rtol=1e-6, atol=1e-7)
+  # The checkpoint itself is plain TensorFlow's.
+  with tf.compat.v1.Session(graph=graph) as plain:
+    saver.restore(plain, path)
+
+
+def test_restore_into_another_configuration_reseeds(tmp_path, caplog):
+  path = str(tmp_path / "model.ckpt")
+  graph, x, y, w, train, init, saver = _saved_model("momentum", True)
+  with tb.TensorBowSession(graph=graph, replicas=3) as sess:
+    sess.run(init)
+    sess.run(train, {x: X, y: Y})
+    saver.save(sess, path)
+    saved = sess.run(w)
+  with tb.TensorBowSession(graph=graph, replicas=2) as sess:
+    with caplog.at_level("WARNING", logger="tensorbow"):
+      saver.restore(sess, path)
+    assert "re-seeded from the restored central model" in caplog.text
+    np.testing.assert_array_equal(sess.run(w), saved)
+    sess.run(train, {x: X, y: Y})
+    got = sess.run(w)
+  # The same as restoring a checkpoint with no replica state beside it.
+  os.remove(path + ".tensorbow.npz")
+  with tb.TensorBowSession(graph=graph, replicas=2) as sess:
+    with caplog.at_level("INFO", logger="tensorbow"):
+      saver.restore(sess, path)
+    assert "no " + path + ".tensorbow.npz" in caplog.text
+    sess.run(train, {x: X, y: Y})
+    np.testing.assert_array_equal(sess.run(w), got)

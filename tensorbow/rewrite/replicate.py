@@ -372,6 +372,56 @@ class Replicator(object):
     return self._group("seed", names, lambda: tf.group(
         *[self._seeds[n] for n in names], name=f"{self._prefix}/seed/group"))
 
+  # ---- TensorBow's own state, for checkpoints -------------------------------
+
+  def state_tensors(self):
+    """{key: tensor} reading every replica's copy of every replicated
+    variable and, under SMA, each model variable's own buffers."""
+    names = tuple(sorted(self._seeds))
+    return self._group("state", names, lambda: {
+        key: (read(var) if var is not None else _read_resource(handle))
+        for name in names
+        for key, (var, handle) in self._state_of(name).items()})
+
+  def state_keys(self, name):
+    """The keys of replicated variable `name`'s state."""
+    return list(self._state_of(name))
+
+  def _state_of(self, name):
+    """{key: (replica variable op, None) or (None, SMA resource handle)}."""
+    state = {f"{name}/replica_{r}": (var, None)
+             for r, var in enumerate(self._replica_vars(name))}
+    sma = self._sma.get(name)
+    if sma is not None:
+      state.update((f"{name}/sma/{key}", (None, handle))
+                   for key, handle in _sma_buffers(sma))
+    return state
+
+  def load_state_op(self, names):
+    """(placeholders by key, op assigning them): sets the state of
+    replicated variables `names`."""
+    names = tuple(sorted(names))
+
+    def build():
+      placeholders, assigns = {}, []
+      for name in names:
+        for key, (var, handle) in self._state_of(name).items():
+          dtype = (var or handle.op).get_attr("dtype")
+          p = tf.compat.v1.placeholder(tf.as_dtype(dtype).base_dtype)
+          placeholders[key] = p
+          assigns.append(assign(var, p) if var is not None else
+                         tf.raw_ops.AssignVariableOp(resource=handle, value=p))
+      return placeholders, tf.group(*assigns, name=f"{self._prefix}/load")
+
+    return self._group("load", names, build)
+
+  def mark_seeded(self, names):
+    """Replicas of `names` were set otherwise: no seed before training."""
+    self._pending_seed.difference_update(names)
+
+  def replicated_variables(self):
+    return sorted(self._seeds)
+
   def reseed(self, names=None):
     """Replicas of variables `names` (None: all) are to be re-seeded from
     the central model before the next training run."""
@@ -436,6 +486,20 @@ _WITH_CENTRAL = {
     "ApplyMomentum":
         lambda data, central, alpha: data[:2] + central + [alpha] + data[2:],
 }
+
+
+def _sma_buffers(state):
+  """(key, resource handle) of an _Sma's buffers that carry over waves."""
+  buffers = [("central_prev", state.central_prev)]
+  if state.central_next is not None:
+    buffers.append(("central_next", state.central_next))
+  buffers += [(f"correction_{r}", c) for r, c in enumerate(state.corrections)]
+  return buffers
+
+
+def _read_resource(handle):
+  return tf.raw_ops.ReadVariableOp(resource=handle,
+                                   dtype=handle.op.get_attr("dtype"))
 
 
 def _flat(name):

@@ -1,0 +1,79 @@
+"""TensorBow's own state beside a user's `Saver` checkpoint.
+
+A `tf.compat.v1.train.Saver` checkpoint holds the central model and the
+replicas' mean slots, which plain TensorFlow restores. To resume exactly,
+a TensorBowSession also needs what only it has: every replica's variables
+and slots and SMA's buffers (z_prev, the next central model, the
+corrections). When a plain run saves a checkpoint, the session writes them
+to `<checkpoint prefix>.tensorbow.npz`; when a plain run restores one, it
+loads them back if they were saved by a session of the same configuration.
+"""
+import logging
+import os
+
+import numpy as np
+import tensorflow as tf
+
+SUFFIX = ".tensorbow.npz"
+_SAVE_OPS = frozenset(["SaveV2", "Save", "SaveSlices"])
+_RESTORE_OPS = frozenset(["RestoreV2", "Restore", "RestoreSlice"])
+_CONFIG = "__config__"
+
+logger = logging.getLogger("tensorbow")
+
+
+def saver_call(ops, feed_dict, graph):
+  """("save" | "restore", checkpoint prefix) of a plain run, or None.
+
+  A `Saver` feeds its filename tensor (a string scalar) with the prefix;
+  a run whose closure `ops` saves or restores and that feeds exactly one
+  string scalar is taken for one.
+  """
+  types = {op.type for op in ops}
+  kind = ("save" if types & _SAVE_OPS else
+          "restore" if types & _RESTORE_OPS else None)
+  if kind is None:
+    return None
+  paths = []
+  for key, value in feed_dict.items():
+    try:
+      tensor = graph.as_graph_element(key, allow_tensor=True,
+                                      allow_operation=False)
+    except (TypeError, ValueError, KeyError):
+      continue
+    if tensor.dtype == tf.string and tensor.shape.rank == 0:
+      paths.append(value)
+  if len(paths) != 1:
+    return None
+  path = paths[0]
+  path = path.decode() if isinstance(path, bytes) else str(np.asarray(path))
+  return kind, path
+
+
+def save(prefix, config, arrays):
+  """Writes `arrays` ({key: ndarray}) and `config` beside checkpoint `prefix`."""
+  path = prefix + SUFFIX
+  tmp = path + ".tmp"
+  with open(tmp, "wb") as f:
+    np.savez(f, **{_CONFIG: np.asarray(repr(sorted(config.items())))},
+             **arrays)
+  os.replace(tmp, path)
+
+
+def load(prefix, config):
+  """{key: ndarray} saved beside `prefix` by a session with `config`, or
+  None (with a log line saying why) if there is none or it differs."""
+  path = prefix + SUFFIX
+  if not os.path.exists(path):
+    logger.info("TensorBow: no %s; replicas re-seeded from the restored "
+                "central model", path)
+    return None
+  with np.load(path) as data:
+    saved = str(data[_CONFIG])
+    if saved != repr(sorted(config.items())):
+      logger.warning(
+          "TensorBow: %s was saved with %s, this session is %s; replicas "
+          "re-seeded from the restored central model", path, saved,
+          sorted(config.items()))
+      return None
+    return {k: data[k] for k in data.files if k != _CONFIG}
