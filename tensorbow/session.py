@@ -282,8 +282,15 @@ class TensorBowSession(compat.SessionInterface):
       result = self._session.run(fetches, feed_dict, options, run_metadata)
     except (TypeError, ValueError):
       raise  # refused before anything ran
+    except tf.errors.OpError as e:
+      # Failed while executing: the writes that did not wait for the
+      # failed op may have run.
+      if ops is not None and isinstance(e.op, tf.Operation):
+        written = analysis.written_variables(ops, failed_op=e.op)
+      self._reseed(written)
+      raise
     except BaseException:
-      # Failed or interrupted while executing, maybe after some writes.
+      # Interrupted, maybe after some writes.
       self._reseed(written)
       raise
     self._reseed(written)

@@ -164,6 +164,24 @@ def test_failed_plain_runs_leave_training_as_it_was(use_resource):
     assert_same_training(sess, m, reference, ref_model)
 
 
+def test_failed_restore_leaves_training_as_it_was(tmp_path):
+  m, ref_model = Model(), Model()
+  with m.graph.as_default():
+    saver = tf.compat.v1.train.Saver()
+  path = str(tmp_path / "model.ckpt")
+  with m.session() as sess, ref_model.session() as reference:
+    for _ in range(2):
+      m.step(sess)
+      ref_model.step(reference)
+    saver.save(sess, path)
+    data = path + ".data-00000-of-00001"
+    with open(data, "r+b") as f:  # corrupt every value
+      f.write(b"\xff" * os.path.getsize(data))
+    with pytest.raises(tf.errors.DataLossError):
+      saver.restore(sess, path)
+    assert_same_training(sess, m, reference, ref_model)
+
+
 def test_plain_write_of_a_model_variable_reseeds_it():
   m, ref_model = Model(), Model()
   with m.session() as sess, ref_model.session() as reference:

@@ -181,9 +181,16 @@ def _depends_on(tensors, names):
   return False
 
 
-def written_variables(ops):
+def written_variables(ops, failed_op=None):
   """Names of the variable ops that `ops` may write (a plain run's closure),
-  or None if some write's variable cannot be told."""
+  or None if some write's variable cannot be told.
+
+  With `failed_op`, the op whose error ended the run: only the writes that
+  do not wait for it, since TensorFlow runs no op after an input failed.
+  """
+  if failed_op is not None:
+    ops = [op for op in ops if not is_write(op) or failed_op not in
+           closure([op], frozenset())]
   names = set()
   for op in ops:
     if is_write(op):
