@@ -337,6 +337,8 @@ class TensorBowSession(compat.SessionInterface):
   def _reseed(self, written):
     if written is None or written:
       with self._lock:
+        # Written since: what a restore loaded no longer applies.
+        self._loaded_state = None
         if self._replicator is not None:
           self._replicator.reseed(written)
 

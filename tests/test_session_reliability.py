@@ -400,6 +400,26 @@ def test_restore_resumes_exactly(tmp_path, optimizer, use_resource):
     saver.restore(plain, path)
 
 
+def test_write_after_restore_wins_over_the_restored_replicas(tmp_path):
+  path = str(tmp_path / "model.ckpt")
+  graph, x, y, w, train, init, saver = _saved_model("momentum", True)
+  with tb.TensorBowSession(graph=graph, replicas=3) as sess:
+    sess.run(init)
+    for _ in range(3):
+      sess.run(train, {x: X, y: Y})
+    saver.save(sess, path)
+    saver.restore(sess, path)
+    sess.run(init)  # back to the start, replicas included
+    for _ in range(2):
+      sess.run(train, {x: X, y: Y})
+    got = sess.run(w)
+  with tb.TensorBowSession(graph=graph, replicas=3) as sess:
+    sess.run(init)
+    for _ in range(2):
+      sess.run(train, {x: X, y: Y})
+    np.testing.assert_allclose(got, sess.run(w), rtol=1e-6, atol=1e-7)
+
+
 def test_restore_into_another_configuration_reseeds(tmp_path, caplog):
   path = str(tmp_path / "model.ckpt")
   graph, x, y, w, train, init, saver = _saved_model("momentum", True)
