@@ -55,8 +55,7 @@ def save(prefix, config, arrays):
   path = prefix + SUFFIX
   tmp = path + ".tmp"
   with open(tmp, "wb") as f:
-    np.savez(f, **{_CONFIG: np.asarray(repr(sorted(config.items())))},
-             **arrays)
+    np.savez(f, **{_CONFIG: np.asarray(_described(config))}, **arrays)
   os.replace(tmp, path)
 
 
@@ -70,10 +69,14 @@ def load(prefix, config):
     return None
   with np.load(path) as data:
     saved = str(data[_CONFIG])
-    if saved != repr(sorted(config.items())):
+    if saved != _described(config):
       logger.warning(
           "TensorBow: %s was saved with %s, this session is %s; replicas "
           "re-seeded from the restored central model", path, saved,
-          sorted(config.items()))
+          _described(config))
       return None
     return {k: data[k] for k in data.files if k != _CONFIG}
+
+
+def _described(config):
+  return repr(sorted(config.items()))

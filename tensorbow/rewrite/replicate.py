@@ -379,21 +379,20 @@ class Replicator(object):
     variable and, under SMA, each model variable's own buffers."""
     names = tuple(sorted(self._seeds))
     return self._group("state", names, lambda: {
-        key: (read(var) if var is not None else _read_resource(handle))
-        for name in names
-        for key, (var, handle) in self._state_of(name).items()})
+        key: read(var) for name in names
+        for key, var in self._state_of(name).items()})
 
   def state_keys(self, name):
     """The keys of replicated variable `name`'s state."""
     return list(self._state_of(name))
 
   def _state_of(self, name):
-    """{key: (replica variable op, None) or (None, SMA resource handle)}."""
-    state = {f"{name}/replica_{r}": (var, None)
+    """{key: variable op} of replicated variable `name`'s state."""
+    state = {f"{name}/replica_{r}": var
              for r, var in enumerate(self._replica_vars(name))}
     sma = self._sma.get(name)
     if sma is not None:
-      state.update((f"{name}/sma/{key}", (None, handle))
+      state.update((f"{name}/sma/{key}", handle.op)
                    for key, handle in _sma_buffers(sma))
     return state
 
@@ -405,12 +404,11 @@ class Replicator(object):
     def build():
       placeholders, assigns = {}, []
       for name in names:
-        for key, (var, handle) in self._state_of(name).items():
-          dtype = (var or handle.op).get_attr("dtype")
-          p = tf.compat.v1.placeholder(tf.as_dtype(dtype).base_dtype)
+        for key, var in self._state_of(name).items():
+          p = tf.compat.v1.placeholder(
+              tf.as_dtype(var.get_attr("dtype")).base_dtype)
           placeholders[key] = p
-          assigns.append(assign(var, p) if var is not None else
-                         tf.raw_ops.AssignVariableOp(resource=handle, value=p))
+          assigns.append(assign(var, p))
       return placeholders, tf.group(*assigns, name=f"{self._prefix}/load")
 
     return self._group("load", names, build)
@@ -495,11 +493,6 @@ def _sma_buffers(state):
     buffers.append(("central_next", state.central_next))
   buffers += [(f"correction_{r}", c) for r, c in enumerate(state.corrections)]
   return buffers
-
-
-def _read_resource(handle):
-  return tf.raw_ops.ReadVariableOp(resource=handle,
-                                   dtype=handle.op.get_attr("dtype"))
 
 
 def _flat(name):
