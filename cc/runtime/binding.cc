@@ -148,6 +148,54 @@ std::vector<Endpoint> ToEndpoints(const py::list& items,
   return out;
 }
 
+// One wave's feeds, as HostTensors borrowed from NumPy arrays that the
+// caller keeps alive, and its outputs.
+struct Wave {
+  Wave(const std::vector<int>& calls, const py::list& feeds,
+       const std::vector<int>& dtypes, int batch_feed)
+      : n(calls.size()), host(n), rows(n, -1), outputs(n) {
+    if (py::len(feeds) != n) {
+      throw py::value_error("TensorBow: one feed list per replica expected");
+    }
+    if (batch_feed >= static_cast<int>(dtypes.size())) {
+      throw py::value_error("TensorBow: batch_feed is not a feed position");
+    }
+    for (size_t r = 0; r < n; ++r) {
+      py::list replica_feeds = feeds[r].cast<py::list>();
+      if (py::len(replica_feeds) != dtypes.size()) {
+        throw py::value_error("TensorBow: feeds and dtypes differ in length");
+      }
+      for (size_t i = 0; i < dtypes.size(); ++i) {
+        host[r].push_back(
+            ToHostTensor(replica_feeds[i].cast<py::array>(), dtypes[i]));
+      }
+      if (batch_feed >= 0 && !host[r][batch_feed].dims.empty()) {
+        rows[r] = host[r][batch_feed].dims[0];
+      }
+    }
+  }
+
+  // (code, message, outputs, run_metadata); outputs only on success.
+  py::tuple Result(const Status& status) {
+    py::list result;
+    if (status.ok()) {
+      for (auto& replica : outputs) {
+        py::list values;
+        for (auto& t : replica) values.append(ToNumpy(t));
+        result.append(values);
+      }
+    }
+    return py::make_tuple(status.code(), status.message(), result,
+                          py::bytes(metadata));
+  }
+
+  const size_t n;
+  std::vector<std::vector<HostTensor>> host;
+  std::vector<int64_t> rows;
+  std::vector<std::vector<FetchedTensor>> outputs;
+  std::string metadata;
+};
+
 class Runtime {
  public:
   Runtime(py::handle session, int num_stream_groups,
@@ -179,70 +227,79 @@ class Runtime {
                     const std::vector<int>& dtypes, int batch_feed,
                     int sync_call, const py::bytes& run_options,
                     const py::bytes& other_options, bool want_metadata) {
-    const size_t n = calls.size();
-    if (py::len(feeds) != n) {
-      throw py::value_error("TensorBow: one feed list per replica expected");
-    }
-    if (batch_feed >= static_cast<int>(dtypes.size())) {
-      throw py::value_error("TensorBow: batch_feed is not a feed position");
-    }
-    std::vector<std::vector<HostTensor>> host(n);
-    std::vector<int64_t> rows(n, -1);
-    for (size_t r = 0; r < n; ++r) {
-      py::list replica_feeds = feeds[r].cast<py::list>();
-      if (py::len(replica_feeds) != dtypes.size()) {
-        throw py::value_error("TensorBow: feeds and dtypes differ in length");
-      }
-      for (size_t i = 0; i < dtypes.size(); ++i) {
-        host[r].push_back(
-            ToHostTensor(replica_feeds[i].cast<py::array>(), dtypes[i]));
-      }
-      if (batch_feed >= 0 && !host[r][batch_feed].dims.empty()) {
-        rows[r] = host[r][batch_feed].dims[0];
-      }
-    }
-    const std::string options = run_options;
-    const std::string others = other_options;
-    std::vector<std::vector<FetchedTensor>> outputs(n);
-    std::string metadata;
-    std::vector<TaskScheduler::Task> tasks;
-    tasks.reserve(n);
-    for (size_t r = 0; r < n; ++r) {
-      tasks.emplace_back([&, r](int) {
-        return session_.Run(calls[r], host[r], r == 0 ? options : others,
-                            &outputs[r],
-                            want_metadata && r == 0 ? &metadata : nullptr);
-      });
-    }
-    TaskScheduler::Task sync;
-    if (sync_call >= 0) {
-      sync = [&](int) {
-        std::vector<FetchedTensor> none;
-        return session_.Run(sync_call, {}, others, &none, nullptr);
-      };
-    }
-    Status status;
-    {
-      py::gil_scoped_release release;
-      status = scheduler_.RunWave(tasks, sync, rows);
-    }
-    py::list result;
-    if (status.ok()) {
-      for (auto& replica : outputs) {
-        py::list values;
-        for (auto& t : replica) values.append(ToNumpy(t));
-        result.append(values);
-      }
-    }
-    return py::make_tuple(status.code(), status.message(), result,
-                          py::bytes(metadata));
+    Wave wave(calls, feeds, dtypes, batch_feed);
+    const Status status =
+        RunTasks(calls, &wave, nullptr, {}, sync_call, run_options,
+                 other_options, want_metadata, /*phase=*/0, 0, nullptr);
+    return wave.Result(status);
   }
+
+  // The first phase of an atomic wave: runs calls[r] with feeds[r] for
+  // every replica r, as RunWave does, writing nothing. The last `internal`
+  // fetches of each call are kept for Commit, which feeds them to the
+  // commit calls. With `check_finite`, also lists per replica the positions
+  // of its fetches (internal ones included) holding a non-finite value.
+  // Returns (code, message, outputs, run_metadata, nonfinite).
+  py::tuple Compute(const std::vector<int>& calls, const py::list& feeds,
+                    const std::vector<int>& dtypes, int batch_feed,
+                    const py::bytes& run_options,
+                    const py::bytes& other_options, bool want_metadata,
+                    size_t internal, bool check_finite) {
+    pending_.clear();
+    Wave wave(calls, feeds, dtypes, batch_feed);
+    std::vector<std::vector<int>> nonfinite(wave.n);
+    const Status status = RunTasks(
+        calls, &wave, nullptr, {}, /*sync_call=*/-1, run_options,
+        other_options, want_metadata, /*phase=*/0, internal,
+        check_finite ? &nonfinite : nullptr);
+    if (status.ok()) {
+      pending_.resize(wave.n);
+      for (size_t r = 0; r < wave.n; ++r) {
+        auto& out = wave.outputs[r];
+        const size_t first = out.size() - internal;
+        for (size_t i = first; i < out.size(); ++i) {
+          pending_[r].push_back(std::move(out[i]));
+        }
+        out.resize(first);
+      }
+    }
+    py::tuple result = wave.Result(status);
+    return py::make_tuple(result[0], result[1], result[2], result[3],
+                          py::cast(nonfinite));
+  }
+
+  // The second phase: for every replica r with commit[r], runs calls[r]
+  // with feeds[r] and then the tensors Compute kept for r; then
+  // `sync_call`. Options as for RunWave. Returns (code, message, outputs,
+  // run_metadata), outputs[r] empty for a replica not committed.
+  py::tuple Commit(const std::vector<int>& calls, const py::list& feeds,
+                   const std::vector<int>& dtypes,
+                   const std::vector<bool>& commit, int sync_call,
+                   const py::bytes& run_options,
+                   const py::bytes& other_options, bool want_metadata) {
+    if (pending_.size() != calls.size() || commit.size() != calls.size()) {
+      throw py::value_error("TensorBow: Commit needs a computed wave");
+    }
+    Wave wave(calls, feeds, dtypes, -1);
+    std::vector<std::vector<const FetchedTensor*>> kept(wave.n);
+    for (size_t r = 0; r < wave.n; ++r) {
+      for (const FetchedTensor& t : pending_[r]) kept[r].push_back(&t);
+    }
+    const Status status =
+        RunTasks(calls, &wave, &kept, commit, sync_call, run_options,
+                 other_options, want_metadata, /*phase=*/1, 0, nullptr);
+    pending_.clear();
+    return wave.Result(status);
+  }
+
+  // Forgets what Compute kept.
+  void Discard() { pending_.clear(); }
 
   py::list TaskTimings() const {
     py::list out;
     for (const TaskTiming& t : scheduler_.Timings()) {
       out.append(py::make_tuple(t.wave, t.replica, t.stream_group, t.rows,
-                                t.start_ns * 1e-9, t.end_ns * 1e-9));
+                                t.phase, t.start_ns * 1e-9, t.end_ns * 1e-9));
     }
     return out;
   }
@@ -256,9 +313,56 @@ class Runtime {
   int num_stream_groups() const { return scheduler_.num_stream_groups(); }
 
  private:
+  // Runs calls[r] for every replica r (with commit[r], if commit is not
+  // empty), fed wave->host[r] and then (*kept)[r], on the scheduler with
+  // the GIL released; then `sync_call`. Replica 0 runs with `run_options`,
+  // the others and the sync with `other_options`. The last `internal`
+  // fetches stay TensorFlow's; `nonfinite`, if set, receives per replica
+  // the positions of the fetches holding an infinity or a NaN.
+  Status RunTasks(const std::vector<int>& calls, Wave* wave,
+                  const std::vector<std::vector<const FetchedTensor*>>* kept,
+                  const std::vector<bool>& commit, int sync_call,
+                  const std::string& run_options,
+                  const std::string& other_options, bool want_metadata,
+                  int phase, size_t internal,
+                  std::vector<std::vector<int>>* nonfinite) {
+    const std::vector<const FetchedTensor*> none;
+    std::vector<TaskScheduler::Task> tasks(wave->n);
+    for (size_t r = 0; r < wave->n; ++r) {
+      if (!commit.empty() && !commit[r]) continue;
+      tasks[r] = [&, r](int) {
+        auto& outputs = wave->outputs[r];
+        Status s = session_.Run(
+            calls[r], wave->host[r], kept != nullptr ? (*kept)[r] : none,
+            r == 0 ? run_options : other_options, &outputs,
+            want_metadata && r == 0 ? &wave->metadata : nullptr, internal);
+        if (s.ok() && nonfinite != nullptr) {
+          for (size_t i = 0; i < outputs.size(); ++i) {
+            if (!outputs[i].AllFinite()) {
+              (*nonfinite)[r].push_back(static_cast<int>(i));
+            }
+          }
+        }
+        return s;
+      };
+    }
+    TaskScheduler::Task sync;
+    if (sync_call >= 0) {
+      sync = [&](int) {
+        std::vector<FetchedTensor> fetched;
+        return session_.Run(sync_call, {}, {}, other_options, &fetched,
+                            nullptr);
+      };
+    }
+    py::gil_scoped_release release;
+    return scheduler_.RunWave(tasks, sync, wave->rows, phase);
+  }
+
   std::vector<std::string> abi_ids_;
   TfSession session_;
   TaskScheduler scheduler_;
+  // Per replica, the tensors a computed wave keeps for its commit.
+  std::vector<std::vector<FetchedTensor>> pending_;
 };
 
 }  // namespace
@@ -278,6 +382,15 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("dtypes"), py::arg("batch_feed"), py::arg("sync_call"),
            py::arg("run_options"),
            py::arg("other_options"), py::arg("want_metadata"))
+      .def("compute", &Runtime::Compute, py::arg("calls"), py::arg("feeds"),
+           py::arg("dtypes"), py::arg("batch_feed"), py::arg("run_options"),
+           py::arg("other_options"), py::arg("want_metadata"),
+           py::arg("internal"), py::arg("check_finite"))
+      .def("commit", &Runtime::Commit, py::arg("calls"), py::arg("feeds"),
+           py::arg("dtypes"), py::arg("commit"), py::arg("sync_call"),
+           py::arg("run_options"), py::arg("other_options"),
+           py::arg("want_metadata"))
+      .def("discard", &Runtime::Discard)
       .def("task_timings", &Runtime::TaskTimings)
       .def("clear_task_timings", &Runtime::ClearTaskTimings)
       .def_property_readonly("num_stream_groups", &Runtime::num_stream_groups)

@@ -35,20 +35,23 @@ TaskScheduler::~TaskScheduler() {
 
 Status TaskScheduler::RunWave(const std::vector<Task>& tasks,
                               const Task& sync,
-                              const std::vector<int64_t>& rows) {
+                              const std::vector<int64_t>& rows, int phase) {
   std::lock_guard<std::mutex> wave_lock(wave_mu_);
   {
     std::unique_lock<std::mutex> lock(mu_);
-    ++wave_;
+    if (phase == 0) ++wave_;
+    phase_ = phase;
     rows_ = rows;
     rows_.resize(tasks.size(), -1);
     statuses_.assign(tasks.size(), Status::Ok());
-    remaining_ = static_cast<int>(tasks.size());
+    remaining_ = 0;
     for (size_t r = 0; r < tasks.size(); ++r) {
+      if (!tasks[r]) continue;
       queue_.push_back(Pending{&tasks[r], static_cast<int>(r)});
+      ++remaining_;
     }
     // Wake only as many workers as there are tasks beyond the caller's.
-    const size_t others = tasks.size() > 0 ? tasks.size() - 1 : 0;
+    const size_t others = remaining_ > 0 ? remaining_ - 1 : 0;
     for (size_t i = 0; i < others && i < threads_.size(); ++i) {
       work_cv_.notify_one();
     }
@@ -104,7 +107,7 @@ void TaskScheduler::RecordLocked(int replica, int stream_group, int64_t start,
           ? rows_[replica]
           : -1;
   timings_.push_back(
-      TaskTiming{wave_, replica, stream_group, rows, start, end});
+      TaskTiming{wave_, replica, stream_group, rows, phase_, start, end});
 }
 
 std::vector<TaskTiming> TaskScheduler::Timings() const {

@@ -27,6 +27,7 @@ struct TaskTiming {
   int replica;       // -1 for a synchronisation task
   int stream_group;  // which worker ran it
   int64_t rows;      // rows of the batch it was given, -1 if none
+  int phase;         // 0: a task's computation, 1: its commit
   int64_t start_ns;
   int64_t end_ns;
 };
@@ -49,9 +50,10 @@ class TaskScheduler {
   // `sync` on the calling thread if every task succeeded and `sync` is set.
   // Returns the first failure, by replica order, or the sync's status.
   // Waves are serialised: a second caller waits for the first wave.
-  // `rows[r]`, if given, is recorded with task r's timing.
+  // `rows[r]`, if given, is recorded with task r's timing. A null task is
+  // skipped. Phase 1 (a commit) continues the wave of the last phase 0.
   Status RunWave(const std::vector<Task>& tasks, const Task& sync,
-                 const std::vector<int64_t>& rows = {});
+                 const std::vector<int64_t>& rows = {}, int phase = 0);
 
   std::vector<TaskTiming> Timings() const;
   void ClearTimings();
@@ -69,6 +71,7 @@ class TaskScheduler {
   void RecordLocked(int replica, int stream_group, int64_t start,
                     int64_t end);  // requires mu_
   std::vector<int64_t> rows_;  // of the current wave's tasks
+  int phase_ = 0;  // of the current wave's tasks
 
   const int num_stream_groups_;
   std::mutex wave_mu_;  // one wave at a time

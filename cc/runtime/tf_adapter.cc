@@ -1,5 +1,7 @@
 #include "cc/runtime/tf_adapter.h"
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "tensorflow/c/c_api.h"
@@ -121,6 +123,38 @@ std::vector<std::string> FetchedTensor::strings() const {
   return out;
 }
 
+bool FetchedTensor::AllFinite() const {
+  auto* t = static_cast<TF_Tensor*>(tensor_);
+  if (t == nullptr) return true;
+  const int64_t n = TF_TensorElementCount(t);
+  const void* data = TF_TensorData(t);
+  switch (TF_TensorType(t)) {
+    case TF_FLOAT: {
+      const float* v = static_cast<const float*>(data);
+      bool ok = true;
+      for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(v[i]);
+      return ok;
+    }
+    case TF_DOUBLE: {
+      const double* v = static_cast<const double*>(data);
+      bool ok = true;
+      for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(v[i]);
+      return ok;
+    }
+    case TF_HALF:
+    case TF_BFLOAT16: {
+      // All exponent bits set: an infinity or a NaN.
+      const uint16_t mask = TF_TensorType(t) == TF_HALF ? 0x7C00 : 0x7F80;
+      const uint16_t* v = static_cast<const uint16_t*>(data);
+      bool ok = true;
+      for (int64_t i = 0; i < n; ++i) ok &= (v[i] & mask) != mask;
+      return ok;
+    }
+    default:
+      return true;
+  }
+}
+
 void* FetchedTensor::Release() {
   void* t = tensor_;
   tensor_ = nullptr;
@@ -146,9 +180,10 @@ int TfSession::AddCall(const std::vector<Endpoint>& feeds,
 }
 
 Status TfSession::Run(int call_id, const std::vector<HostTensor>& feeds,
+                      const std::vector<const FetchedTensor*>& tensors,
                       const std::string& run_options,
                       std::vector<FetchedTensor>* outputs,
-                      std::string* run_metadata) const {
+                      std::string* run_metadata, size_t internal) const {
   std::shared_ptr<const Call> call;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -158,15 +193,20 @@ Status TfSession::Run(int call_id, const std::vector<HostTensor>& feeds,
     }
     call = calls_[call_id];
   }
-  if (feeds.size() != call->feeds.size()) {
+  if (feeds.size() + tensors.size() != call->feeds.size() ||
+      internal > call->fetches.size()) {
     return Status(kInvalidArgument,
                   "TensorBow runtime: call expects " +
                       std::to_string(call->feeds.size()) + " feeds, got " +
-                      std::to_string(feeds.size()));
+                      std::to_string(feeds.size() + tensors.size()));
   }
   std::vector<TF_Tensor*> inputs;
-  inputs.reserve(feeds.size());
+  inputs.reserve(call->feeds.size());
   for (const auto& f : feeds) inputs.push_back(ToTfTensor(f));
+  const size_t borrowed = inputs.size();
+  for (const FetchedTensor* t : tensors) {
+    inputs.push_back(static_cast<TF_Tensor*>(t->get()));
+  }
   std::vector<TF_Tensor*> values(call->fetches.size(), nullptr);
 
   TF_Buffer* options = nullptr;
@@ -183,7 +223,7 @@ Status TfSession::Run(int call_id, const std::vector<HostTensor>& feeds,
                 metadata, status);
   Status result(TF_GetCode(status), TF_Message(status));
   TF_DeleteStatus(status);
-  for (TF_Tensor* t : inputs) TF_DeleteTensor(t);
+  for (size_t i = 0; i < borrowed; ++i) TF_DeleteTensor(inputs[i]);
   if (options != nullptr) TF_DeleteBuffer(options);
   if (metadata != nullptr) {
     if (result.ok()) {
@@ -194,7 +234,11 @@ Status TfSession::Run(int call_id, const std::vector<HostTensor>& feeds,
   }
   outputs->clear();
   outputs->reserve(values.size());
-  for (TF_Tensor* t : values) outputs->emplace_back(SolelyOwned(t, feeds));
+  const size_t owned = values.size() - internal;
+  for (size_t i = 0; i < values.size(); ++i) {
+    outputs->emplace_back(i < owned ? SolelyOwned(values[i], feeds)
+                                    : values[i]);
+  }
   return result;
 }
 

@@ -49,6 +49,10 @@ class FetchedTensor {
   void* data() const;
   size_t nbytes() const;
   std::vector<std::string> strings() const;  // for TF_STRING
+  // False if a floating-point element is infinite or NaN.
+  bool AllFinite() const;
+  // The TF_Tensor, still owned by this object.
+  void* get() const { return tensor_; }
 
   // Hands the TF_Tensor to the caller, who frees it with Delete().
   void* Release();
@@ -68,13 +72,17 @@ class TfSession {
               const std::vector<Endpoint>& fetches,
               const std::vector<void*>& targets);
 
-  // Runs call `call` with `feeds` (in AddCall's order); thread-safe.
-  // `run_options` is a serialized RunOptions proto (may be empty);
-  // `run_metadata`, if not null, receives a serialized RunMetadata.
+  // Runs call `call` with `feeds` then `tensors` (in AddCall's order);
+  // thread-safe. `tensors` are fetched tensors of an earlier run, fed
+  // without a copy. `run_options` is a serialized RunOptions proto (may be
+  // empty); `run_metadata`, if not null, receives a serialized RunMetadata.
+  // The last `internal` outputs are left as TensorFlow returned them (to be
+  // fed again); the others are made the caller's alone.
   Status Run(int call, const std::vector<HostTensor>& feeds,
+             const std::vector<const FetchedTensor*>& tensors,
              const std::string& run_options,
-             std::vector<FetchedTensor>* outputs,
-             std::string* run_metadata) const;
+             std::vector<FetchedTensor>* outputs, std::string* run_metadata,
+             size_t internal = 0) const;
 
  private:
   struct Call;

@@ -10,10 +10,13 @@ import os
 from tensorbow import compat
 
 TaskTiming = collections.namedtuple(
-    "TaskTiming", ["wave", "replica", "stream_group", "rows", "start", "end"])
+    "TaskTiming",
+    ["wave", "replica", "stream_group", "rows", "phase", "start", "end"])
 TaskTiming.__doc__ = """One task: replica -1 is a synchronisation task;
 rows is the first dimension of the batch feed TensorFlow was given (-1:
-no batch feed); start and end are seconds of a steady clock."""
+no batch feed); phase is 0 for a learning task's computation, 1 for its
+commit (an atomic wave's second phase); start and end are seconds of a
+steady clock."""
 
 
 def _extension():
@@ -74,21 +77,51 @@ class Runtime(object):
     Raises:
       tf.errors.OpError: the first failure of the wave.
     """
-    options = others = b""
-    if run_options is not None:
-      options = run_options.SerializeToString()
-      untraced = type(run_options)()
-      untraced.CopyFrom(run_options)
-      untraced.trace_level = untraced.NO_TRACE
-      others = untraced.SerializeToString()
-    code, message, outputs, metadata = self._impl.run_wave(
+    options, others = _options(run_options)
+    return _outputs(self._impl.run_wave(
         calls, feeds, dtypes, batch_feed, sync_call, options, others,
-        run_metadata is not None)
-    if code != 0:
-      raise compat.error_from_code(code, message)
-    if run_metadata is not None and metadata:
-      run_metadata.ParseFromString(metadata)
-    return outputs
+        run_metadata is not None), run_metadata)
+
+  def compute(self, calls, feeds, dtypes, batch_feed, internal,
+              check_finite=False, run_options=None, run_metadata=None):
+    """The first phase of an atomic wave: like `run_wave` without a
+    synchronisation, but the last `internal` fetches of every call are kept
+    for `commit` instead of returned.
+
+    Returns:
+      (outputs, nonfinite): per replica, its other fetches; and, with
+      `check_finite`, per replica the positions among all its fetches
+      holding an infinity or a NaN.
+    """
+    options, others = _options(run_options)
+    *result, nonfinite = self._impl.compute(
+        calls, feeds, dtypes, batch_feed, options, others,
+        run_metadata is not None, internal, check_finite)
+    return _outputs(result, run_metadata), nonfinite
+
+  def commit(self, calls, feeds, dtypes, commit, sync_call=-1,
+             run_options=None, run_metadata=None):
+    """The second phase: calls[r] for every replica r with commit[r], fed
+    feeds[r] and then what `compute` kept; then `sync_call`. Runs with
+    `run_options` but no deadline: a commit started finishes. Replica 0's
+    trace is merged into `run_metadata`.
+
+    Returns:
+      Per replica, its fetches (empty if not committed).
+    """
+    if run_options is not None:
+      untimed = type(run_options)()
+      untimed.CopyFrom(run_options)
+      untimed.timeout_in_ms = 0
+      run_options = untimed
+    options, others = _options(run_options)
+    return _outputs(self._impl.commit(
+        calls, feeds, dtypes, list(commit), sync_call, options, others,
+        run_metadata is not None), run_metadata, merge=True)
+
+  def discard(self):
+    """Forgets what `compute` kept: the wave is not committed."""
+    self._impl.discard()
 
   def task_timings(self):
     """TaskTiming of every task run so far (the latest million)."""
@@ -96,6 +129,30 @@ class Runtime(object):
 
   def clear_task_timings(self):
     self._impl.clear_task_timings()
+
+
+def _outputs(result, run_metadata, merge=False):
+  """The outputs of a (code, message, outputs, metadata) result; raises
+  its error; sets `run_metadata` from its metadata (or merges it in)."""
+  code, message, outputs, metadata = result
+  if code != 0:
+    raise compat.error_from_code(code, message)
+  if run_metadata is not None and metadata:
+    if merge:
+      run_metadata.MergeFromString(metadata)
+    else:
+      run_metadata.ParseFromString(metadata)
+  return outputs
+
+
+def _options(run_options):
+  """Serialized options for replica 0 and, untraced, for the others."""
+  if run_options is None:
+    return b"", b""
+  untraced = type(run_options)()
+  untraced.CopyFrom(run_options)
+  untraced.trace_level = untraced.NO_TRACE
+  return run_options.SerializeToString(), untraced.SerializeToString()
 
 
 def fetchable_dtypes():
