@@ -172,13 +172,21 @@ class SmaBarrier : public tensorflow::ResourceBase {
  public:
   std::string DebugString() const override { return "TensorBowSmaBarrier"; }
 
-  // Counts one arrival; true for the N-th, which also starts a new count.
+  // Counts one arrival; true for the N-th (or the last participant set
+  // for this wave), which also starts a new count.
   bool Arrive(int n) {
     tsl::mutex_lock lock(mu_);
-    if (++count_ < n) return false;
+    if (++count_ < Expected(n)) return false;
     count_ = 0;
     started_ = 0;
+    participants_ = 0;
     return true;
+  }
+
+  // Makes the coming wave end after `n` arrivals instead of all replicas'.
+  void SetParticipants(int n) {
+    tsl::mutex_lock lock(mu_);
+    participants_ = n;
   }
 
   // Counts one replica starting its pass; the first of the wave runs
@@ -206,19 +214,27 @@ class SmaBarrier : public tensorflow::ResourceBase {
   }
 
   // Runs work(first) holding chunk k's lock, `first` for the first of the
-  // n replicas of the wave to get there. Requires UseChunks.
+  // n replicas of the wave to get there (n: Participants). Requires
+  // UseChunks.
   template <typename Work>
   void InChunk(int64_t k, int n, const Work& work) {
     Chunk& chunk = chunks_[k];
     tsl::mutex_lock lock(chunk.mu);
     work(chunk.arrivals == 0);
-    if (++chunk.arrivals == n) chunk.arrivals = 0;
+    if (++chunk.arrivals >= n) chunk.arrivals = 0;
+  }
+
+  // How many replicas take part in the current wave, of `n`.
+  int Participants(int n) {
+    tsl::mutex_lock lock(mu_);
+    return Expected(n);
   }
 
   void Reset() {
     tsl::mutex_lock lock(mu_);
     count_ = 0;
     started_ = 0;
+    participants_ = 0;
     for (int64_t k = 0; k < num_chunks_; ++k) {
       tsl::mutex_lock chunk_lock(chunks_[k].mu);
       chunks_[k].arrivals = 0;
@@ -231,9 +247,14 @@ class SmaBarrier : public tensorflow::ResourceBase {
     int arrivals = 0;
   };
 
+  int Expected(int n) const TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return participants_ > 0 ? participants_ : n;
+  }
+
   tsl::mutex mu_;
   int count_ = 0;
   int started_ = 0;
+  int participants_ = 0;  // 0: every replica
   std::unique_ptr<Chunk[]> chunks_;
   int64_t num_chunks_ = 0;
 };

@@ -391,6 +391,32 @@ REGISTER_KERNEL_BUILDER(Name("TensorBowResetSmaBarriers")
                             .Device(tensorflow::DEVICE_CPU),
                         ResetSmaBarriersOp);
 
+class SetSmaParticipantsOp : public OpKernel {
+ public:
+  explicit SetSmaParticipantsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("barriers", &names_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& count = ctx->input(0);
+    OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(count.shape()),
+                errors::InvalidArgument("count must be a scalar"));
+    for (const std::string& name : names_) {
+      SmaBarrier* barrier = nullptr;
+      OP_REQUIRES_OK(ctx, LookupOrCreateBarrier(ctx, name, &barrier));
+      barrier->SetParticipants(count.scalar<int32_t>()());
+      barrier->Unref();
+    }
+  }
+
+ private:
+  std::vector<std::string> names_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("TensorBowSetSmaParticipants")
+                            .Device(tensorflow::DEVICE_CPU),
+                        SetSmaParticipantsOp);
+
 #define TENSORBOW_REGISTER_PAIR(op, kernel, T)                          \
   REGISTER_KERNEL_BUILDER(Name("TensorBow" op)                          \
                               .Device(tensorflow::DEVICE_CPU)           \

@@ -179,6 +179,7 @@ class ApplySmaWithCentralOp : public SmaOpBase {
                 central_momentum.scalar<T>()(),
                 use_nesterov_};
       const CPUDevice& device = ctx->eigen_device<CPUDevice>();
+      const int participants = barrier->Participants(num_replicas_);
       device.parallelFor(
           num_chunks,
           functor::ElementCost<T>(kMomentum ? 6 : 5, kMomentum ? 3 : 2,
@@ -189,7 +190,7 @@ class ApplySmaWithCentralOp : public SmaOpBase {
               const int64_t k = (i + offset) % num_chunks;
               const int64_t begin = k * kChunk;
               const int64_t size = std::min(kChunk, n - begin);
-              barrier->InChunk(k, num_replicas_, [&](bool is_first) {
+              barrier->InChunk(k, participants, [&](bool is_first) {
                 pass.Run(device, begin, size, is_first);
               });
             }

@@ -319,4 +319,14 @@ REGISTER_OP("TensorBowResetSmaBarriers")
 Starts the counts of the named leader barriers again (after a failed wave).
 )doc");
 
+REGISTER_OP("TensorBowSetSmaParticipants")
+    .Input("count: int32")
+    .Attr("barriers: list(string)")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Makes the named barriers wait for `count` replicas in the coming wave only,
+instead of all of them (replicas left out of a wave's update).
+)doc");
+
 }  // namespace tensorbow
