@@ -9,6 +9,7 @@ by the C++ runtime, on the same TensorFlow session: batch feeds are sharded
 across the replicas and the replicas' fetches merged.
 """
 import collections
+import logging
 import threading
 
 import numpy as np
@@ -19,9 +20,11 @@ from tensorbow import compat
 from tensorbow import runtime as tb_runtime
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import kernels
+from tensorbow.rewrite import phases
 from tensorbow.rewrite import replicate
 
 ALGORITHMS = ("sma", "none")
+NONFINITE = ("propagate", "raise", "skip")
 
 # One training run's execution, prepared once per signature.
 _Plan = collections.namedtuple("_Plan", [
@@ -32,9 +35,12 @@ _Plan = collections.namedtuple("_Plan", [
     "dtypes",  # per feed: TF_DataType enum
     "np_dtypes",  # per feed: NumPy dtype
     "shapes",  # per feed: dims (None where unknown), or None: unknown rank
-    "calls",  # per replica: runtime call id
+    "calls",  # per replica: runtime call id (of the computation if atomic)
     "sync_call",  # runtime call id of the synchronisation, or -1
     "central_fetches",  # fetch positions read from the central model
+    "atomic",  # a phases.Split of every replica's task, or None: run whole
+    "commit_calls",  # per replica: runtime call id of its commit
+    "described",  # per computed fetch then internal tensor: what it is
 ])
 
 # How a run is classified, kept per fetch structure and feed keys.
@@ -65,13 +71,22 @@ class TensorBowSession(compat.SessionInterface):
       synchronisation).
     alpha: the SMA correction factor; None means 1 / replicas.
     central_momentum: the momentum of the central model, in [0, 1).
+    nonfinite: what a training run does with an infinity or NaN in a
+      replica's fetches or in what its optimizer applies: "propagate" (as
+      TensorFlow), "raise" (InvalidArgumentError, nothing committed) or
+      "skip" (those replicas are left out of the wave's update and
+      re-seeded from the central model, with a warning).
 
   Raises:
     ValueError: for an argument out of range.
   """
 
   def __init__(self, target="", graph=None, config=None, *, replicas=2,
-               algorithm="sma", alpha=None, central_momentum=0.9):
+               algorithm="sma", alpha=None, central_momentum=0.9,
+               nonfinite="propagate"):
+    if nonfinite not in NONFINITE:
+      raise ValueError(f"nonfinite must be one of {NONFINITE}, got "
+                       f"{nonfinite!r}")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
       raise ValueError(f"replicas must be an int >= 1, got {replicas!r}")
     if algorithm not in ALGORITHMS:
@@ -90,6 +105,7 @@ class TensorBowSession(compat.SessionInterface):
     self._algorithm = algorithm
     self._alpha = float(alpha)
     self._central_momentum = float(central_momentum)
+    self._nonfinite = nonfinite
     self._runtime = None
     self._replicator = None
     self._plans = {}
@@ -361,19 +377,12 @@ class TensorBowSession(compat.SessionInterface):
       # Before the wave: an interrupt after it must still leave the
       # user-named slots to be refreshed.
       self._needs_refresh = True
-      try:
-        outputs = self._runtime.run_wave(
-            plan.calls, per_replica, plan.dtypes, plan.batch_feed,
-            plan.sync_call, options, run_metadata)
-      except tf.errors.OpError:
-        # Replicas that finished their step are put back on the central
-        # model, which the failed wave did not change.
-        if self._replicator is not None:
-          self._replicator.reseed()
-          reset = self._replicator.reset_barriers_op()
-          if reset is not None:
-            self._session.run(reset)
-        raise
+      if plan.atomic is not None:
+        outputs, committed = self._atomic_wave(plan, per_replica, options,
+                                               run_metadata)
+      else:
+        outputs, committed = self._whole_wave(plan, per_replica, options,
+                                              run_metadata), None
       fetched = handler.fetches()
       central = {}
       if plan.central_fetches:
@@ -382,6 +391,11 @@ class TensorBowSession(compat.SessionInterface):
         central = dict(zip(plan.central_fetches, central_values))
     sizes = ([len(s) for s in shards[plan.batch_feed]]
              if plan.batch_feed >= 0 else None)
+    if committed is not None and not all(committed):
+      # Skipped replicas: the wave's result is the committed ones'.
+      keep = [r for r, c in enumerate(committed) if c] or [0]
+      outputs = [outputs[r] for r in keep]
+      sizes = [sizes[r] for r in keep] if sizes else None
     results = []
     k = 0  # position among the replicas' fetches
     for i in range(len(fetched)):
@@ -391,6 +405,87 @@ class TensorBowSession(compat.SessionInterface):
         results.append(_merge([o[k] for o in outputs], sizes))
         k += 1
     return handler.build_results(self, results)
+
+  def _whole_wave(self, plan, per_replica, options, run_metadata):
+    """A wave of tasks that compute and write in one TensorFlow run."""
+    try:
+      return self._runtime.run_wave(
+          plan.calls, per_replica, plan.dtypes, plan.batch_feed,
+          plan.sync_call, options, run_metadata)
+    except tf.errors.OpError:
+      self._after_failed_writes()
+      raise
+
+  def _after_failed_writes(self):
+    """After a wave failed while writing: replicas that finished their step
+    are put back on the central model, which the wave did not change."""
+    if self._replicator is not None:
+      self._replicator.reseed()
+      reset = self._replicator.reset_barriers_op()
+      if reset is not None:
+        self._session.run(reset)
+
+  def _atomic_wave(self, plan, per_replica, options, run_metadata):
+    """A wave whose writes run only once every replica has computed.
+
+    Returns:
+      (per replica its fetches, per replica whether it committed).
+    """
+    split = plan.atomic
+    runtime = self._runtime
+    check = self._nonfinite != "propagate"
+    try:
+      computed, nonfinite = runtime.compute(
+          plan.calls, per_replica, plan.dtypes, plan.batch_feed,
+          len(split.internal), check, options, run_metadata)
+      committed = [True] * len(plan.calls)
+      bad = [r for r, where in enumerate(nonfinite) if where]
+      if bad:
+        what = "; ".join(
+            f"replica {r}: {', '.join(plan.described[i] for i in nonfinite[r])}"
+            for r in bad)
+        if self._nonfinite == "raise":
+          raise tf.errors.InvalidArgumentError(
+              None, None,
+              f"TensorBow: a training run produced non-finite values "
+              f"({what}); nothing was committed")
+        logging.warning("TensorBow: replicas left out of a training run for "
+                        "non-finite values (%s); they are re-seeded from the "
+                        "central model", what)
+        committed = [not where for where in nonfinite]
+        self._skip_replicas(bad, len(plan.calls) - len(bad))
+    except BaseException:
+      # Nothing was written: the wave is dropped.
+      runtime.discard()
+      raise
+    try:
+      written = runtime.commit(plan.commit_calls, per_replica, plan.dtypes,
+                               committed, plan.sync_call, options,
+                               run_metadata)
+    except tf.errors.OpError:
+      self._after_failed_writes()
+      raise
+    if not all(committed):
+      self._replicator.reseed_replicas(
+          [r for r, c in enumerate(committed) if not c])
+    n = len(split.compute_fetches) + len(split.commit_fetches)
+    outputs = []
+    for r in range(len(plan.calls)):
+      values = [None] * n
+      for i, v in zip(split.compute_fetches, computed[r]):
+        values[i] = v
+      for i, v in zip(split.commit_fetches, written[r]):
+        values[i] = v
+      outputs.append(values)
+    return outputs, committed
+
+  def _skip_replicas(self, bad, remaining):
+    """Leaves replicas `bad` out of the coming commit's central update."""
+    if remaining == 0:
+      return
+    ops, count = self._replicator.participants_ops(bad)
+    if ops:
+      self._session.run(ops, {count: remaining})
 
   def _build_plan(self, handler, ops, fed):
     fetchable = tb_runtime.fetchable_dtypes()
@@ -413,9 +508,11 @@ class TensorBowSession(compat.SessionInterface):
       # or a copy of it training the same variables with faster kernels.
       info = _plain_copy_info(ops, batch_names)
       if info is None:
-        call = self._runtime.add_call(fed, fetches, targets)
-        compat.extend_session(self._session)
-        return _new_plan(fed, batch, [call], -1, [])
+        # As TensorFlow runs it; split in two only to check for
+        # non-finite values before the writes.
+        return self._task_plan(fed, batch, [(list(fetches), list(targets))],
+                               -1, [], lambda name: name,
+                               self._nonfinite != "propagate")
     else:
       info = analysis.analyse_training(ops, batch_names)
     if self._replicator is None:
@@ -442,10 +539,43 @@ class TensorBowSession(compat.SessionInterface):
 
     replica_fetches = [t for i, t in enumerate(fetches)
                        if i not in central_fetches]
-    calls = [self._runtime.add_call(
-        fed, [replica_tensor(t, r) for t in replica_fetches],
-        [replica_op(op, r) for op in targets])
+    tasks = [([replica_tensor(t, r) for t in replica_fetches],
+              [replica_op(op, r) for op in targets])
              for r in range(self._replicas)]
+    return self._task_plan(fed, batch, tasks, sync_call, central_fetches,
+                           rep.user_name, True)
+
+  def _task_plan(self, fed, batch, tasks, sync_call, central_fetches,
+                 user_name, atomic):
+    """The plan of a wave of `tasks` (per replica: fetches, targets), with
+    each task split into its computation and its commit if `atomic`."""
+    fed_names = frozenset(t.name for t in fed)
+    splits = ([phases.split(f, t, fed_names) for f, t in tasks]
+              if atomic else [None])
+    if splits[0] is not None and all(
+        s is not None and s[:4] == splits[0][:4] and
+        len(s.internal) == len(splits[0].internal) for s in splits):
+      calls, commit_calls = [], []
+      for (f, t), split in zip(tasks, splits):
+        calls.append(self._runtime.add_call(
+            fed, [f[i] for i in split.compute_fetches] + split.internal,
+            [t[i] for i in split.compute_targets]))
+        commit_calls.append(self._runtime.add_call(
+            list(fed) + split.internal, [f[i] for i in split.commit_fetches],
+            [t[i] for i in split.commit_targets]))
+      described = (
+          [user_name(tasks[0][0][i].name) for i in splits[0].compute_fetches] +
+          [_described_internal(user_name, t) for t in splits[0].internal])
+      compat.extend_session(self._session)
+      return _new_plan(fed, batch, calls, sync_call, central_fetches,
+                       splits[0], commit_calls, described)
+    if self._nonfinite != "propagate":
+      raise tf.errors.UnimplementedError(
+          None, None,
+          f"TensorBow: nonfinite={self._nonfinite!r} needs a training run "
+          "whose writes can run after its computation; in this one a write "
+          "waits on a computed op through a control dependency")
+    calls = [self._runtime.add_call(fed, f, t) for f, t in tasks]
     compat.extend_session(self._session)
     return _new_plan(fed, batch, calls, sync_call, central_fetches)
 
@@ -536,7 +666,18 @@ def _plain_copy_info(ops, batch_names):
     return None
 
 
-def _new_plan(fed, batch, calls, sync_call, central_fetches):
+def _described_internal(user_name, tensor):
+  """What a tensor handed from a task's computation to its commit is."""
+  for consumer in tensor.consumers():
+    if phases.writes_state(consumer) and consumer.inputs:
+      var = analysis.variable_of(consumer.inputs[0])
+      if var is not None:
+        return f"{user_name(tensor.name)} (applied to {user_name(var.name)})"
+  return user_name(tensor.name)
+
+
+def _new_plan(fed, batch, calls, sync_call, central_fetches, atomic=None,
+              commit_calls=None, described=None):
   return _Plan(
       feeds=fed, names=[t.name for t in fed], batch=batch,
       batch_feed=batch.index(True) if any(batch) else -1,
@@ -544,7 +685,8 @@ def _new_plan(fed, batch, calls, sync_call, central_fetches):
       np_dtypes=[t.dtype.as_numpy_dtype for t in fed],
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
               for t in fed],
-      calls=calls, sync_call=sync_call, central_fetches=central_fetches)
+      calls=calls, sync_call=sync_call, central_fetches=central_fetches,
+      atomic=atomic, commit_calls=commit_calls, described=described)
 
 
 def _described(rows):

@@ -422,15 +422,20 @@ def test_task_timings_record_every_replica():
     for _ in range(2):
       sess.run(m.train, {m.x: X, m.y: Y})
     timings = sess.task_timings()
-  learning = [t for t in timings if t.replica >= 0]
+  learning = [t for t in timings if t.replica >= 0 and t.phase == 0]
   assert sorted((t.wave, t.replica, t.rows) for t in learning) == [
       (1, 0, 4), (1, 1, 3), (1, 2, 3), (2, 0, 4), (2, 1, 3), (2, 2, 3)]
   assert all(t.end >= t.start for t in timings)
   syncs = [t for t in timings if t.replica == -1]
   assert len(syncs) == 2 and all(t.rows == -1 for t in syncs)
-  # The synchronisation starts after every learning task of its wave.
+  # The synchronisation starts after every task of its wave has computed
+  # and committed.
+  commits = [t for t in timings if t.replica >= 0 and t.phase == 1]
+  assert sorted((t.wave, t.replica) for t in commits) == [
+      (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
   for s in syncs:
-    assert s.start >= max(t.end for t in learning if t.wave == s.wave)
+    assert s.start >= max(t.end for t in learning + commits
+                          if t.wave == s.wave)
 
 
 @pytest.mark.parametrize("use_resource", [True, False])
@@ -458,7 +463,7 @@ def test_replicas_see_the_fed_rows_once(monkeypatch, use_resource, replicas,
                   for n in (7, 10)]
   for wave, n in ((1, 7), (2, 10)):
     tasks = sorted((t.replica, t.rows) for t in timings
-                   if t.wave == wave and t.replica >= 0)
+                   if t.wave == wave and t.replica >= 0 and t.phase == 0)
     assert tasks == [(r, len(s)) for r, s in
                      enumerate(np.array_split(np.zeros(n), replicas))]
 

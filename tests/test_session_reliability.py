@@ -2,8 +2,8 @@
 
 Fetched arrays belong to the caller; a failed call changes nothing it did
 not execute; runs that block inside TensorFlow do not block the session's
-other runs; a closed session refuses runs as TensorFlow's does; an
-interrupt after a wave leaves a consistent state. The model is least
+other runs; a closed session refuses runs as TensorFlow's does (failed
+training runs and interrupts: test_atomic_waves.py). The model is least
 squares on fixed data, as in test_session.py; "the same as a session that
 never saw the call" is checked against a second session fed only the good
 calls.
@@ -313,30 +313,6 @@ def test_close_during_training_gives_runs_tensorflows_error():
   assert not thread.is_alive()
   assert len(errors) == 1 and isinstance(errors[0], RuntimeError), errors
   assert str(errors[0]) == "Attempted to use a closed Session."
-
-
-def test_interrupt_after_a_wave_leaves_slots_to_be_refreshed(monkeypatch):
-  m, ref_model = Model(), Model()
-  original = tb_runtime.Runtime.run_wave
-
-  def interrupted(self, *args, **kwargs):
-    original(self, *args, **kwargs)
-    raise KeyboardInterrupt()
-
-  with m.session() as sess, ref_model.session() as reference:
-    m.step(sess)
-    ref_model.step(reference)
-    sess.run(m.slot)  # refreshed: none is pending before the next wave
-    monkeypatch.setattr(tb_runtime.Runtime, "run_wave", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-      m.step(sess)
-    monkeypatch.setattr(tb_runtime.Runtime, "run_wave", original)
-    ref_model.step(reference)
-    # What a Saver in `except KeyboardInterrupt:` would read.
-    np.testing.assert_allclose(sess.run(m.slot), reference.run(ref_model.slot),
-                               rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(sess.run(m.w), reference.run(ref_model.w),
-                               rtol=1e-6, atol=1e-7)
 
 
 # ---- What a session keeps ----------------------------------------------------

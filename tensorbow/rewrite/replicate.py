@@ -71,6 +71,7 @@ class Replicator(object):
     self._sma = {}  # model variable op name -> _Sma
     self._seeds = {}  # replicated variable op name -> seed op
     self._pending_seed = set()  # replicated variables to seed before training
+    self._pending_replicas = set()  # replicas to seed before training
     self._stubs = {}  # op name -> tensor that carries a control dependency
     self._groups = {}  # (purpose, variable names) -> op, built once
     self._constants = {}
@@ -365,12 +366,82 @@ class Replicator(object):
 
   def seed_op(self):
     """Op seeding the replicas that need it, or None; marks them seeded."""
-    if not self._pending_seed:
+    ops = []
+    if self._pending_seed:
+      names = tuple(sorted(self._pending_seed))
+      self._pending_seed.clear()
+      ops.append(self._group("seed", names, lambda: tf.group(
+          *[self._seeds[n] for n in names],
+          name=f"{self._prefix}/seed/group")))
+    for r in sorted(self._pending_replicas):
+      ops.append(self._replica_seed(r))
+    self._pending_replicas.clear()
+    if not ops:
       return None
-    names = tuple(sorted(self._pending_seed))
-    self._pending_seed.clear()
-    return self._group("seed", names, lambda: tf.group(
-        *[self._seeds[n] for n in names], name=f"{self._prefix}/seed/group"))
+    return ops[0] if len(ops) == 1 else ops
+
+  def _replica_seed(self, replica):
+    """Op setting replica `replica` alone from the central model: its
+    variables from the user's, its slots from their mean over the replicas
+    (refreshed first), its SMA correction to zero."""
+    names = tuple(sorted(self._seeds))
+    refresh = self.refresh_op()
+
+    def build():
+      with self._graph.control_dependencies(
+          [refresh] if refresh is not None else []):
+        assigns = []
+        for name in names:
+          central = read(self._graph.get_operation_by_name(name))
+          assigns.append(assign(self._replica_vars(name)[replica], central))
+          sma = self._sma.get(name)
+          if sma is not None:
+            assigns.append(tf.raw_ops.AssignVariableOp(
+                resource=sma.corrections[replica],
+                value=tf.zeros_like(central)))
+        return tf.group(*assigns,
+                        name=f"{self._prefix}/seed/replica_{replica}")
+
+    return self._group(("seed_replica", replica), names, build)
+
+  def reseed_replicas(self, replicas):
+    """Replicas `replicas` are to be set from the central model before the
+    next training run (left out of a wave: see participants_ops)."""
+    self._pending_replicas.update(replicas)
+
+  def participants_ops(self, skipped):
+    """(ops, count placeholder) leaving replicas `skipped` out of the next
+    wave's central update: SMA's barriers then wait for the count fed, and
+    the skipped replicas' corrections are zero. ([], None) without SMA."""
+    names = tuple(sorted(self._sma))
+    if not names:
+      return [], None
+
+    def build_count():
+      count = tf.compat.v1.placeholder(tf.int32, [],
+                                       name=f"{self._prefix}/participants")
+      return count, tb_ops.library().tensor_bow_set_sma_participants(
+          count, barriers=[self._barrier(n) for n in names],
+          name=f"{self._prefix}/set_participants")
+
+    count, op = self._group("participants", names, build_count)
+    ops = [op]
+    for r in skipped:
+      ops.append(self._group(("zero_correction", r), names, lambda r=r: tf.group(
+          *[tf.raw_ops.AssignVariableOp(
+              resource=self._sma[n].corrections[r],
+              value=tf.zeros_like(self._sma[n].central_value))
+            for n in names],
+          name=f"{self._prefix}/zero_correction_{r}")))
+    return ops, count
+
+  def user_name(self, name):
+    """The user's name of the op or tensor a replica's copy `name` copies."""
+    head = f"{self._prefix}/replica_"
+    if not name.startswith(head):
+      return name
+    _, _, rest = name[len(head):].partition("/")
+    return rest.replace(">", "/")
 
   # ---- TensorBow's own state, for checkpoints -------------------------------
 

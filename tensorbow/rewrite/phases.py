@@ -1,0 +1,94 @@
+"""Splits a learning task into a computation that writes nothing and a commit.
+
+A training wave is atomic (DESIGN.md, "Atomic waves"): every replica first
+runs the ops of its task that depend on no write (the forward and backward
+passes, where user code fails: asserts, label checks, `py_func`s, a
+deadline), and only when every replica has succeeded do the writes run
+(optimizer steps, SMA's corrections and central update, assignments). The
+tensors the writes consume from the computation are fetched in the first
+run and fed, without a copy, to the second, so nothing is computed twice.
+"""
+import collections
+
+import tensorflow as tf
+
+from tensorbow.rewrite import analysis
+
+# Ops whose outputs a commit may compute again instead of being fed: they
+# only name or read state that the computation does not change.
+_REREADABLE = frozenset(["Const", "Identity", "RefIdentity", "ReadVariableOp"])
+# TensorBow's own ops that write nothing.
+_PURE_TENSORBOW = frozenset(["TensorBowMatMul"])
+
+Split = collections.namedtuple("Split", [
+    "compute_fetches",  # positions of the fetches computed in phase 1
+    "commit_fetches",  # positions of the fetches of the commit
+    "compute_targets",  # positions of the targets run in phase 1
+    "commit_targets",  # positions of the targets run by the commit
+    "internal",  # tensors the computation hands to the commit
+])
+
+
+def writes_state(op):
+  """Whether `op` writes a variable or TensorBow's state."""
+  return analysis.is_write(op) or (op.type.startswith("TensorBow") and
+                                   op.type not in _PURE_TENSORBOW)
+
+
+def split(fetches, targets, fed_names):
+  """How to run one task (fetched tensors, target ops) in two phases.
+
+  Returns:
+    A Split, or None when the task cannot be split: it writes nothing, or
+    a write waits on a computed op through a control dependency or
+    consumes a computed reference or resource (then the task runs whole).
+  """
+  ops = analysis.closure([t.op for t in fetches] + list(targets), fed_names)
+  fed_ops = set(op.name for op in ops
+                if any(t.name in fed_names for t in op.outputs))
+  after = set()  # the writes and every op that waits for one
+  for op in ops:  # inputs first
+    if op.name in fed_ops:
+      continue
+    if (writes_state(op) or
+        any(t.op.name in after and t.name not in fed_names
+            for t in op.inputs) or
+        any(c.name in after for c in op.control_inputs)):
+      after.add(op.name)
+  if not after:
+    return None
+  rereadable = set(fed_ops)
+  for op in ops:
+    if op.name in after or op.name in rereadable:
+      continue
+    if ((op.type in analysis.VARIABLE_OPS or op.type in _REREADABLE) and
+        not op.control_inputs and
+        all(t.op.name in rereadable for t in op.inputs)):
+      rereadable.add(op.name)
+  internal = []
+  seen = set()
+  for op in ops:
+    if op.name not in after:
+      continue
+    if any(c.name not in after and c.name not in rereadable
+           for c in op.control_inputs):
+      return None
+    for t in op.inputs:
+      if (t.op.name in after or t.op.name in rereadable or
+          t.name in fed_names or t.name in seen):
+        continue
+      if t.dtype._is_ref_dtype or t.dtype.base_dtype in (tf.resource,  # pylint: disable=protected-access
+                                                           tf.variant):
+        return None
+      seen.add(t.name)
+      internal.append(t)
+  target_list = list(targets)
+  return Split(
+      compute_fetches=[i for i, t in enumerate(fetches)
+                       if t.op.name not in after],
+      commit_fetches=[i for i, t in enumerate(fetches) if t.op.name in after],
+      compute_targets=[i for i, op in enumerate(target_list)
+                       if op.name not in after],
+      commit_targets=[i for i, op in enumerate(target_list)
+                      if op.name in after],
+      internal=internal)
