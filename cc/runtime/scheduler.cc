@@ -7,7 +7,7 @@ namespace runtime {
 namespace {
 
 // Timings are kept for the latest waves only, so a long run stays bounded.
-constexpr size_t kMaxTimings = 1 << 20;
+constexpr size_t kMaxTimings = 1 << 14;
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -124,7 +124,7 @@ class Runtime(object):
     self._impl.discard()
 
   def task_timings(self):
-    """TaskTiming of every task run so far (the latest million)."""
+    """TaskTiming of every task run so far (the latest 16384)."""
     return [TaskTiming(*t) for t in self._impl.task_timings()]
 
   def clear_task_timings(self):
