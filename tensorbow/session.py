@@ -490,7 +490,7 @@ class TensorBowSession(compat.SessionInterface):
   def _build_plan(self, handler, ops, fed):
     fetchable = tb_runtime.fetchable_dtypes()
     for t in handler.fetches():
-      if (t.dtype.as_datatype_enum not in fetchable and
+      if (t.dtype.base_dtype.as_datatype_enum not in fetchable and
           not analysis.is_variable_value(t)):
         raise TypeError(
             f"TensorBow cannot fetch {t.name} ({t.dtype.name}) in a training "

@@ -49,8 +49,10 @@ def is_variable_value(tensor):
   op = tensor.op
   if op.type in VARIABLE_OPS:
     return True
+  # A read that waits on other ops (the value a resource assign or scatter
+  # returns) is not: fetched after the wave, it would run them again.
   if op.type in ("Identity", "ReadVariableOp") and op.inputs:
-    return variable_of(op.inputs[0]) is not None
+    return not op.control_inputs and variable_of(op.inputs[0]) is not None
   return False
 
 
