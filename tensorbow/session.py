@@ -41,6 +41,7 @@ _Plan = collections.namedtuple("_Plan", [
     "atomic",  # a phases.Split of every replica's task, or None: run whole
     "commit_calls",  # per replica: runtime call id of its commit
     "described",  # per computed fetch then internal tensor: what it is
+    "snapshot",  # user variables a commit that may fail writes, or None
 ])
 
 # How a run is classified, kept per fetch structure and feed keys.
@@ -458,12 +459,18 @@ class TensorBowSession(compat.SessionInterface):
       # Nothing was written: the wave is dropped.
       runtime.discard()
       raise
+    # Where an op after a write may fail, what the commit may write is
+    # kept to be put back.
+    snapshot = self._snapshot(plan.snapshot) if plan.snapshot else None
     try:
       written = runtime.commit(plan.commit_calls, per_replica, plan.dtypes,
                                committed, plan.sync_call, options,
                                run_metadata)
     except tf.errors.OpError:
-      self._after_failed_writes()
+      if snapshot is not None:
+        self._restore_snapshot(plan.snapshot, snapshot)
+      else:
+        self._after_failed_writes()
       raise
     if not all(committed):
       self._replicator.reseed_replicas(
@@ -478,6 +485,19 @@ class TensorBowSession(compat.SessionInterface):
         values[i] = v
       outputs.append(values)
     return outputs, committed
+
+  def _snapshot(self, names):
+    tensors = self._replicator.snapshot_tensors(names)
+    keys = sorted(tensors)
+    values = self._session.run([tensors[k] for k in keys])
+    return {k: np.array(v, copy=True) for k, v in zip(keys, values)}
+
+  def _restore_snapshot(self, names, snapshot):
+    placeholders, ops = self._replicator.restore_snapshot_op(names)
+    self._session.run(ops, {p: snapshot[k] for k, p in placeholders.items()})
+    reset = self._replicator.reset_barriers_op()
+    if reset is not None:
+      self._session.run(reset)
 
   def _skip_replicas(self, bad, remaining):
     """Leaves replicas `bad` out of the coming commit's central update."""
@@ -543,10 +563,10 @@ class TensorBowSession(compat.SessionInterface):
               [replica_op(op, r) for op in targets])
              for r in range(self._replicas)]
     return self._task_plan(fed, batch, tasks, sync_call, central_fetches,
-                           rep.user_name, True)
+                           rep.user_name, True, info.written)
 
   def _task_plan(self, fed, batch, tasks, sync_call, central_fetches,
-                 user_name, atomic):
+                 user_name, atomic, written=None):
     """The plan of a wave of `tasks` (per replica: fetches, targets), with
     each task split into its computation and its commit if `atomic`."""
     fed_names = frozenset(t.name for t in fed)
@@ -567,8 +587,10 @@ class TensorBowSession(compat.SessionInterface):
           [user_name(tasks[0][0][i].name) for i in splits[0].compute_fetches] +
           [_described_internal(user_name, t) for t in splits[0].internal])
       compat.extend_session(self._session)
+      snapshot = (written if written is not None and
+                  any(s.may_fail for s in splits) else None)
       return _new_plan(fed, batch, calls, sync_call, central_fetches,
-                       splits[0], commit_calls, described)
+                       splits[0], commit_calls, described, snapshot)
     if self._nonfinite != "propagate":
       raise tf.errors.UnimplementedError(
           None, None,
@@ -677,7 +699,7 @@ def _described_internal(user_name, tensor):
 
 
 def _new_plan(fed, batch, calls, sync_call, central_fetches, atomic=None,
-              commit_calls=None, described=None):
+              commit_calls=None, described=None, snapshot=None):
   return _Plan(
       feeds=fed, names=[t.name for t in fed], batch=batch,
       batch_feed=batch.index(True) if any(batch) else -1,
@@ -686,7 +708,8 @@ def _new_plan(fed, batch, calls, sync_call, central_fetches, atomic=None,
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
               for t in fed],
       calls=calls, sync_call=sync_call, central_fetches=central_fetches,
-      atomic=atomic, commit_calls=commit_calls, described=described)
+      atomic=atomic, commit_calls=commit_calls, described=described,
+      snapshot=snapshot)
 
 
 def _described(rows):

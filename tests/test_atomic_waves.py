@@ -197,6 +197,70 @@ def test_deadline_commits_nothing():
     assert_same_training(sess, m, reference, ref_model)
 
 
+def test_failure_after_a_write_puts_the_wave_back():
+  """An op that runs after the writes of its task (here an assert on the
+  loss, waiting on the train op) fails in the commit; what the wave
+  wrote is set back from a snapshot."""
+  m, ref_model = Model(), Model()
+  with m.graph.as_default():
+    limit = tf.compat.v1.placeholder_with_default(1e9, [])
+    with tf.control_dependencies([m.train]):
+      late = tf.debugging.assert_less(m.loss, limit, message="loss too big")
+  with m.session() as sess, ref_model.session() as reference:
+    m.step(sess)
+    ref_model.step(reference)
+    before = state(sess, m)
+    feeds = m.feeds()
+    feeds[limit] = -1.0
+    with pytest.raises(tf.errors.InvalidArgumentError, match="loss too big"):
+      sess.run([m.train, late], feeds)
+    assert_same_state(before, state(sess, m))
+    assert_same_training(sess, m, reference, ref_model)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_failing_write_in_one_replica_puts_the_wave_back(use_resource):
+  """A scatter into a non-trainable variable with an index out of range in
+  the last replica's shard fails there while the others commit."""
+  m, ref_model = Model("momentum", use_resource), Model("momentum",
+                                                        use_resource)
+  for model in (m, ref_model):
+    with model.graph.as_default():
+      seen = tf.compat.v1.get_variable(
+          "seen", initializer=np.zeros(12, np.float32), trainable=False,
+          use_resource=use_resource)
+      model.count = tf.compat.v1.scatter_add(
+          seen, model.ids, tf.ones_like(model.ids, tf.float32))
+      model.variables.append(seen)
+      model.init = tf.compat.v1.global_variables_initializer()
+  with m.session() as sess, ref_model.session() as reference:
+    for model, s in ((m, sess), (ref_model, reference)):
+      s.run([model.train, model.count], model.feeds())
+    before = state(sess, m)
+    feeds = m.feeds()
+    ids = IDS.copy()
+    ids[-1] = 99  # the last replica's shard
+    feeds[m.ids] = ids
+    with pytest.raises(tf.errors.InvalidArgumentError):
+      sess.run([m.train, m.count], feeds)
+    assert_same_state(before, state(sess, m))
+    for model, s in ((m, sess), (ref_model, reference)):
+      s.run([model.train, model.count], model.feeds())
+    for v, r in zip(m.variables, ref_model.variables):
+      np.testing.assert_allclose(sess.run(v), reference.run(r), rtol=1e-6,
+                                 atol=1e-7, err_msg=v.op.name)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+def test_standard_optimizers_commit_without_a_snapshot(optimizer):
+  m = Model(optimizer)
+  with m.session() as sess:
+    m.step(sess)
+    plans = list(sess._plans.values())  # pylint: disable=protected-access
+  assert len(plans) == 1
+  assert plans[0].atomic is not None and plans[0].snapshot is None
+
+
 # ---- Interrupts ----------------------------------------------------------------
 
 

@@ -19,6 +19,15 @@ from tensorbow.rewrite import analysis
 _REREADABLE = frozenset(["Const", "Identity", "RefIdentity", "ReadVariableOp"])
 # TensorBow's own ops that write nothing.
 _PURE_TENSORBOW = frozenset(["TensorBowMatMul"])
+# Ops of a commit that cannot fail once the computation succeeded: the
+# optimizers' steps, assignments and the arithmetic between them (Adam's
+# beta powers). Any other op in a commit may fail after a write.
+_SAFE_IN_COMMIT = frozenset([
+    "NoOp", "Identity", "IdentityN", "RefIdentity", "ReadVariableOp", "Const",
+    "VariableV2", "VarHandleOp", "Placeholder", "Mul", "Add", "AddV2", "Sub",
+    "RealDiv", "Neg", "Cast", "Maximum", "Minimum", "Square", "Sqrt", "Pow",
+    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp",
+    "AssignAddVariableOp", "AssignSubVariableOp"])
 
 Split = collections.namedtuple("Split", [
     "compute_fetches",  # positions of the fetches computed in phase 1
@@ -26,6 +35,7 @@ Split = collections.namedtuple("Split", [
     "compute_targets",  # positions of the targets run in phase 1
     "commit_targets",  # positions of the targets run by the commit
     "internal",  # tensors the computation hands to the commit
+    "may_fail",  # whether an op of the commit may fail after a write
 ])
 
 
@@ -91,4 +101,11 @@ def split(fetches, targets, fed_names):
                        if op.name not in after],
       commit_targets=[i for i, op in enumerate(target_list)
                       if op.name in after],
-      internal=internal)
+      internal=internal,
+      may_fail=any(not _safe_in_commit(op) for op in ops
+                   if op.name in after))
+
+
+def _safe_in_commit(op):
+  return (op.type in _SAFE_IN_COMMIT or analysis.is_apply(op) or
+          (writes_state(op) and op.type.startswith("TensorBow")))

@@ -484,6 +484,42 @@ class Replicator(object):
 
     return self._group("load", names, build)
 
+  def snapshot_tensors(self, names):
+    """{key: tensor} reading the user's variables `names` and every
+    replica's state: what a commit that may fail could change."""
+    names = tuple(sorted(names))
+    tensors = dict(self._group("snapshot", names, lambda: {
+        f"{n}/central": read(self._graph.get_operation_by_name(n))
+        for n in names}))
+    tensors.update(self.state_tensors())
+    return tensors
+
+  def restore_snapshot_op(self, names):
+    """(placeholders by key, op) setting back what snapshot_tensors(names)
+    read."""
+    names = tuple(sorted(names))
+    replicated = tuple(sorted(self._seeds))
+
+    def build():
+      placeholders, assigns = {}, []
+      for n in names:
+        var = self._graph.get_operation_by_name(n)
+        p = tf.compat.v1.placeholder(
+            tf.as_dtype(var.get_attr("dtype")).base_dtype)
+        placeholders[f"{n}/central"] = p
+        assigns.append(assign(var, p))
+      return placeholders, assigns
+
+    placeholders, assigns = self._group("restore_snapshot",
+                                        (names, replicated), build)
+    ops = list(assigns)
+    placeholders = dict(placeholders)
+    if replicated:
+      state_placeholders, load = self.load_state_op(replicated)
+      placeholders.update(state_placeholders)
+      ops.append(load)
+    return placeholders, ops
+
   def mark_seeded(self, names):
     """Replicas of `names` were set otherwise: no seed before training."""
     self._pending_seed.difference_update(names)
