@@ -37,6 +37,8 @@ _Plan = collections.namedtuple("_Plan", [
     "shapes",  # per feed: dims (None where unknown), or None: unknown rank
     "calls",  # per replica: runtime call id (of the computation if atomic)
     "sync_call",  # runtime call id of the synchronisation, or -1
+    "sync_calls",  # with nonfinite="skip": per replica, the synchronisation
+                   # taking single variables from it; else None
     "central_fetches",  # fetch positions read from the central model
     "atomic",  # a phases.Split of every replica's task, or None: run whole
     "commit_calls",  # per replica: runtime call id of its commit
@@ -463,9 +465,11 @@ class TensorBowSession(compat.SessionInterface):
     # kept to be put back.
     snapshot = self._snapshot(plan.snapshot) if plan.snapshot else None
     try:
+      sync_call = plan.sync_call
+      if plan.sync_calls is not None and True in committed:
+        sync_call = plan.sync_calls[committed.index(True)]
       written = runtime.commit(plan.commit_calls, per_replica, plan.dtypes,
-                               committed, plan.sync_call, options,
-                               run_metadata)
+                               committed, sync_call, options, run_metadata)
     except tf.errors.OpError:
       if snapshot is not None:
         self._restore_snapshot(plan.snapshot, snapshot)
@@ -543,6 +547,11 @@ class TensorBowSession(compat.SessionInterface):
     rep.extend(info, fed_names)
     sync = rep.sync_op(info)
     sync_call = self._runtime.add_call([], [], [sync]) if sync is not None else -1
+    if sync is not None and self._nonfinite == "skip":
+      # Replica 0 may be skipped: then single variables come from another.
+      sync_call = [sync_call] + [
+          self._runtime.add_call([], [], [rep.sync_op(info, source=r)])
+          for r in range(1, self._replicas)]
     central_fetches = [i for i, t in enumerate(fetches)
                        if analysis.is_variable_value(t)]
 
@@ -700,6 +709,10 @@ def _described_internal(user_name, tensor):
 
 def _new_plan(fed, batch, calls, sync_call, central_fetches, atomic=None,
               commit_calls=None, described=None, snapshot=None):
+  """A _Plan; `sync_call` is one call id or, per replica, one call id."""
+  sync_calls = sync_call if isinstance(sync_call, list) else None
+  if sync_calls is not None:
+    sync_call = sync_calls[0]
   return _Plan(
       feeds=fed, names=[t.name for t in fed], batch=batch,
       batch_feed=batch.index(True) if any(batch) else -1,
@@ -707,7 +720,8 @@ def _new_plan(fed, batch, calls, sync_call, central_fetches, atomic=None,
       np_dtypes=[t.dtype.as_numpy_dtype for t in fed],
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
               for t in fed],
-      calls=calls, sync_call=sync_call, central_fetches=central_fetches,
+      calls=calls, sync_call=sync_call, sync_calls=sync_calls,
+      central_fetches=central_fetches,
       atomic=atomic, commit_calls=commit_calls, described=described,
       snapshot=snapshot)
 

@@ -535,8 +535,11 @@ class Replicator(object):
     else:
       self._pending_seed.update(n for n in names if n in self._seeds)
 
-  def sync_op(self, info):
-    """The synchronisation op of a training run with `info`, or None."""
+  def sync_op(self, info, source=0):
+    """The synchronisation op of a training run with `info`, or None.
+
+    Single variables (a global step) are taken from replica `source`.
+    """
     graph = self._graph
     updates = []
     if self._share_variables:
@@ -546,9 +549,10 @@ class Replicator(object):
         var = graph.get_operation_by_name(name)
         replicas = self._replica_vars(name)
         if name in info.batch_dependent:
-          updates.append(assign(var, _mean([read(v) for v in replicas])))
+          updates.append(assign(var, _mean([read(v) for v in replicas],
+                                           source)))
         else:
-          updates.append(assign(var, read(replicas[0])))
+          updates.append(assign(var, read(replicas[source])))
       if not updates:
         return None
       return tf.group(*updates, name=f"{self._prefix}/sync")
@@ -632,8 +636,9 @@ def assign(var_op, value):
   return tf.raw_ops.Assign(ref=var_op.outputs[0], value=value).op
 
 
-def _mean(values):
-  """The replicas' mean; replica 0's value where a mean is not defined."""
+def _mean(values, source=0):
+  """The replicas' mean; replica `source`'s value where a mean is not
+  defined."""
   if len(values) == 1 or not values[0].dtype.is_floating:
-    return values[0]
+    return values[source]
   return tf.math.add_n(values) / tf.cast(len(values), values[0].dtype)
