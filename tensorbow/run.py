@@ -1,7 +1,8 @@
 """`tensorbow-run`: runs an unmodified TF1 script on `TensorBowSession`.
 
     tensorbow-run [--replicas N] [--algorithm sma|none] [--alpha A]
-                  [--central_momentum M] script.py [script args...]
+                  [--central_momentum M] [--nonfinite propagate|raise|skip]
+                  script.py [script args...]
 
 The script runs in this process (`runpy.run_path`, as `__main__`, with
 `sys.argv` set to `[script.py, args...]` and the script's folder first on
@@ -54,7 +55,7 @@ _V1_SUFFIX = ".compat.v1"
 
 
 def session_class(original, replicas=2, algorithm="sma", alpha=None,
-                  central_momentum=0.9):
+                  central_momentum=0.9, nonfinite="propagate"):
   """A stand-in for `tf.compat.v1.Session` that builds TensorBow sessions.
 
   Args:
@@ -63,6 +64,7 @@ def session_class(original, replicas=2, algorithm="sma", alpha=None,
     algorithm: passed to `TensorBowSession`.
     alpha: passed to `TensorBowSession`.
     central_momentum: passed to `TensorBowSession`.
+    nonfinite: passed to `TensorBowSession`.
 
   Returns:
     A class whose constructor takes `(target="", graph=None, config=None)`
@@ -70,7 +72,7 @@ def session_class(original, replicas=2, algorithm="sma", alpha=None,
     non-empty `target`, a `TensorBowSession` otherwise.
   """
   options = dict(replicas=replicas, algorithm=algorithm, alpha=alpha,
-                 central_momentum=central_momentum)
+                 central_momentum=central_momentum, nonfinite=nonfinite)
 
   class _Meta(type):
     """Makes the stand-in pass for `tf.compat.v1.Session` in scripts."""
@@ -124,7 +126,7 @@ def _aliases(original):
 
 @contextlib.contextmanager
 def patch_session(replicas=2, algorithm="sma", alpha=None,
-                  central_momentum=0.9):
+                  central_momentum=0.9, nonfinite="propagate"):
   """Replaces `tf.compat.v1.Session` by a TensorBow stand-in, then restores it.
 
   Args:
@@ -132,6 +134,7 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
     algorithm: passed to `TensorBowSession`.
     alpha: passed to `TensorBowSession`.
     central_momentum: passed to `TensorBowSession`.
+    nonfinite: passed to `TensorBowSession`.
 
   Yields:
     The stand-in class (see `session_class`).
@@ -147,7 +150,7 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
     raise RuntimeError("tf.compat.v1.Session is already replaced by "
                        "tensorbow-run's stand-in; patch_session does not nest")
   stand_in = session_class(original, replicas, algorithm, alpha,
-                           central_momentum)
+                           central_momentum, nonfinite)
   modules = _aliases(original)
   try:
     for module in modules:
@@ -195,6 +198,10 @@ def _parser():
                       help="SMA correction factor (default: 1/replicas)")
   parser.add_argument("--central_momentum", type=_momentum, default=0.9,
                       help="momentum of the central model (default: 0.9)")
+  parser.add_argument("--nonfinite", choices=tb_session.NONFINITE,
+                      default="propagate",
+                      help="what a training run does with an infinity or NaN "
+                      "(default: propagate, as TensorFlow)")
   parser.add_argument("script", help="the TF1 Python script to run")
   parser.add_argument("script_args", nargs=argparse.REMAINDER,
                       help="arguments passed to the script")
@@ -226,7 +233,7 @@ def main(argv=None):
   sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
   try:
     with patch_session(args.replicas, args.algorithm, args.alpha,
-                       args.central_momentum):
+                       args.central_momentum, args.nonfinite):
       runpy.run_path(args.script, run_name="__main__")
   finally:
     sys.argv = saved_argv

@@ -321,6 +321,26 @@ def test_patch_is_restored_when_the_script_fails(tmp_path):
   assert tf.compat.v1.Session is original
 
 
+def test_nonfinite_reaches_the_session():
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+    w = tf.compat.v1.get_variable("w", initializer=W0)
+    loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+    train = tf.compat.v1.train.GradientDescentOptimizer(LR).minimize(loss)
+    init = tf.compat.v1.global_variables_initializer()
+  y_nan = Y.copy()
+  y_nan[-1] = np.nan
+  with run.patch_session(replicas=2, nonfinite="raise"):
+    with tf.compat.v1.Session(graph=graph) as sess:
+      sess.run(init)
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=r"non-finite values \(replica 1: "):
+        sess.run(train, {x: X, y: y_nan})
+      np.testing.assert_array_equal(sess.run(w), W0)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["missing_script.py"], "script not found: missing_script.py"),
     (["--replicas", "0", "x.py"], "--replicas: must be an int >= 1, got 0"),
@@ -330,6 +350,7 @@ def test_patch_is_restored_when_the_script_fails(tmp_path):
     (["--central_momentum", "1", "x.py"],
      "--central_momentum: must be in [0, 1), got 1"),
     (["--algorithm", "ssgd", "x.py"], "invalid choice: 'ssgd'"),
+    (["--nonfinite", "ignore", "x.py"], "invalid choice: 'ignore'"),
 ])
 def test_bad_arguments_exit_2(capsys, argv, message):
   with pytest.raises(SystemExit) as exit_info:
