@@ -8,6 +8,7 @@ its C++ runtime needs. A TensorFlow upgrade touches this file only.
 from tensorflow.python.client import session as _tf_session
 from tensorflow.python.framework import errors_impl as _errors_impl
 from tensorflow.python.framework import stack as _stack
+from tensorflow.python.util import nest as _nest
 
 SessionInterface = _tf_session.SessionInterface
 # The class behind `tf.compat.v1.Session`, reached without the public name,
@@ -39,6 +40,33 @@ def fetch_handler(graph, fetches, feeds):
     `build_results(session, values)` (the user's structure, rebuilt).
   """
   return _tf_session._FetchHandler(graph, fetches, feeds)  # pylint: disable=protected-access
+
+
+def feed_items(graph, feed_dict):
+  """[(tensor of `graph`, value)] of a feed_dict, as TensorFlow reads it:
+  tuple keys flattened, composite keys (SparseTensor) expanded.
+
+  Raises:
+    TypeError: as `tf.compat.v1.Session.run` does for a key it cannot read.
+  """
+  items = []
+  for feed, value in _nest.flatten_dict_items(feed_dict).items():
+    for tensor_type, _, feed_fn, _ in _tf_session._REGISTERED_EXPANSIONS:  # pylint: disable=protected-access
+      if isinstance(feed, tensor_type):
+        expanded = feed_fn(feed, value)
+        break
+    else:
+      raise TypeError(f'{feed} in argument `feed_dict` has invalid type '
+                      f'"{type(feed).__name__}"')
+    for subfeed, subvalue in expanded:
+      try:
+        tensor = graph.as_graph_element(subfeed, allow_tensor=True,
+                                        allow_operation=False)
+      except Exception as e:  # pylint: disable=broad-except
+        raise TypeError(
+            f"Cannot interpret feed_dict key as Tensor: {e.args[0]}") from None
+      items.append((tensor, subvalue))
+  return items
 
 
 def session_handle(session):

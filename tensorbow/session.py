@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tensorbow import checkpoint
 from tensorbow import compat
+from tensorbow import execution
 from tensorbow import runtime as tb_runtime
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import kernels
@@ -102,8 +103,13 @@ class TensorBowSession(compat.SessionInterface):
     if not 0.0 <= float(central_momentum) < 1.0:
       raise ValueError(
           f"central_momentum must be in [0, 1), got {central_momentum!r}")
-    self._session = compat.PlainSession(target=target, graph=graph,
-                                        config=config)
+    if graph is None:
+      graph = tf.compat.v1.get_default_graph()
+    self._graph = graph
+    # TensorBow's ops go into a graph of the session's own (execution.py).
+    self._exec = execution.ExecutionGraph(graph)
+    self._session = compat.PlainSession(target=target,
+                                        graph=self._exec.graph, config=config)
     self._replicas = replicas
     self._algorithm = algorithm
     self._alpha = float(alpha)
@@ -124,11 +130,17 @@ class TensorBowSession(compat.SessionInterface):
 
   @property
   def graph(self):
-    return self._session.graph
+    return self._graph
 
   @property
   def graph_def(self):
-    return self._session.graph_def
+    return self._graph.as_graph_def()
+
+  @property
+  def execution_graph(self):
+    """The `tf.Graph` this session executes: the user's ops (same names)
+    and TensorBow's, for inspection."""
+    return self._exec.graph
 
   @property
   def sess_str(self):
@@ -176,10 +188,23 @@ class TensorBowSession(compat.SessionInterface):
     self.close()
 
   def partial_run_setup(self, fetches, feeds=None):
-    return self._session.partial_run_setup(fetches, feeds)
+    """As `tf.compat.v1.Session.partial_run_setup` (plain runs only)."""
+    self._sync()
+    handler = compat.fetch_handler(self.graph, fetches, {})
+    feeds = [self.graph.as_graph_element(f, allow_tensor=True,
+                                         allow_operation=False).name
+             for f in tf.nest.flatten(feeds or [])]
+    return self._session.partial_run_setup(_names(handler), feeds)
 
   def partial_run(self, handle, fetches, feed_dict=None):
-    return self._session.partial_run(handle, fetches, feed_dict)
+    """As `tf.compat.v1.Session.partial_run` (plain runs only)."""
+    self._sync()
+    feeds = compat.feed_items(self.graph, feed_dict or {})
+    handler = compat.fetch_handler(self.graph, fetches,
+                                   {t.ref(): v for t, v in feeds})
+    values = self._session.partial_run(handle, _names(handler),
+                                       {t.name: v for t, v in feeds})
+    return handler.build_results(self, values[:len(handler.fetches())])
 
   def make_callable(self, fetches, feed_list=None, accept_options=False):
     """A callable running `fetches` with positional feeds for `feed_list`.
@@ -218,6 +243,7 @@ class TensorBowSession(compat.SessionInterface):
     """
     self._check_open()
     feed_dict = feed_dict or {}
+    self._sync()
     key = _run_key(fetches, feed_dict)
     route = self._routes.get(key) if key is not None else None
     graph = self.graph
@@ -227,30 +253,31 @@ class TensorBowSession(compat.SessionInterface):
       # reports it before a plain run's refresh or reseeding could run.
       route = None
     if route is None:
-      route = self._route(fetches, feed_dict)
-      if route is None:  # let TensorFlow report it, exactly as it would
-        return self._plain_run(fetches, feed_dict, options, run_metadata,
-                               None, None)
+      feeds = compat.feed_items(graph, feed_dict)
+      route = self._route(fetches, feeds)
       if key is not None and route.cacheable:
         if len(self._routes) >= _MAX_ROUTES:
           self._routes.clear()
         self._routes[key] = route
-    is_training, written, ops = route.closure
-    if not is_training:
-      return self._plain_run(fetches, feed_dict, options, run_metadata,
-                             written, ops)
-    values = list(feed_dict.values())
-    return self._training_run(route, [values[i] for i in route.order],
-                              options, run_metadata)
+      values = [v for _, v in feeds]
+    else:
+      values = list(feed_dict.values())  # one tensor per key (_run_key)
+    fed_values = [values[i] for i in route.order]
+    for t in route.fed:
+      if not graph.is_feedable(t):
+        raise ValueError(f"Tensor {t.name} may not be fed.")
+    if not route.closure[0]:
+      return self._plain_run(route, fed_values, options, run_metadata)
+    return self._training_run(route, fed_values, options, run_metadata)
 
-  def _route(self, fetches, feed_dict):
-    """Classifies a run: its _Route, or None for TensorFlow to report."""
-    try:
-      feeds = self._resolve_feeds(feed_dict)
-    except (TypeError, ValueError, KeyError):
-      feeds = None
-    if feeds is None:
-      return None
+  def _sync(self):
+    """Brings the execution graph up to the user's graph."""
+    if self._exec.user_graph.version != self._exec.version:
+      with self._lock:
+        self._exec.sync()
+
+  def _route(self, fetches, feeds):
+    """Classifies a run fed `feeds` ([(tensor, value)]): its _Route."""
     # Without the fed values unless a fetch is fed: a cached route must not
     # keep a run's feeds alive.
     handler = compat.fetch_handler(self.graph, fetches,
@@ -267,8 +294,8 @@ class TensorBowSession(compat.SessionInterface):
       if closure is None:
         fed_names = frozenset(signature[2])
         ops = analysis.closure(
-            [t.op for t in handler.fetches()] + list(handler.targets()),
-            fed_names)
+            [self._exec.tensor(t).op for t in handler.fetches()] +
+            [self._exec.op(op) for op in handler.targets()], fed_names)
         closure = (any(analysis.is_apply(op) for op in ops),
                    analysis.written_variables(ops), ops)
         self._closures[signature] = closure
@@ -281,14 +308,15 @@ class TensorBowSession(compat.SessionInterface):
 
   # ---- Plain runs ----------------------------------------------------------
 
-  def _plain_run(self, fetches, feed_dict, options, run_metadata, written,
-                 ops):
-    """Runs as tf.compat.v1.Session does.
+  def _plain_run(self, route, fed_values, options, run_metadata):
+    """Runs as tf.compat.v1.Session does, on the execution graph.
 
-    `written`: the variables the run may write (None: unknown); `ops`: its
-    closure (None: unknown). A Saver's save or restore also saves or
-    restores the replicas' state beside the checkpoint.
+    A Saver's save or restore also saves or restores the replicas' state
+    beside the checkpoint.
     """
+    _, written, ops = route.closure
+    handler = route.handler
+    feeds = {t.name: v for t, v in zip(route.fed, fed_values)}
     with self._lock:
       if self._needs_refresh and self._replicator is not None:
         refresh = self._replicator.refresh_op()
@@ -298,13 +326,14 @@ class TensorBowSession(compat.SessionInterface):
     # Not under the lock: a run that blocks inside TensorFlow (a dequeue)
     # must not block the session's other runs, as with TensorFlow.
     try:
-      result = self._session.run(fetches, feed_dict, options, run_metadata)
+      values = self._session.run(_names(handler), feeds, options,
+                                 run_metadata)
     except (TypeError, ValueError):
       raise  # refused before anything ran
     except tf.errors.OpError as e:
       # Failed while executing: the writes that did not wait for the
       # failed op may have run.
-      if ops is not None and isinstance(e.op, tf.Operation):
+      if isinstance(e.op, tf.Operation):
         written = analysis.written_variables(ops, failed_op=e.op)
       self._reseed(written)
       raise
@@ -313,8 +342,8 @@ class TensorBowSession(compat.SessionInterface):
       self._reseed(written)
       raise
     self._reseed(written)
-    saver = (checkpoint.saver_call(ops, feed_dict, self.graph)
-             if ops is not None else None)
+    saver = checkpoint.saver_call(ops, dict(zip(route.fed, fed_values)),
+                                  self.graph)
     if saver is not None:
       with self._lock:
         kind, prefix = saver
@@ -322,7 +351,7 @@ class TensorBowSession(compat.SessionInterface):
           checkpoint.save(prefix, self._config(), self._replica_state())
         elif kind == "restore":
           self._loaded_state = checkpoint.load(prefix, self._config())
-    return result
+    return handler.build_results(self, values[:len(handler.fetches())])
 
   def _config(self):
     """What a checkpoint's replica state must have been saved with."""
@@ -390,7 +419,7 @@ class TensorBowSession(compat.SessionInterface):
       central = {}
       if plan.central_fetches:
         central_values = self._session.run(
-            [fetched[i] for i in plan.central_fetches])
+            [fetched[i].name for i in plan.central_fetches])
         central = dict(zip(plan.central_fetches, central_values))
     sizes = ([len(s) for s in shards[plan.batch_feed]]
              if plan.batch_feed >= 0 else None)
@@ -512,6 +541,8 @@ class TensorBowSession(compat.SessionInterface):
       self._session.run(ops, {count: remaining})
 
   def _build_plan(self, handler, ops, fed):
+    """The plan of a training run: `handler` and `fed` of the user's graph,
+    `ops` its closure in the execution graph."""
     fetchable = tb_runtime.fetchable_dtypes()
     for t in handler.fetches():
       if (t.dtype.base_dtype.as_datatype_enum not in fetchable and
@@ -521,8 +552,10 @@ class TensorBowSession(compat.SessionInterface):
             "run; fetch it in a plain run")
     fed_names = frozenset(t.name for t in fed)
     batch = [_is_batch_feed(t) for t in fed]
-    fetches = handler.fetches()
-    targets = handler.targets()
+    fed = [self._exec.tensor(t) for t in fed]
+    fetches = [self._exec.tensor(t) for t in handler.fetches()]
+    targets = [self._exec.op(op) for op in handler.targets()]
+    trainable = analysis.trainable_variable_ops(self.graph)
     if self._runtime is None:
       self._runtime = tb_runtime.Runtime(
           self._session, tb_runtime.default_stream_groups(self._replicas))
@@ -530,7 +563,7 @@ class TensorBowSession(compat.SessionInterface):
     if self._replicas == 1:
       # One replica is plain training (DESIGN.md 2.7): the user's own graph,
       # or a copy of it training the same variables with faster kernels.
-      info = _plain_copy_info(ops, batch_names)
+      info = _plain_copy_info(ops, batch_names, trainable)
       if info is None:
         # As TensorFlow runs it; split in two only to check for
         # non-finite values before the writes.
@@ -538,10 +571,10 @@ class TensorBowSession(compat.SessionInterface):
                                -1, [], lambda name: name,
                                self._nonfinite != "propagate")
     else:
-      info = analysis.analyse_training(ops, batch_names)
+      info = analysis.analyse_training(ops, batch_names, trainable)
     if self._replicator is None:
       self._replicator = replicate.Replicator(
-          self.graph, self._replicas, self._algorithm, self._alpha,
+          self._exec.graph, self._replicas, self._algorithm, self._alpha,
           self._central_momentum, share_variables=self._replicas == 1)
     rep = self._replicator
     rep.extend(info, fed_names)
@@ -557,13 +590,14 @@ class TensorBowSession(compat.SessionInterface):
 
     def replica_tensor(t, r):
       if rep.is_copied(t.op.name):
-        return self.graph.get_tensor_by_name(
+        return self._exec.graph.get_tensor_by_name(
             rep.replica_name(r, t.op.name) + f":{t.value_index}")
       return t
 
     def replica_op(op, r):
       if rep.is_copied(op.name):
-        return self.graph.get_operation_by_name(rep.replica_name(r, op.name))
+        return self._exec.graph.get_operation_by_name(
+            rep.replica_name(r, op.name))
       return op
 
     replica_fetches = [t for i, t in enumerate(fetches)
@@ -610,24 +644,12 @@ class TensorBowSession(compat.SessionInterface):
     compat.extend_session(self._session)
     return _new_plan(fed, batch, calls, sync_call, central_fetches)
 
-  def _resolve_feeds(self, feed_dict):
-    """[(tensor, value)] for a feed_dict of Tensors or tensor names."""
-    feeds = []
-    for key, value in feed_dict.items():
-      if not isinstance(key, (tf.Tensor, str)):
-        return None
-      t = self.graph.as_graph_element(key, allow_tensor=True,
-                                      allow_operation=False)
-      feeds.append((t, value))
-    return feeds
-
   def _feed_values(self, plan, fed):
     """The fed values, in plan order, as checked NumPy arrays.
 
-    Checked as TensorFlow checks them: dtype, shape and feedability, and
-    every batch feed's rows.
+    Checked as TensorFlow checks them: dtype and shape, and every batch
+    feed's rows.
     """
-    graph = self.graph
     values = []
     rows = []
     for t, name, is_batch, dtype, shape, value in zip(
@@ -641,8 +663,6 @@ class TensorBowSession(compat.SessionInterface):
         raise ValueError(
             f"Cannot feed value of shape {array.shape} for Tensor {t.name}, "
             f"which has shape {t.shape}")
-      if not graph.is_feedable(t):
-        raise ValueError(f"Tensor {t.name} may not be fed.")
       if is_batch:
         rows.append((name, array.shape[0]))
       values.append(array)
@@ -683,7 +703,7 @@ class TensorBowSession(compat.SessionInterface):
       self._runtime.clear_task_timings()
 
 
-def _plain_copy_info(ops, batch_names):
+def _plain_copy_info(ops, batch_names, trainable):
   """With one replica: the TrainingInfo of a copy worth making, or None.
 
   A copy pays only where `kernels` has a faster equivalent for one of its
@@ -692,9 +712,15 @@ def _plain_copy_info(ops, batch_names):
   if not (kernels.enabled() and any(kernels.applies(op) for op in ops)):
     return None
   try:
-    return analysis.analyse_training(ops, batch_names)
+    return analysis.analyse_training(ops, batch_names, trainable)
   except tf.errors.UnimplementedError:
     return None
+
+
+def _names(handler):
+  """The names a fetch handler's fetches and targets go by."""
+  return ([t.name for t in handler.fetches()] +
+          [op.name for op in handler.targets()])
 
 
 def _described_internal(user_name, tensor):

@@ -223,9 +223,11 @@ def train_model(session_factory, waves=3):
     losses = [sess.run([loss, train], {x: xs, y: ys})[0]
               for _ in range(waves)]
     values = sess.run(weights)
+    # A plain TensorFlow session executes the user's graph itself.
+    executed = getattr(sess, "execution_graph", graph).get_operations()
   # The kernels' ops; with reference variables the SMA step is also named
   # `<apply op>>tensorbow_step`, with a TensorBow type of its own.
-  substituted = sorted({op.type for op in graph.get_operations()
+  substituted = sorted({op.type for op in executed
                         if op.type == "TensorBowMatMul" or
                         (">tensorbow_" in op.name and
                          not op.type.startswith("TensorBow"))})

@@ -538,7 +538,7 @@ def test_repeated_plain_writes_do_not_grow_the_graph():
     for _ in range(3):
       sess.run(m.train, {m.x: X, m.y: Y})
       sess.run(m.init)  # a plain run that writes: replicas are re-seeded
-      sizes.append(len(m.graph.get_operations()))
+      sizes.append(len(sess.execution_graph.get_operations()))
     assert sizes[1] == sizes[2], sizes
     # Re-seeding really happened: the next wave starts from W0 again.
     reference = sma_reference(1, 2, 0.5, 0.9, 0.1, momentum=0.9)

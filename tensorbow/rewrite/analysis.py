@@ -106,8 +106,11 @@ class TrainingInfo(collections.namedtuple("TrainingInfo", [
   """
 
 
-def analyse_training(ops, batch_feed_names):
+def analyse_training(ops, batch_feed_names, trainable=None):
   """Classifies a training run's closure (see TrainingInfo).
+
+  `trainable`: names of the trainable variable ops (default: those of the
+  ops' graph's collection).
 
   Raises:
     tf.errors.UnimplementedError: for what TensorBow cannot train.
@@ -144,7 +147,8 @@ def analyse_training(ops, batch_feed_names):
         slot = variable_of(t)
         if slot is not None and slot.name not in slot_vars:
           slot_vars.append(slot.name)
-  trainable = _trainable_variable_ops(ops[0].graph if ops else None)
+  if trainable is None:
+    trainable = trainable_variable_ops(ops[0].graph if ops else None)
   model = set(model_vars)
   for name, op in ((n, op) for n, ops in written.items() for op in ops):
     if name in trainable and not is_apply(op):
@@ -163,7 +167,8 @@ def analyse_training(ops, batch_feed_names):
                       batch_dependent, sorted(set(written) | slots))
 
 
-def _trainable_variable_ops(graph):
+def trainable_variable_ops(graph):
+  """Names of the variable ops in `graph`'s trainable-variables collection."""
   if graph is None:
     return set()
   names = set()

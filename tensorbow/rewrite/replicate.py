@@ -17,6 +17,8 @@ seed ops copy the central model into the replicas.
 Copies are made incrementally: a later training run with a different
 closure copies only the operations not yet copied.
 """
+import contextlib
+
 import tensorflow as tf
 
 from tensorbow import ops as tb_ops
@@ -81,6 +83,15 @@ class Replicator(object):
   def prefix(self):
     return self._prefix
 
+  @contextlib.contextmanager
+  def _building(self):
+    """Where TensorBow's ops are made: below the prefix, where no op the
+    user adds later (imported under its own name) can want their names."""
+    graph = self._graph
+    with graph.as_default(), graph.control_dependencies(None), \
+        graph.name_scope(self._prefix + "/"):
+      yield
+
   def replica_name(self, replica, name):
     """The name of replica `replica`'s copy of op `name`.
 
@@ -120,7 +131,7 @@ class Replicator(object):
       new_ops.append(op)
     if not new_ops:
       return
-    with graph.as_default(), graph.control_dependencies(None):
+    with self._building():
       if self._algorithm == "sma" and not self._share_variables:
         for name in info.model_vars:
           if name not in self._sma:
@@ -338,7 +349,7 @@ class Replicator(object):
     """
     key = (purpose, names)
     if key not in self._groups:
-      with self._graph.as_default(), self._graph.control_dependencies(None):
+      with self._building():
         self._groups[key] = build()
     return self._groups[key]
 
@@ -544,7 +555,7 @@ class Replicator(object):
     updates = []
     if self._share_variables:
       return None
-    with graph.as_default(), graph.control_dependencies(None):
+    with self._building():
       for name in info.other_vars:
         var = graph.get_operation_by_name(name)
         replicas = self._replica_vars(name)
