@@ -120,3 +120,110 @@ def test_ops_added_later_run_and_train():
   with tf.compat.v1.Session(graph=graph) as plain:
     plain.run(init)
     assert np.isfinite(plain.run(after, {x: X, y: Y}))
+
+
+# ---- Plain runs by name behave as tf.compat.v1.Session ----------------------
+
+
+def _dataset_one_shot():
+  return tf.compat.v1.data.make_one_shot_iterator(
+      tf.data.Dataset.range(5).map(lambda v: v * 2)).get_next()
+
+
+def _dataset_initializable():
+  p = tf.compat.v1.placeholder(tf.int64, [])
+  it = tf.compat.v1.data.make_initializable_iterator(tf.data.Dataset.range(p))
+  return p, it.initializer, it.get_next()
+
+
+def _two_placeholders():
+  a = tf.compat.v1.placeholder(tf.float32, [])
+  c = tf.compat.v1.placeholder(tf.float32, [])
+  return a, c, a + 1, (a + 1) * c
+
+
+def _partial_run(s, o):
+  h = s.partial_run_setup([o[2], o[3]], [o[0], o[1]])
+  return s.partial_run(h, o[2], {o[0]: 1.0}), s.partial_run(h, o[3],
+                                                             {o[1]: 3.0})
+
+
+def _unfeedable():
+  a = tf.constant(1.0)
+  tf.compat.v1.get_default_graph().prevent_feeding(a)
+  return a, a + 1
+
+
+def _variable():
+  v = tf.compat.v1.get_variable("v", initializer=2.0)
+  return v, tf.compat.v1.assign_add(v, 1.0), v * 3, (
+      tf.compat.v1.global_variables_initializer())
+
+
+def _traced(s, o):
+  metadata = tf.compat.v1.RunMetadata()
+  s.run(o, options=tf.compat.v1.RunOptions(trace_level=3),
+        run_metadata=metadata)
+  return len(metadata.step_stats.dev_stats) > 0
+
+
+def _summary():
+  tf.compat.v1.summary.scalar("v", tf.constant(3.0))
+  return tf.compat.v1.summary.merge_all()
+
+
+PLAIN_RUNS = {
+    "one_shot_dataset": (_dataset_one_shot,
+                         lambda s, n: [s.run(n) for _ in range(3)]),
+    "initializable_dataset": (
+        _dataset_initializable,
+        lambda s, o: (s.run(o[1], {o[0]: 3}), [s.run(o[2])
+                                                for _ in range(3)])),
+    "partial_run": (_two_placeholders, _partial_run),
+    "sparse_feed": (
+        lambda: (lambda sp: (sp, tf.sparse.reduce_sum(sp)))(
+            tf.compat.v1.sparse_placeholder(tf.float32)),
+        lambda s, o: s.run(o[1], {o[0]: tf.compat.v1.SparseTensorValue(
+            [[0, 0], [1, 2]], [1.0, 2.0], [3, 3])})),
+    "tuple_key": (_two_placeholders,
+                  lambda s, o: s.run(o[3], {(o[0], o[1]): (2.0, 5.0)})),
+    "unfeedable": (_unfeedable, lambda s, o: s.run(o[1], {o[0]: 3.0})),
+    "unknown_key": (lambda: tf.constant(1.0),
+                    lambda s, o: s.run(o, {"nope:0": 3.0})),
+    "int_key": (lambda: tf.constant(1.0), lambda s, o: s.run(o, {3: 3.0})),
+    "unknown_fetch": (lambda: tf.constant(1.0), lambda s, o: s.run("nope:0")),
+    "bad_shape": (lambda: tf.compat.v1.placeholder(tf.float32, [2]),
+                  lambda s, o: s.run(o * 2, {o: [1.0, 2.0, 3.0]})),
+    "while_loop": (
+        lambda: tf.while_loop(lambda i: i < 10, lambda i: i + 3, [0]),
+        lambda s, o: s.run(o)),
+    "summary": (_summary, lambda s, o: len(s.run(o)) > 0),
+    "variable_eval_and_feed": (
+        _variable,
+        lambda s, o: (o[3].run(session=s), o[1].eval(session=s),
+                      o[0].eval(session=s), s.run(o[2], {o[0]: 5.0}))),
+    "make_callable": (lambda: tf.compat.v1.placeholder(tf.float32, []),
+                      lambda s, o: s.make_callable(o * 4, [o])(2.0)),
+    "string": (lambda: tf.strings.join(["a", "b"]), lambda s, o: s.run(o)),
+    "traced": (lambda: tf.constant(1.0) + 1, _traced),
+    "empty_graph": (lambda: None, lambda s, o: s.run([])),
+}
+
+
+def _outcome(make_session, build, run):
+  graph = tf.Graph()
+  with graph.as_default():
+    objects = build()
+  with make_session(graph) as sess:
+    try:
+      return repr(run(sess, objects))
+    except Exception as e:  # pylint: disable=broad-except
+      return f"{type(e).__name__}: {e}"
+
+
+@pytest.mark.parametrize("name", sorted(PLAIN_RUNS))
+def test_plain_run_behaves_as_tensorflow(name):
+  build, run = PLAIN_RUNS[name]
+  expected = _outcome(lambda g: tf.compat.v1.Session(graph=g), build, run)
+  got = _outcome(_session, build, run)
+  assert got == expected
