@@ -16,6 +16,8 @@ import tensorflow as tf
 import tensorbow as tb
 from tensorbow import runtime as tb_runtime
 
+import references
+
 RNG = np.random.RandomState(5)
 X = RNG.randn(12, 3).astype(np.float32)
 Y = RNG.randn(12, 1).astype(np.float32)
@@ -345,32 +347,6 @@ def test_nonfinite_raise_names_the_replica_and_commits_nothing(use_resource):
     assert_same_training(sess, m, reference, ref_model)
 
 
-def _sma_sgd_skipping(waves, replicas, lr, alpha, mu):
-  """SMA with SGD on least squares in NumPy; a replica whose shard gives a
-  non-finite value is left out of its wave and then set to the central
-  model. `waves`: per wave, the labels fed."""
-  z = W0.astype(np.float64)
-  z_prev = z.copy()
-  ws = [z.copy() for _ in range(replicas)]
-  xs = np.array_split(X.astype(np.float64), replicas)
-  for y in waves:
-    ys = np.array_split(y.astype(np.float64), replicas)
-    total = np.zeros_like(z)
-    skipped = []
-    for j in range(replicas):
-      g = xs[j].T @ (xs[j] @ ws[j] - ys[j]) / len(xs[j])
-      if not np.isfinite(g).all():
-        skipped.append(j)
-        continue
-      c = alpha * (ws[j] - z)
-      ws[j] = ws[j] - lr * g - c
-      total += c
-    z_prev, z = z, z + total + mu * (z - z_prev)
-    for j in skipped:
-      ws[j] = z.copy()
-  return z
-
-
 @pytest.mark.parametrize("use_resource", [True, False])
 def test_nonfinite_skip_leaves_the_replica_out_and_reseeds_it(
     use_resource, caplog):
@@ -383,9 +359,9 @@ def test_nonfinite_skip_leaves_the_replica_out_and_reseeds_it(
     for y in waves:
       loss = m.step(sess, y=y)
       assert np.isfinite(loss)
-    np.testing.assert_allclose(
-        sess.run(m.w), _sma_sgd_skipping(waves, replicas, lr, alpha, mu),
-        rtol=1e-5, atol=1e-6)
+    z, _, _, _ = references.sma([W0], [(X, y) for y in waves], replicas,
+                                alpha, mu, lr)[-1]
+    np.testing.assert_allclose(sess.run(m.w), z[0], rtol=1e-5, atol=1e-6)
     # The global step counts every wave, replica 0 skipped or not.
     assert sess.run(m.step_var) == len(waves)
   for r in range(replicas):

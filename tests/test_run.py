@@ -16,6 +16,8 @@ import tensorflow as tf
 import tensorbow
 from tensorbow import run
 
+import references
+
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 
 LR, STEPS = 0.1, 4
@@ -150,31 +152,11 @@ def run_tensorbow(tmp_path, options, script, data, name="tb.json"):
 
 
 def sma_sgd_reference(replicas, alpha, mu, algorithm="sma", x=X, y=Y):
-  """DESIGN.md section 3 for gradient descent; returns the central (w, b)
-  and the fetched (shard-weighted mean) loss of every wave."""
-  z = [W0.astype(np.float64), B0.astype(np.float64)]
-  z_prev = [p.copy() for p in z]
-  models = [[p.copy() for p in z] for _ in range(replicas)]
-  shards = list(zip(np.array_split(x, replicas), np.array_split(y, replicas)))
-  losses = []
-  for _ in range(STEPS):
-    corrections = [np.zeros_like(p) for p in z]
-    wave_loss = 0.0
-    for j, (xs, ys) in enumerate(shards):
-      w, b = models[j]
-      r = xs @ w + b - ys
-      wave_loss += 0.5 * float(np.mean(r ** 2)) * len(xs) / len(x)
-      for k, g in enumerate((xs.T @ r / len(xs), r.mean(axis=0))):
-        c = alpha * (models[j][k] - z[k]) if algorithm == "sma" else 0.0
-        models[j][k] = models[j][k] - LR * g - c
-        corrections[k] = corrections[k] + c
-    losses.append(wave_loss)
-    if algorithm == "sma":
-      z, z_prev = [z[k] + corrections[k] + mu * (z[k] - z_prev[k])
-                   for k in range(2)], z
-    else:
-      z = [p.copy() for p in models[0]]  # the central model is replica 0's
-  return z, losses
+  """DESIGN.md section 3 for gradient descent (tests/references.py);
+  returns the central (w, b) and the fetched loss of every wave."""
+  waves = references.sma([W0, B0], [(x, y)] * STEPS, replicas, alpha, mu, LR,
+                         algorithm=algorithm)
+  return waves[-1][0], [loss for _, loss, _, _ in waves]
 
 
 def test_script_trains_with_sma_and_differs_from_plain_tf(tmp_path,

@@ -12,6 +12,8 @@ import tensorflow as tf
 
 import tensorbow as tb
 
+import references
+
 
 RNG = np.random.RandomState(42)
 X = RNG.randn(10, 3).astype(np.float32)
@@ -41,52 +43,13 @@ def build(optimizer, use_resource=True, global_step=False):
                                          init, step)
 
 
-def grads(w, b, xs, ys):
-  r = xs @ w + b - ys
-  return xs.T @ r / len(xs), r.mean(axis=0), 0.5 * float(np.mean(r ** 2))
-
-
 def sma_reference(waves, num_replicas, alpha, mu, lr, momentum=None,
                   nesterov=False, z=(W0, B0), adagrad=False, x=X, y=Y):
-  """DESIGN.md section 3 in NumPy; returns per wave (z, fetched loss).
-
-  The optimizer is SGD, momentum SGD (`momentum` set) or Adagrad
-  (`adagrad`, TF1's initial accumulator 0.1), on the batch (x, y).
-  """
-  z = [p.astype(np.float64) for p in z]
-  z_prev = [p.copy() for p in z]
-  replicas = [[p.copy() for p in z] for _ in range(num_replicas)]
-  accums = [[np.full_like(p, 0.1 if adagrad else 0.0) for p in z]
-            for _ in range(num_replicas)]
-  out = []
-  shards = list(zip(np.array_split(x, num_replicas),
-                    np.array_split(y, num_replicas)))
-  for _ in range(waves):
-    corrections = [np.zeros_like(p) for p in z]
-    losses = []
-    for j, (xs, ys) in enumerate(shards):
-      w, b = replicas[j]
-      gw, gb, l = grads(w, b, xs, ys)
-      losses.append((l, len(xs)))
-      for k, g in enumerate((gw, gb)):
-        c = alpha * (replicas[j][k] - z[k])
-        if adagrad:
-          accums[j][k] = accums[j][k] + g * g
-          step = lr * g / np.sqrt(accums[j][k])
-        elif momentum is None:
-          step = lr * g
-        else:
-          accums[j][k] = momentum * accums[j][k] + g
-          step = (lr * g + lr * momentum * accums[j][k] if nesterov
-                  else lr * accums[j][k])
-        replicas[j][k] = replicas[j][k] - step - c
-        corrections[k] += c
-    z_new = [z[k] + corrections[k] + mu * (z[k] - z_prev[k])
-             for k in range(2)]
-    z_prev, z = z, z_new
-    loss = sum(l * n for l, n in losses) / sum(n for _, n in losses)
-    out.append(([p.copy() for p in z], loss, replicas, accums))
-  return out
+  """DESIGN.md section 3 in NumPy (tests/references.py) on the batch
+  (x, y) every wave; returns per wave (z, fetched loss, replicas,
+  accumulators)."""
+  return references.sma(list(z), [(x, y)] * waves, num_replicas, alpha, mu,
+                        lr, momentum, nesterov, adagrad)
 
 
 def assert_waves_match(m, reference, replicas, alpha, mu, x=X, y=Y):
@@ -208,11 +171,8 @@ def test_algorithm_none_trains_replicas_independently():
     sess.run(m.init)
     for _ in range(3):
       sess.run(m.train, {m.x: X, m.y: Y})
-    w, b = W0.astype(np.float64), B0.astype(np.float64)
-    xs, ys = np.array_split(X, replicas)[0], np.array_split(Y, replicas)[0]
-    for _ in range(3):
-      gw, gb, _ = grads(w, b, xs, ys)
-      w, b = w - lr * gw, b - lr * gb
+    (w, b), _, _, _ = references.sma([W0, B0], [(X, Y)] * 3, replicas,
+                                     None, None, lr, algorithm="none")[-1]
     # Without synchronisation the central model is replica 0's.
     np.testing.assert_allclose(sess.run(m.w), w, rtol=1e-5)
     np.testing.assert_allclose(sess.run(m.b), b, rtol=1e-5)
@@ -484,8 +444,8 @@ def test_string_fetches_in_training_run():
   # A string scalar is not averaged: it is replica 0's, on its shard.
   value = tf.compat.v1.Summary.FromString(serialized).value[0]
   assert value.tag == "loss"
-  np.testing.assert_allclose(value.simple_value,
-                             grads(W0, B0, X[:5], Y[:5])[2], rtol=1e-5)
+  _, shard_loss = references.least_squares([W0, B0], X[:5], Y[:5])
+  np.testing.assert_allclose(value.simple_value, shard_loss, rtol=1e-5)
 
 
 def test_wave_failing_in_one_replica_changes_no_state():
@@ -526,7 +486,8 @@ def test_scalar_feeds_keep_their_shape_in_training_runs():
     sess.run(m.init)
     fetched, _ = sess.run([scaled, train], {m.x: X, m.y: Y, scale: 2.0})
     shards = zip(np.array_split(X, 2), np.array_split(Y, 2))
-    expected = np.mean([2.0 * grads(W0, B0, xs, ys)[2] for xs, ys in shards])
+    expected = np.mean([2.0 * references.least_squares([W0, B0], xs, ys)[1]
+                         for xs, ys in shards])
     np.testing.assert_allclose(fetched, expected, rtol=1e-5)
 
 
