@@ -149,6 +149,7 @@ def test_overhead_suite_per_task_costs(tmp_path):
     not os.path.isdir("/usr/share/datasets/fashion-mnist"),
     reason="needs Debian's dataset-fashion-mnist (scripts/setup.sh installs "
     "it as root)")
+@pytest.mark.slow
 def test_tta_suite_finds_the_best_run_of_each(tmp_path):
   # A target every run meets at its first evaluation, on 256 images.
   result, table = _run(tmp_path, "tta", "--target", "0.0",
@@ -171,6 +172,7 @@ def test_tta_suite_finds_the_best_run_of_each(tmp_path):
     not os.path.isdir("/usr/share/datasets/fashion-mnist"),
     reason="needs Debian's dataset-fashion-mnist (scripts/setup.sh installs "
     "it as root)")
+@pytest.mark.slow
 def test_tta_merge_keeps_earlier_rows_and_runs_only_new_configurations(
     tmp_path):
   first_dir, merged_dir = tmp_path / "first", tmp_path / "merged"

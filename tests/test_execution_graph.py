@@ -59,6 +59,7 @@ def test_finalized_graph_trains_and_evaluates(use_resource):
       evaluated, 0.5 * np.mean((X @ sma_sgd(3)[-1] - Y) ** 2), rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_resource", [True, False])
 def test_sessions_leave_the_users_graph_as_it_was(use_resource, tmp_path):
   graph, x, y, w, _, train, init = build(use_resource)

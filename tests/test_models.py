@@ -23,6 +23,9 @@ import tensorbow as tb
 from tensorbow import data as tb_data
 from tensorbow import training
 
+# End-to-end: the fast tier (-m "not slow") leaves these out.
+pytestmark = pytest.mark.slow
+
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "models")

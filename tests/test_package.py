@@ -5,6 +5,8 @@ import subprocess
 import sys
 import tempfile
 
+import pytest
+
 import tensorbow
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
@@ -20,6 +22,7 @@ def run_python(source):
                         text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_import_rejects_another_tensorflow_version():
   result = run_python(
       "import tensorflow as tf\n"
@@ -34,6 +37,7 @@ def test_import_rejects_another_tensorflow_version():
           "tensorflow-cpu==2.21.0`") in result.stdout
 
 
+@pytest.mark.slow
 def test_readme_example_runs():
   with open(README) as f:
     blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)

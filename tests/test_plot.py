@@ -93,6 +93,7 @@ def test_labels_fall_back_to_file_name_and_stay_unique(tmp_path, logs):
   assert tuple(plotted["run7.jsonl"]) == ([2.5, 5.0], [1, 2], [0.4, 0.5])
 
 
+@pytest.mark.slow
 def test_runs_as_a_module_without_a_display(tmp_path, logs):
   out = tmp_path / "module.png"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", MPLBACKEND="TkAgg")

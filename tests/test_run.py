@@ -159,6 +159,7 @@ def sma_sgd_reference(replicas, alpha, mu, algorithm="sma", x=X, y=Y):
   return waves[-1][0], [loss for _, loss, _, _ in waves]
 
 
+@pytest.mark.slow
 def test_script_trains_with_sma_and_differs_from_plain_tf(tmp_path,
                                                          tf_mode_statement):
   script, data = write_script(tmp_path, tf_mode_statement)
@@ -175,6 +176,7 @@ def test_script_trains_with_sma_and_differs_from_plain_tf(tmp_path,
   assert np.max(np.abs(np.subtract(result["w"], plain["w"]))) > 1e-3
 
 
+@pytest.mark.slow
 def test_one_replica_equals_plain_tf(tmp_path, tf_mode_statement):
   script, data = write_script(tmp_path, tf_mode_statement)
   plain = run_plain(tmp_path, script, data)
@@ -189,6 +191,7 @@ def test_one_replica_equals_plain_tf(tmp_path, tf_mode_statement):
      0.25, 0.5, "sma"),
     (["--replicas", "2", "--algorithm", "none"], None, None, "none"),
 ])
+@pytest.mark.slow
 def test_options_reach_the_session(tmp_path, tf_mode_statement, options,
                                    alpha, mu, algorithm):
   script, data = write_script(tmp_path, tf_mode_statement)
@@ -200,6 +203,7 @@ def test_options_reach_the_session(tmp_path, tf_mode_statement, options,
   np.testing.assert_allclose(result["b"], b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spelling", ["tf.Session", "from-import"])
 def test_other_spellings_of_session_are_replaced(tmp_path, tf_mode_statement,
                                                  spelling):
@@ -211,6 +215,7 @@ def test_other_spellings_of_session_are_replaced(tmp_path, tf_mode_statement,
   np.testing.assert_allclose(result["w"], w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_script_sees_its_own_argv_and_name(tmp_path, tf_mode_statement):
   script, data = write_script(tmp_path, tf_mode_statement)
   result, _ = run_tensorbow(tmp_path, ["--replicas", "2"], script, data)
@@ -218,6 +223,7 @@ def test_script_sees_its_own_argv_and_name(tmp_path, tf_mode_statement):
   assert result["name"] == "__main__"
 
 
+@pytest.mark.slow
 def test_v1_script_shards_its_batches(tmp_path):
   script = tmp_path / "train_v1.py"
   script.write_text(V1_SCRIPT.format(lr=LR, steps=STEPS))

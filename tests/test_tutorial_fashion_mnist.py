@@ -15,6 +15,9 @@ import tensorflow as tf
 from tensorbow import TensorBowSession
 from tensorbow.data import idx
 
+# End-to-end: the fast tier (-m "not slow") leaves these out.
+pytestmark = pytest.mark.slow
+
 FLOOR = 0.80  # both reach about 0.85 after two epochs
 MAX_GAP = 0.02  # TensorBow vs TensorFlow, absolute test accuracy
 EPOCHS = 2
