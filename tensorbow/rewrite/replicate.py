@@ -256,9 +256,8 @@ class Replicator(object):
     dtype = tf.as_dtype(node.attr["T"].type)
     data = [i for i in node.input if not i.startswith("^")]
     control = [i for i in node.input if i.startswith("^")]
-    resource = node.op.startswith("Resource")
-    kind = node.op[len("Resource"):] if resource else node.op
-    op_prefix = "TensorBowResource" if resource else "TensorBow"
+    resource = var.type == "VarHandleOp"
+    kind = _FUSED_KINDS.get(node.op)  # None: any other optimizer
     ext = f"__tensorbow__/{var.name}"
     alpha = aux(f"{ext}/alpha", self._constant(self._alpha, dtype))
 
@@ -271,16 +270,15 @@ class Replicator(object):
       return out
 
     central_var = self._graph.get_operation_by_name(var.name).outputs[0]
-    if state.central_next is not None and kind in _WITH_CENTRAL:
+    if state.central_next is not None and kind is not None:
       # One op: the step, the correction and this replica's share of the
       # central update, under the apply op's name.
-      inputs = _WITH_CENTRAL[kind](data, [
+      op_type, arrange = _WITH_CENTRAL[kind]
+      inputs = arrange(data, [
           aux(f"{ext}/central_var", central_var),
           aux(f"{ext}/central_prev", state.central_prev),
           aux(f"{ext}/central_next", state.central_next)], alpha)
-      fused = make(node.name,
-                   op_prefix + kind.replace("Apply", "ApplySma") +
-                   "WithCentral",
+      fused = make(node.name, op_type,
                    inputs + [aux(f"{ext}/momentum", self._constant(
                        self._central_momentum, dtype))] + control,
                    attrs=("T", "use_locking", "use_nesterov"))
@@ -291,13 +289,13 @@ class Replicator(object):
     correction = aux(f"{ext}/correction", state.corrections[replica])
     central = aux(f"{ext}/central", state.central_value)
     step = node.name + ">tensorbow_step"
-    if kind == "ApplyGradientDescent":
+    if kind == "sgd":
       var_in, lr, delta = data
-      nodes = [make(step, op_prefix + "ApplySmaGradientDescent",
+      nodes = [make(step, _SMA_OPS["sgd_step"][resource],
                     [var_in, correction, central, alpha, lr, delta] + control)]
-    elif kind == "ApplyMomentum":
+    elif kind == "momentum":
       var_in, accum, lr, grad, momentum = data
-      nodes = [make(step, op_prefix + "ApplySmaMomentum",
+      nodes = [make(step, _SMA_OPS["momentum_step"][resource],
                     [var_in, accum, correction, central, alpha, lr, grad,
                      momentum] + control,
                     attrs=("T", "use_locking", "use_nesterov"))]
@@ -305,18 +303,18 @@ class Replicator(object):
       # Any other optimizer: the correction before its apply op, applied
       # after it.
       before = make(node.name + ">tensorbow_correction",
-                    op_prefix + "SmaCorrection",
+                    _SMA_OPS["correction"][resource],
                     [data[0], correction, central, alpha] + control)
       inner = tf.compat.v1.NodeDef()
       inner.CopyFrom(node)
       inner.name = node.name + ">tensorbow_apply"
       inner.input.append("^" + before.name)
       nodes = [before, inner,
-               make(step, op_prefix + "ApplySmaCorrection",
+               make(step, _SMA_OPS["apply_correction"][resource],
                     [data[0], correction, "^" + inner.name])]
     # The leader takes the apply op's name, so what waited for the apply op
     # (the user's train op, a global step) waits for the central update.
-    leader = make(node.name, op_prefix + "ApplySmaCentralLeader", [
+    leader = make(node.name, _SMA_OPS["leader"][resource], [
         aux(f"{ext}/central_var", central_var),
         aux(f"{ext}/central_prev", state.central_prev)
     ] + [aux(f"{ext}/corrections_{i}", c)
@@ -598,13 +596,38 @@ class Replicator(object):
     return self._group("refresh", names, build)
 
 
-# Apply op kind -> inputs of its *WithCentral op, from the apply op's data
-# inputs, the central model's three handles and alpha.
+# The optimizers' apply ops that SMA fuses with its correction, by type.
+_FUSED_KINDS = {
+    "ApplyGradientDescent": "sgd",
+    "ResourceApplyGradientDescent": "sgd",
+    "ApplyMomentum": "momentum",
+    "ResourceApplyMomentum": "momentum",
+}
+# TensorBow's SMA op types by role: (for a reference, for a resource
+# variable).
+_SMA_OPS = {
+    "sgd_step": ("TensorBowApplySmaGradientDescent",
+                 "TensorBowResourceApplySmaGradientDescent"),
+    "momentum_step": ("TensorBowApplySmaMomentum",
+                      "TensorBowResourceApplySmaMomentum"),
+    "correction": ("TensorBowSmaCorrection",
+                   "TensorBowResourceSmaCorrection"),
+    "apply_correction": ("TensorBowApplySmaCorrection",
+                         "TensorBowResourceApplySmaCorrection"),
+    "leader": ("TensorBowApplySmaCentralLeader",
+               "TensorBowResourceApplySmaCentralLeader"),
+}
+# Resource variables only: fused kind -> (op type doing the step, the
+# correction and the replica's share of the central update; its inputs
+# from the apply op's data inputs, the central model's three handles and
+# alpha).
 _WITH_CENTRAL = {
-    "ApplyGradientDescent":
-        lambda data, central, alpha: [data[0]] + central + [alpha] + data[1:],
-    "ApplyMomentum":
-        lambda data, central, alpha: data[:2] + central + [alpha] + data[2:],
+    "sgd": ("TensorBowResourceApplySmaGradientDescentWithCentral",
+            lambda data, central, alpha: [data[0]] + central + [alpha] +
+            data[1:]),
+    "momentum": ("TensorBowResourceApplySmaMomentumWithCentral",
+                 lambda data, central, alpha: data[:2] + central + [alpha] +
+                 data[2:]),
 }
 
 
