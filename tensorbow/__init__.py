@@ -19,6 +19,7 @@ if _tf.__version__ != TENSORFLOW_VERSION:
       "TensorBow with `pip install --no-build-isolation .`")
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from tensorbow import algorithms
 from tensorbow import ops
 from tensorbow import runtime
 from tensorbow.session import TensorBowSession
@@ -27,4 +28,4 @@ ops.library()
 runtime._extension()  # pylint: disable=protected-access
 
 __version__ = "0.1.0"
-__all__ = ["TensorBowSession", "ops", "runtime"]
+__all__ = ["TensorBowSession", "algorithms", "ops", "runtime"]

@@ -15,6 +15,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from tensorbow import algorithms
 from tensorbow import checkpoint
 from tensorbow import compat
 from tensorbow import execution
@@ -24,7 +25,7 @@ from tensorbow.rewrite import kernels
 from tensorbow.rewrite import phases
 from tensorbow.rewrite import replicate
 
-ALGORITHMS = ("sma", "none")
+ALGORITHMS = algorithms.NAMES
 NONFINITE = ("propagate", "raise", "skip")
 
 # One training run's execution, prepared once per signature.
@@ -70,10 +71,12 @@ class TensorBowSession(compat.SessionInterface):
     graph: as for `tf.compat.v1.Session` (default: the default graph).
     config: as for `tf.compat.v1.Session`.
     replicas: L, the number of model replicas (learners), >= 1.
-    algorithm: "sma" (synchronous model averaging) or "none" (independent
-      replicas; the central model is replica 0's, for measuring the cost of
+    algorithm: an instance from `tensorbow.algorithms` or its name: "sma"
+      (synchronous model averaging) or "none" (independent replicas; the
+      central model is replica 0's, for measuring the cost of
       synchronisation).
-    alpha: the SMA correction factor; None means 1 / replicas.
+    alpha: the SMA correction factor; None means 1 / replicas (or give it
+      to `algorithms.SMA`).
     central_momentum: the momentum of the central model, in [0, 1).
     nonfinite: what a training run does with an infinity or NaN in a
       replica's fetches or in what its optimizer applies: "propagate" (as
@@ -93,16 +96,11 @@ class TensorBowSession(compat.SessionInterface):
                        f"{nonfinite!r}")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
       raise ValueError(f"replicas must be an int >= 1, got {replicas!r}")
-    if algorithm not in ALGORITHMS:
-      raise ValueError(f"algorithm must be one of {ALGORITHMS}, got "
-                       f"{algorithm!r}")
+    algorithm = algorithms.resolve(algorithm, alpha, central_momentum)
+    alpha = getattr(algorithm, "alpha", None)
     if alpha is None:
       alpha = 1.0 / replicas
-    if not 0.0 < float(alpha) <= 1.0:
-      raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
-    if not 0.0 <= float(central_momentum) < 1.0:
-      raise ValueError(
-          f"central_momentum must be in [0, 1), got {central_momentum!r}")
+    central_momentum = getattr(algorithm, "central_momentum", 0.9)
     if graph is None:
       graph = tf.compat.v1.get_default_graph()
     self._graph = graph
@@ -111,7 +109,7 @@ class TensorBowSession(compat.SessionInterface):
     self._session = compat.PlainSession(target=target,
                                         graph=self._exec.graph, config=config)
     self._replicas = replicas
-    self._algorithm = algorithm
+    self._algorithm = algorithm.name
     self._alpha = float(alpha)
     self._central_momentum = float(central_momentum)
     self._nonfinite = nonfinite

@@ -594,3 +594,45 @@ def test_repeated_runs_check_every_call_and_return_this_calls_values():
   np.testing.assert_allclose(loss, ref_loss, rtol=1e-6)
   for a, b in zip(got, expected):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+@pytest.mark.parametrize("by_name,instance", [
+    ({"algorithm": "sma", "alpha": 0.3, "central_momentum": 0.5},
+     tb.algorithms.SMA(alpha=0.3, central_momentum=0.5)),
+    ({"algorithm": "sma"}, tb.algorithms.SMA()),
+    ({"algorithm": "none"}, tb.algorithms.Independent()),
+])
+def test_algorithm_instances_train_as_their_names(use_resource, by_name,
+                                                  instance):
+  weights = []
+  for kwargs in (by_name, {"algorithm": instance}):
+    m = build(lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9),
+              use_resource)
+    with tb.TensorBowSession(graph=m.graph, replicas=3, **kwargs) as sess:
+      sess.run(m.init)
+      for _ in range(3):
+        sess.run(m.train, {m.x: X, m.y: Y})
+      weights.append(sess.run([m.w, m.b]))
+  for a, b in zip(*weights):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  # And the instance's parameters are the ones used: SMA against NumPy.
+  if instance.name == "sma":
+    alpha = instance.alpha if instance.alpha is not None else 1 / 3
+    z, _, _, _ = sma_reference(3, 3, alpha, instance.central_momentum, 0.1,
+                               momentum=0.9)[-1]
+    np.testing.assert_allclose(weights[1][0], z[0], rtol=1e-5, atol=1e-6)
+
+
+def test_algorithm_instances_reject_bad_arguments():
+  with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\]"):
+    tb.algorithms.SMA(alpha=0)
+  with pytest.raises(ValueError, match=r"central_momentum must be in"):
+    tb.algorithms.SMA(central_momentum=1.0)
+  with pytest.raises(ValueError, match="not both"):
+    tb.TensorBowSession(algorithm=tb.algorithms.SMA(), alpha=0.5)
+  with pytest.raises(ValueError, match="algorithm must be one of"):
+    tb.TensorBowSession(algorithm="ssgd")
+  assert repr(tb.algorithms.SMA(alpha=0.5)) == (
+      "SMA(alpha=0.5, central_momentum=0.9)")
+  assert tb.algorithms.SMA(alpha=0.5) == tb.algorithms.SMA(0.5, 0.9)
