@@ -1,12 +1,13 @@
 """`TensorBowSession`: the user's entry point (DESIGN.md section 2).
 
-A drop-in for `tf.compat.v1.Session`. Each `run` is classified: a *plain
-run* goes to an ordinary `tf.compat.v1.Session` over the user's graph (the
-central model), so it behaves exactly as TensorFlow; a *training run* (one
-whose closure holds an optimizer's apply op) is planned once per
-signature by `tensorbow.rewrite`, then executed as a wave of learning tasks
-by the C++ runtime, on the same TensorFlow session: batch feeds are sharded
-across the replicas and the replicas' fetches merged.
+A drop-in for `tf.compat.v1.Session`. Each `run` is routed: a *plain run*
+goes, by name, to an ordinary `tf.compat.v1.Session` over the execution
+graph (the user's ops and TensorBow's, execution.py) and so behaves exactly
+as TensorFlow on the central model; a *training run* (one whose closure
+holds an optimizer's apply op) is planned once per signature (planner.py),
+then executed as a wave of learning tasks by the C++ runtime on the same
+TensorFlow session: batch feeds are sharded across the replicas, and the
+replicas' fetches merged.
 """
 import collections
 import logging
@@ -19,34 +20,11 @@ from tensorbow import algorithms
 from tensorbow import checkpoint
 from tensorbow import compat
 from tensorbow import execution
-from tensorbow import runtime as tb_runtime
+from tensorbow import planner
 from tensorbow.rewrite import analysis
-from tensorbow.rewrite import kernels
-from tensorbow.rewrite import phases
-from tensorbow.rewrite import replicate
 
 ALGORITHMS = algorithms.NAMES
 NONFINITE = ("propagate", "raise", "skip")
-
-# One training run's execution, prepared once per signature.
-_Plan = collections.namedtuple("_Plan", [
-    "feeds",  # fed tensors, by name
-    "names",  # per feed: its tensor's name
-    "batch",  # per feed: is it a batch feed (sharded)?
-    "batch_feed",  # position of the first batch feed, or -1
-    "dtypes",  # per feed: TF_DataType enum
-    "np_dtypes",  # per feed: NumPy dtype
-    "shapes",  # per feed: dims (None where unknown), or None: unknown rank
-    "calls",  # per replica: runtime call id (of the computation if atomic)
-    "sync_call",  # runtime call id of the synchronisation, or -1
-    "sync_calls",  # with nonfinite="skip": per replica, the synchronisation
-                   # taking single variables from it; else None
-    "central_fetches",  # fetch positions read from the central model
-    "atomic",  # a phases.Split of every replica's task, or None: run whole
-    "commit_calls",  # per replica: runtime call id of its commit
-    "described",  # per computed fetch then internal tensor: what it is
-    "snapshot",  # user variables a commit that may fail writes, or None
-])
 
 # How a run is classified, kept per fetch structure and feed keys.
 _Route = collections.namedtuple("_Route", [
@@ -113,8 +91,9 @@ class TensorBowSession(compat.SessionInterface):
     self._alpha = float(alpha)
     self._central_momentum = float(central_momentum)
     self._nonfinite = nonfinite
-    self._runtime = None
-    self._replicator = None
+    self._planner = planner.Planner(
+        self._session, self._exec, replicas, self._algorithm, self._alpha,
+        self._central_momentum, nonfinite)
     self._plans = {}
     self._closures = {}  # signature -> (is_training, written, ops)
     self._routes = {}  # _run_key -> _Route
@@ -159,8 +138,16 @@ class TensorBowSession(compat.SessionInterface):
     """
     with self._lock:
       self._closed = True
-      self._runtime = None
+      self._planner.runtime = None
       self._session.close()
+
+  @property
+  def _runtime(self):
+    return self._planner.runtime
+
+  @property
+  def _replicator(self):
+    return self._planner.replicator
 
   def _check_open(self):
     if self._closed:
@@ -397,7 +384,7 @@ class TensorBowSession(compat.SessionInterface):
       self._check_open()
       plan = self._plans.get(route.signature)
       if plan is None:
-        plan = self._build_plan(handler, route.closure[2], route.fed)
+        plan = self._planner.plan(handler, route.closure[2], route.fed)
         self._plans[route.signature] = plan
       values = self._feed_values(plan, fed_values)
       shards = self._shard(plan, values)
@@ -538,110 +525,6 @@ class TensorBowSession(compat.SessionInterface):
     if ops:
       self._session.run(ops, {count: remaining})
 
-  def _build_plan(self, handler, ops, fed):
-    """The plan of a training run: `handler` and `fed` of the user's graph,
-    `ops` its closure in the execution graph."""
-    fetchable = tb_runtime.fetchable_dtypes()
-    for t in handler.fetches():
-      if (t.dtype.base_dtype.as_datatype_enum not in fetchable and
-          not analysis.is_variable_value(t)):
-        raise TypeError(
-            f"TensorBow cannot fetch {t.name} ({t.dtype.name}) in a training "
-            "run; fetch it in a plain run")
-    fed_names = frozenset(t.name for t in fed)
-    batch = [_is_batch_feed(t) for t in fed]
-    fed = [self._exec.tensor(t) for t in fed]
-    fetches = [self._exec.tensor(t) for t in handler.fetches()]
-    targets = [self._exec.op(op) for op in handler.targets()]
-    trainable = analysis.trainable_variable_ops(self.graph)
-    if self._runtime is None:
-      self._runtime = tb_runtime.Runtime(
-          self._session, tb_runtime.default_stream_groups(self._replicas))
-    batch_names = [t.name for t, b in zip(fed, batch) if b]
-    if self._replicas == 1:
-      # One replica is plain training (DESIGN.md 2.7): the user's own graph,
-      # or a copy of it training the same variables with faster kernels.
-      info = _plain_copy_info(ops, batch_names, trainable)
-      if info is None:
-        # As TensorFlow runs it; split in two only to check for
-        # non-finite values before the writes.
-        return self._task_plan(fed, batch, [(list(fetches), list(targets))],
-                               -1, [], lambda name: name,
-                               self._nonfinite != "propagate")
-    else:
-      info = analysis.analyse_training(ops, batch_names, trainable)
-    if self._replicator is None:
-      self._replicator = replicate.Replicator(
-          self._exec.graph, self._replicas, self._algorithm, self._alpha,
-          self._central_momentum, share_variables=self._replicas == 1)
-    rep = self._replicator
-    rep.extend(info, fed_names)
-    sync = rep.sync_op(info)
-    sync_call = self._runtime.add_call([], [], [sync]) if sync is not None else -1
-    if sync is not None and self._nonfinite == "skip":
-      # Replica 0 may be skipped: then single variables come from another.
-      sync_call = [sync_call] + [
-          self._runtime.add_call([], [], [rep.sync_op(info, source=r)])
-          for r in range(1, self._replicas)]
-    central_fetches = [i for i, t in enumerate(fetches)
-                       if analysis.is_variable_value(t)]
-
-    def replica_tensor(t, r):
-      if rep.is_copied(t.op.name):
-        return self._exec.graph.get_tensor_by_name(
-            rep.replica_name(r, t.op.name) + f":{t.value_index}")
-      return t
-
-    def replica_op(op, r):
-      if rep.is_copied(op.name):
-        return self._exec.graph.get_operation_by_name(
-            rep.replica_name(r, op.name))
-      return op
-
-    replica_fetches = [t for i, t in enumerate(fetches)
-                       if i not in central_fetches]
-    tasks = [([replica_tensor(t, r) for t in replica_fetches],
-              [replica_op(op, r) for op in targets])
-             for r in range(self._replicas)]
-    return self._task_plan(fed, batch, tasks, sync_call, central_fetches,
-                           rep.user_name, True, info.written)
-
-  def _task_plan(self, fed, batch, tasks, sync_call, central_fetches,
-                 user_name, atomic, written=None):
-    """The plan of a wave of `tasks` (per replica: fetches, targets), with
-    each task split into its computation and its commit if `atomic`."""
-    fed_names = frozenset(t.name for t in fed)
-    splits = ([phases.split(f, t, fed_names) for f, t in tasks]
-              if atomic else [None])
-    if splits[0] is not None and all(
-        s is not None and s[:4] == splits[0][:4] and
-        len(s.internal) == len(splits[0].internal) for s in splits):
-      calls, commit_calls = [], []
-      for (f, t), split in zip(tasks, splits):
-        calls.append(self._runtime.add_call(
-            fed, [f[i] for i in split.compute_fetches] + split.internal,
-            [t[i] for i in split.compute_targets]))
-        commit_calls.append(self._runtime.add_call(
-            list(fed) + split.internal, [f[i] for i in split.commit_fetches],
-            [t[i] for i in split.commit_targets]))
-      described = (
-          [user_name(tasks[0][0][i].name) for i in splits[0].compute_fetches] +
-          [_described_internal(user_name, t) for t in splits[0].internal])
-      compat.extend_session(self._session)
-      snapshot = (written if written is not None and
-                  any(s.may_fail for s in splits) else None)
-      return _new_plan(fed, batch, calls, sync_call, central_fetches,
-                       splits[0], commit_calls, described, snapshot)
-    if self._nonfinite != "propagate":
-      raise tf.errors.UnimplementedError(
-          None, None,
-          f"TensorBow: nonfinite={self._nonfinite!r} needs a training run "
-          "whose writes can run after its computation; in this one a write "
-          "waits on a computed op through a control dependency")
-    calls = [self._runtime.add_call(fed, f, t) for f, t in tasks]
-    compat.extend_session(self._session)
-    return _new_plan(fed, batch, calls, sync_call, central_fetches)
-
   def _feed_values(self, plan, fed):
     """The fed values, in plan order, as checked NumPy arrays.
 
@@ -701,53 +584,10 @@ class TensorBowSession(compat.SessionInterface):
       self._runtime.clear_task_timings()
 
 
-def _plain_copy_info(ops, batch_names, trainable):
-  """With one replica: the TrainingInfo of a copy worth making, or None.
-
-  A copy pays only where `kernels` has a faster equivalent for one of its
-  ops; a graph TensorBow cannot copy runs as the user wrote it.
-  """
-  if not (kernels.enabled() and any(kernels.applies(op) for op in ops)):
-    return None
-  try:
-    return analysis.analyse_training(ops, batch_names, trainable)
-  except tf.errors.UnimplementedError:
-    return None
-
-
 def _names(handler):
   """The names a fetch handler's fetches and targets go by."""
   return ([t.name for t in handler.fetches()] +
           [op.name for op in handler.targets()])
-
-
-def _described_internal(user_name, tensor):
-  """What a tensor handed from a task's computation to its commit is."""
-  for consumer in tensor.consumers():
-    if phases.writes_state(consumer) and consumer.inputs:
-      var = analysis.variable_of(consumer.inputs[0])
-      if var is not None:
-        return f"{user_name(tensor.name)} (applied to {user_name(var.name)})"
-  return user_name(tensor.name)
-
-
-def _new_plan(fed, batch, calls, sync_call, central_fetches, atomic=None,
-              commit_calls=None, described=None, snapshot=None):
-  """A _Plan; `sync_call` is one call id or, per replica, one call id."""
-  sync_calls = sync_call if isinstance(sync_call, list) else None
-  if sync_calls is not None:
-    sync_call = sync_calls[0]
-  return _Plan(
-      feeds=fed, names=[t.name for t in fed], batch=batch,
-      batch_feed=batch.index(True) if any(batch) else -1,
-      dtypes=[t.dtype.as_datatype_enum for t in fed],
-      np_dtypes=[t.dtype.as_numpy_dtype for t in fed],
-      shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
-              for t in fed],
-      calls=calls, sync_call=sync_call, sync_calls=sync_calls,
-      central_fetches=central_fetches,
-      atomic=atomic, commit_calls=commit_calls, described=described,
-      snapshot=snapshot)
 
 
 def _described(rows):
@@ -804,14 +644,6 @@ def _contiguous(array):
   if array.flags.c_contiguous:
     return array
   return np.require(array, requirements="C")
-
-
-def _is_batch_feed(tensor):
-  # as_list(), not shape[0]: under v1 behaviour that is a Dimension, never
-  # None.
-  shape = tensor.shape
-  return (shape.rank is not None and shape.rank >= 1 and
-          shape.as_list()[0] is None)
 
 
 def _merge(values, sizes):

@@ -1,0 +1,222 @@
+"""Plans a training run: per replica the calls of its learning task, the
+synchronisation, and what the session merges (DESIGN.md).
+
+A Planner owns the runtime and the replicas' builder of a session, both
+made on first use: the replicas are copied into the execution graph, each
+task is split into its computation and its commit (phases.py), and every
+call is prepared in the runtime once per signature.
+"""
+import collections
+
+import tensorflow as tf
+
+from tensorbow import compat
+from tensorbow import runtime as tb_runtime
+from tensorbow.rewrite import analysis
+from tensorbow.rewrite import kernels
+from tensorbow.rewrite import phases
+from tensorbow.rewrite import replicate
+
+# One training run's execution, prepared once per signature.
+Plan = collections.namedtuple("Plan", [
+    "feeds",  # fed tensors, by name
+    "names",  # per feed: its tensor's name
+    "batch",  # per feed: is it a batch feed (sharded)?
+    "batch_feed",  # position of the first batch feed, or -1
+    "dtypes",  # per feed: TF_DataType enum
+    "np_dtypes",  # per feed: NumPy dtype
+    "shapes",  # per feed: dims (None where unknown), or None: unknown rank
+    "calls",  # per replica: runtime call id (of the computation if atomic)
+    "sync_call",  # runtime call id of the synchronisation, or -1
+    "sync_calls",  # with nonfinite="skip": per replica, the synchronisation
+                   # taking single variables from it; else None
+    "central_fetches",  # fetch positions read from the central model
+    "atomic",  # a phases.Split of every replica's task, or None: run whole
+    "commit_calls",  # per replica: runtime call id of its commit
+    "described",  # per computed fetch then internal tensor: what it is
+    "snapshot",  # user variables a commit that may fail writes, or None
+])
+
+
+class Planner(object):
+  """Builds the Plans of one session's training runs.
+
+  Args:
+    session: the `tf.compat.v1.Session` on the execution graph.
+    execution: the session's `execution.ExecutionGraph`.
+    replicas, algorithm, alpha, central_momentum, nonfinite: the
+      session's configuration (algorithm by name).
+  """
+
+  def __init__(self, session, execution, replicas, algorithm, alpha,
+               central_momentum, nonfinite):
+    self._session = session
+    self._exec = execution
+    self._replicas = replicas
+    self._algorithm = algorithm
+    self._alpha = alpha
+    self._central_momentum = central_momentum
+    self._nonfinite = nonfinite
+    self.runtime = None  # the C++ runtime, made with the first plan
+    self.replicator = None  # the replicas' builder, made when first needed
+
+  @property
+  def graph(self):
+    """The user's graph."""
+    return self._exec.user_graph
+
+  def plan(self, handler, ops, fed):
+    """The plan of a training run: `handler` and `fed` of the user's graph,
+    `ops` its closure in the execution graph."""
+    fetchable = tb_runtime.fetchable_dtypes()
+    for t in handler.fetches():
+      if (t.dtype.base_dtype.as_datatype_enum not in fetchable and
+          not analysis.is_variable_value(t)):
+        raise TypeError(
+            f"TensorBow cannot fetch {t.name} ({t.dtype.name}) in a training "
+            "run; fetch it in a plain run")
+    fed_names = frozenset(t.name for t in fed)
+    batch = [is_batch_feed(t) for t in fed]
+    fed = [self._exec.tensor(t) for t in fed]
+    fetches = [self._exec.tensor(t) for t in handler.fetches()]
+    targets = [self._exec.op(op) for op in handler.targets()]
+    trainable = analysis.trainable_variable_ops(self.graph)
+    if self.runtime is None:
+      self.runtime = tb_runtime.Runtime(
+          self._session, tb_runtime.default_stream_groups(self._replicas))
+    batch_names = [t.name for t, b in zip(fed, batch) if b]
+    if self._replicas == 1:
+      # One replica is plain training (DESIGN.md 2.7): the user's own graph,
+      # or a copy of it training the same variables with faster kernels.
+      info = _plain_copy_info(ops, batch_names, trainable)
+      if info is None:
+        # As TensorFlow runs it; split in two only to check for
+        # non-finite values before the writes.
+        return self._task_plan(fed, batch, [(list(fetches), list(targets))],
+                               -1, [], lambda name: name,
+                               self._nonfinite != "propagate")
+    else:
+      info = analysis.analyse_training(ops, batch_names, trainable)
+    if self.replicator is None:
+      self.replicator = replicate.Replicator(
+          self._exec.graph, self._replicas, self._algorithm, self._alpha,
+          self._central_momentum, share_variables=self._replicas == 1)
+    rep = self.replicator
+    rep.extend(info, fed_names)
+    sync = rep.sync_op(info)
+    sync_call = self.runtime.add_call([], [], [sync]) if sync is not None else -1
+    if sync is not None and self._nonfinite == "skip":
+      # Replica 0 may be skipped: then single variables come from another.
+      sync_call = [sync_call] + [
+          self.runtime.add_call([], [], [rep.sync_op(info, source=r)])
+          for r in range(1, self._replicas)]
+    central_fetches = [i for i, t in enumerate(fetches)
+                       if analysis.is_variable_value(t)]
+
+    def replica_tensor(t, r):
+      if rep.is_copied(t.op.name):
+        return self._exec.graph.get_tensor_by_name(
+            rep.replica_name(r, t.op.name) + f":{t.value_index}")
+      return t
+
+    def replica_op(op, r):
+      if rep.is_copied(op.name):
+        return self._exec.graph.get_operation_by_name(
+            rep.replica_name(r, op.name))
+      return op
+
+    replica_fetches = [t for i, t in enumerate(fetches)
+                       if i not in central_fetches]
+    tasks = [([replica_tensor(t, r) for t in replica_fetches],
+              [replica_op(op, r) for op in targets])
+             for r in range(self._replicas)]
+    return self._task_plan(fed, batch, tasks, sync_call, central_fetches,
+                           rep.user_name, True, info.written)
+
+  def _task_plan(self, fed, batch, tasks, sync_call, central_fetches,
+                 user_name, atomic, written=None):
+    """The plan of a wave of `tasks` (per replica: fetches, targets), with
+    each task split into its computation and its commit if `atomic`."""
+    fed_names = frozenset(t.name for t in fed)
+    splits = ([phases.split(f, t, fed_names) for f, t in tasks]
+              if atomic else [None])
+    if splits[0] is not None and all(
+        s is not None and s[:4] == splits[0][:4] and
+        len(s.internal) == len(splits[0].internal) for s in splits):
+      calls, commit_calls = [], []
+      for (f, t), split in zip(tasks, splits):
+        calls.append(self.runtime.add_call(
+            fed, [f[i] for i in split.compute_fetches] + split.internal,
+            [t[i] for i in split.compute_targets]))
+        commit_calls.append(self.runtime.add_call(
+            list(fed) + split.internal, [f[i] for i in split.commit_fetches],
+            [t[i] for i in split.commit_targets]))
+      described = (
+          [user_name(tasks[0][0][i].name) for i in splits[0].compute_fetches] +
+          [_described_internal(user_name, t) for t in splits[0].internal])
+      compat.extend_session(self._session)
+      snapshot = (written if written is not None and
+                  any(s.may_fail for s in splits) else None)
+      return _new_plan(fed, batch, calls, sync_call, central_fetches,
+                       splits[0], commit_calls, described, snapshot)
+    if self._nonfinite != "propagate":
+      raise tf.errors.UnimplementedError(
+          None, None,
+          f"TensorBow: nonfinite={self._nonfinite!r} needs a training run "
+          "whose writes can run after its computation; in this one a write "
+          "waits on a computed op through a control dependency")
+    calls = [self.runtime.add_call(fed, f, t) for f, t in tasks]
+    compat.extend_session(self._session)
+    return _new_plan(fed, batch, calls, sync_call, central_fetches)
+
+
+def _plain_copy_info(ops, batch_names, trainable):
+  """With one replica: the TrainingInfo of a copy worth making, or None.
+
+  A copy pays only where `kernels` has a faster equivalent for one of its
+  ops; a graph TensorBow cannot copy runs as the user wrote it.
+  """
+  if not (kernels.enabled() and any(kernels.applies(op) for op in ops)):
+    return None
+  try:
+    return analysis.analyse_training(ops, batch_names, trainable)
+  except tf.errors.UnimplementedError:
+    return None
+
+
+def _described_internal(user_name, tensor):
+  """What a tensor handed from a task's computation to its commit is."""
+  for consumer in tensor.consumers():
+    if phases.writes_state(consumer) and consumer.inputs:
+      var = analysis.variable_of(consumer.inputs[0])
+      if var is not None:
+        return f"{user_name(tensor.name)} (applied to {user_name(var.name)})"
+  return user_name(tensor.name)
+
+
+def _new_plan(fed, batch, calls, sync_call, central_fetches, atomic=None,
+              commit_calls=None, described=None, snapshot=None):
+  """A Plan; `sync_call` is one call id or, per replica, one call id."""
+  sync_calls = sync_call if isinstance(sync_call, list) else None
+  if sync_calls is not None:
+    sync_call = sync_calls[0]
+  return Plan(
+      feeds=fed, names=[t.name for t in fed], batch=batch,
+      batch_feed=batch.index(True) if any(batch) else -1,
+      dtypes=[t.dtype.as_datatype_enum for t in fed],
+      np_dtypes=[t.dtype.as_numpy_dtype for t in fed],
+      shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
+              for t in fed],
+      calls=calls, sync_call=sync_call, sync_calls=sync_calls,
+      central_fetches=central_fetches,
+      atomic=atomic, commit_calls=commit_calls, described=described,
+      snapshot=snapshot)
+
+
+def is_batch_feed(tensor):
+  """Whether fed `tensor` is a batch feed: rank >= 1, first dim unknown."""
+  # as_list(), not shape[0]: under v1 behaviour that is a Dimension, never
+  # None.
+  shape = tensor.shape
+  return (shape.rank is not None and shape.rank >= 1 and
+          shape.as_list()[0] is None)
