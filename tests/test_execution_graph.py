@@ -11,33 +11,30 @@ import tensorflow as tf
 
 import tensorbow as tb
 
+import graphs
 import references
 
 RNG = np.random.RandomState(23)
 X = RNG.randn(8, 3).astype(np.float32)
 Y = RNG.randn(8, 1).astype(np.float32)
-W0 = np.array([[0.5], [-0.3], [0.8]], np.float32)
 LR, ALPHA, MU = 0.1, 0.5, 0.9
 
 
 def build(use_resource):
-  graph = tf.Graph()
-  with graph.as_default():
-    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
-    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
-    w = tf.compat.v1.get_variable("w", initializer=W0,
-                                  use_resource=use_resource)
-    loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
-    train = tf.compat.v1.train.GradientDescentOptimizer(LR).minimize(
-        loss, global_step=tf.compat.v1.train.get_or_create_global_step())
-    init = tf.compat.v1.global_variables_initializer()
-  return graph, x, y, w, loss, train, init
+  """graphs.build trained by gradient descent, with a global step."""
+  m = graphs.build(lambda: tf.compat.v1.train.GradientDescentOptimizer(LR),
+                   use_resource, global_step=True)
+  return m.graph, m.x, m.y, [m.w, m.b], m.loss, m.train, m.init
 
 
 def sma_sgd(waves, replicas=2):
-  """The central model of every wave, by tests/references.py."""
-  return [z[0] for z, _, _, _ in references.sma(
-      [W0], [(X, Y)] * waves, replicas, ALPHA, MU, LR)]
+  """The central model (w, b) of every wave, by tests/references.py."""
+  return [z for z, _, _, _ in references.sma(
+      [graphs.W0, graphs.B0], [(X, Y)] * waves, replicas, ALPHA, MU, LR)]
+
+
+def loss_at(z):
+  return 0.5 * np.mean((X @ z[0] + z[1] - Y) ** 2)
 
 
 def _session(graph):
@@ -53,10 +50,10 @@ def test_finalized_graph_trains_and_evaluates(use_resource):
     sess.run(init)
     for z in sma_sgd(3):
       sess.run(train, {x: X, y: Y})
-      np.testing.assert_allclose(sess.run(w), z, rtol=1e-5, atol=1e-6)
+      for value, expected in zip(sess.run(w), z):
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6)
     evaluated = sess.run(loss, {x: X, y: Y})
-  np.testing.assert_allclose(
-      evaluated, 0.5 * np.mean((X @ sma_sgd(3)[-1] - Y) ** 2), rtol=1e-5)
+  np.testing.assert_allclose(evaluated, loss_at(sma_sgd(3)[-1]), rtol=1e-5)
 
 
 @pytest.mark.slow
@@ -86,7 +83,7 @@ def test_sessions_leave_the_users_graph_as_it_was(use_resource, tmp_path):
     sess.run(train, {x: X, y: Y})
     path = saver.save(sess, str(tmp_path / "model"))
   assert [name for name, _ in tf.train.list_variables(path)] == [
-      "global_step", "w"]
+      "b", "global_step", "w"]
 
 
 def test_ops_added_later_run_and_train():
@@ -101,15 +98,16 @@ def test_ops_added_later_run_and_train():
       with tf.control_dependencies([train]):
         counted = tf.identity(loss)
     z = sma_sgd(3)
-    np.testing.assert_allclose(
-        sess.run(after, {x: X, y: Y}),
-        np.mean((X @ z[0] - Y) ** 2), rtol=1e-5)
+    np.testing.assert_allclose(sess.run(after, {x: X, y: Y}),
+                               2 * loss_at(z[0]), rtol=1e-5)
     sess.run([counted, train], {x: X, y: Y})
-    np.testing.assert_allclose(sess.run(w), z[1], rtol=1e-5, atol=1e-6)
-    # The new ops are the user's: TensorFlow's own session runs them too.
+    for value, expected in zip(sess.run(w), z[1]):
+      np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6)
+  # The new ops are the user's: TensorFlow's own session runs them too.
   with tf.compat.v1.Session(graph=graph) as plain:
     plain.run(init)
-    assert np.isfinite(plain.run(after, {x: X, y: Y}))
+    np.testing.assert_allclose(plain.run(after, {x: X, y: Y}),
+                               2 * loss_at([graphs.W0, graphs.B0]), rtol=1e-5)
 
 
 # ---- Plain runs by name behave as tf.compat.v1.Session ----------------------

@@ -13,34 +13,12 @@ import tensorflow as tf
 import tensorbow as tb
 
 import references
+from graphs import B0, W0, build
 
 
 RNG = np.random.RandomState(42)
 X = RNG.randn(10, 3).astype(np.float32)
 Y = RNG.randn(10, 1).astype(np.float32)
-W0 = np.array([[0.5], [-0.3], [0.8]], np.float32)
-B0 = np.array([0.1], np.float32)
-
-
-def build(optimizer, use_resource=True, global_step=False):
-  """Least squares in a new graph; returns a namespace of its tensors."""
-  graph = tf.Graph()
-  with graph.as_default():
-    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
-    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
-    w = tf.compat.v1.get_variable("w", initializer=W0,
-                                  use_resource=use_resource)
-    b = tf.compat.v1.get_variable("b", initializer=B0,
-                                  use_resource=use_resource)
-    pred = tf.matmul(x, w) + b
-    loss = 0.5 * tf.reduce_mean(tf.square(pred - y))
-    step = (tf.compat.v1.train.get_or_create_global_step()
-            if global_step else None)
-    train = optimizer().minimize(loss, global_step=step)
-    init = tf.compat.v1.global_variables_initializer()
-  return collections.namedtuple("Model", "graph x y w b pred loss train init "
-                                "step")(graph, x, y, w, b, pred, loss, train,
-                                         init, step)
 
 
 def sma_reference(waves, num_replicas, alpha, mu, lr, momentum=None,
