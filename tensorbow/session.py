@@ -346,7 +346,10 @@ class TensorBowSession(compat.SessionInterface):
   def _replica_state(self):
     """{key: value} of every replica's state (seeded first if due)."""
     self._seed_replicas()
-    tensors = self._replicator.state_tensors()
+    return self._read(self._replicator.state_tensors())
+
+  def _read(self, tensors):
+    """{key: value} of a {key: tensor} dict, in one run."""
     keys = sorted(tensors)
     return dict(zip(keys, self._session.run([tensors[k] for k in keys])))
 
@@ -438,9 +441,13 @@ class TensorBowSession(compat.SessionInterface):
     are put back on the central model, which the wave did not change."""
     if self._replicator is not None:
       self._replicator.reseed()
-      reset = self._replicator.reset_barriers_op()
-      if reset is not None:
-        self._session.run(reset)
+      self._reset_barriers()
+
+  def _reset_barriers(self):
+    """Restarts SMA's leader counts after a wave that did not finish."""
+    reset = self._replicator.reset_barriers_op()
+    if reset is not None:
+      self._session.run(reset)
 
   def _atomic_wave(self, plan, per_replica, options, run_metadata):
     """A wave whose writes run only once every replica has computed.
@@ -505,17 +512,13 @@ class TensorBowSession(compat.SessionInterface):
     return outputs, committed
 
   def _snapshot(self, names):
-    tensors = self._replicator.snapshot_tensors(names)
-    keys = sorted(tensors)
-    values = self._session.run([tensors[k] for k in keys])
-    return {k: np.array(v, copy=True) for k, v in zip(keys, values)}
+    values = self._read(self._replicator.snapshot_tensors(names))
+    return {k: np.array(v, copy=True) for k, v in values.items()}
 
   def _restore_snapshot(self, names, snapshot):
     placeholders, ops = self._replicator.restore_snapshot_op(names)
     self._session.run(ops, {p: snapshot[k] for k, p in placeholders.items()})
-    reset = self._replicator.reset_barriers_op()
-    if reset is not None:
-      self._session.run(reset)
+    self._reset_barriers()
 
   def _skip_replicas(self, bad, remaining):
     """Leaves replicas `bad` out of the coming commit's central update."""
