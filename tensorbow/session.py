@@ -489,8 +489,8 @@ class TensorBowSession(compat.SessionInterface):
       sync_call = plan.sync_call
       if plan.sync_calls is not None and True in committed:
         sync_call = plan.sync_calls[committed.index(True)]
-      written = runtime.commit(plan.commit_calls, per_replica, plan.dtypes,
-                               committed, sync_call, options, run_metadata)
+      written = runtime.commit(plan.commit_calls, committed, sync_call,
+                               options, run_metadata)
     except tf.errors.OpError:
       if snapshot is not None:
         self._restore_snapshot(plan.snapshot, snapshot)

@@ -175,6 +175,11 @@ struct Wave {
     }
   }
 
+  // A wave over feeds converted before (an atomic wave's commit).
+  explicit Wave(std::vector<std::vector<HostTensor>> converted)
+      : n(converted.size()), host(std::move(converted)), rows(n, -1),
+        outputs(n) {}
+
   // (code, message, outputs, run_metadata); outputs only on success.
   py::tuple Result(const Status& status) {
     py::list result;
@@ -245,7 +250,7 @@ class Runtime {
                     const py::bytes& run_options,
                     const py::bytes& other_options, bool want_metadata,
                     size_t internal, bool check_finite) {
-    pending_.clear();
+    Discard();
     Wave wave(calls, feeds, dtypes, batch_feed);
     std::vector<std::vector<int>> nonfinite(wave.n);
     const Status status = RunTasks(
@@ -253,6 +258,7 @@ class Runtime {
         other_options, want_metadata, /*phase=*/0, internal,
         check_finite ? &nonfinite : nullptr);
     if (status.ok()) {
+      pending_host_ = std::move(wave.host);
       pending_.resize(wave.n);
       for (size_t r = 0; r < wave.n; ++r) {
         auto& out = wave.outputs[r];
@@ -269,18 +275,18 @@ class Runtime {
   }
 
   // The second phase: for every replica r with commit[r], runs calls[r]
-  // with feeds[r] and then the tensors Compute kept for r; then
+  // with Compute's feeds for r (still borrowed: the caller keeps them alive
+  // until Commit or Discard) and then the tensors Compute kept for r; then
   // `sync_call`. Options as for RunWave. Returns (code, message, outputs,
   // run_metadata), outputs[r] empty for a replica not committed.
-  py::tuple Commit(const std::vector<int>& calls, const py::list& feeds,
-                   const std::vector<int>& dtypes,
+  py::tuple Commit(const std::vector<int>& calls,
                    const std::vector<bool>& commit, int sync_call,
                    const py::bytes& run_options,
                    const py::bytes& other_options, bool want_metadata) {
     if (pending_.size() != calls.size() || commit.size() != calls.size()) {
       throw py::value_error("TensorBow: Commit needs a computed wave");
     }
-    Wave wave(calls, feeds, dtypes, -1);
+    Wave wave(std::move(pending_host_));
     std::vector<std::vector<const FetchedTensor*>> kept(wave.n);
     for (size_t r = 0; r < wave.n; ++r) {
       for (const FetchedTensor& t : pending_[r]) kept[r].push_back(&t);
@@ -288,12 +294,15 @@ class Runtime {
     const Status status =
         RunTasks(calls, &wave, &kept, commit, sync_call, run_options,
                  other_options, want_metadata, /*phase=*/1, 0, nullptr);
-    pending_.clear();
+    Discard();
     return wave.Result(status);
   }
 
   // Forgets what Compute kept.
-  void Discard() { pending_.clear(); }
+  void Discard() {
+    pending_.clear();
+    pending_host_.clear();
+  }
 
   py::list TaskTimings() const {
     py::list out;
@@ -363,6 +372,8 @@ class Runtime {
   TaskScheduler scheduler_;
   // Per replica, the tensors a computed wave keeps for its commit.
   std::vector<std::vector<FetchedTensor>> pending_;
+  // Per replica, the computed wave's feeds, for its commit.
+  std::vector<std::vector<HostTensor>> pending_host_;
 };
 
 }  // namespace
@@ -386,8 +397,8 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("dtypes"), py::arg("batch_feed"), py::arg("run_options"),
            py::arg("other_options"), py::arg("want_metadata"),
            py::arg("internal"), py::arg("check_finite"))
-      .def("commit", &Runtime::Commit, py::arg("calls"), py::arg("feeds"),
-           py::arg("dtypes"), py::arg("commit"), py::arg("sync_call"),
+      .def("commit", &Runtime::Commit, py::arg("calls"), py::arg("commit"),
+           py::arg("sync_call"),
            py::arg("run_options"), py::arg("other_options"),
            py::arg("want_metadata"))
       .def("discard", &Runtime::Discard)

@@ -86,7 +86,8 @@ class Runtime(object):
               check_finite=False, run_options=None, run_metadata=None):
     """The first phase of an atomic wave: like `run_wave` without a
     synchronisation, but the last `internal` fetches of every call are kept
-    for `commit` instead of returned.
+    for `commit` instead of returned, and so are the feeds (borrowed: the
+    caller keeps them alive until `commit` or `discard`).
 
     Returns:
       (outputs, nonfinite): per replica, its other fetches; and, with
@@ -99,12 +100,13 @@ class Runtime(object):
         run_metadata is not None, internal, check_finite)
     return _outputs(result, run_metadata), nonfinite
 
-  def commit(self, calls, feeds, dtypes, commit, sync_call=-1,
-             run_options=None, run_metadata=None):
+  def commit(self, calls, commit, sync_call=-1, run_options=None,
+             run_metadata=None):
     """The second phase: calls[r] for every replica r with commit[r], fed
-    feeds[r] and then what `compute` kept; then `sync_call`. Runs with
-    `run_options` but no deadline: a commit started finishes. Replica 0's
-    trace is merged into `run_metadata`.
+    what `compute` was fed for r (keep those arrays alive until now) and
+    then what it kept; then `sync_call`. Runs with `run_options` but no
+    deadline: a commit started finishes. Replica 0's trace is merged into
+    `run_metadata`.
 
     Returns:
       Per replica, its fetches (empty if not committed).
@@ -116,7 +118,7 @@ class Runtime(object):
       run_options = untimed
     options, others = _options(run_options)
     return _outputs(self._impl.commit(
-        calls, feeds, dtypes, list(commit), sync_call, options, others,
+        calls, list(commit), sync_call, options, others,
         run_metadata is not None), run_metadata, merge=True)
 
   def discard(self):
