@@ -26,13 +26,16 @@ Plan = collections.namedtuple("Plan", [
     "dtypes",  # per feed: TF_DataType enum
     "np_dtypes",  # per feed: NumPy dtype
     "shapes",  # per feed: dims (None where unknown), or None: unknown rank
-    "calls",  # per replica: runtime call id (of the computation if atomic)
+    "replicas",  # L: the tasks of a wave
+    "by_group",  # calls are per stream group, fed the replica's index
+    "calls",  # per replica, or per stream group if by_group: runtime call
+              # id (of the computation if atomic)
     "sync_call",  # runtime call id of the synchronisation, or -1
     "sync_calls",  # with nonfinite="skip": per replica, the synchronisation
                    # taking single variables from it; else None
     "central_fetches",  # fetch positions read from the central model
     "atomic",  # a phases.Split of every replica's task, or None: run whole
-    "commit_calls",  # per replica: runtime call id of its commit
+    "commit_calls",  # as calls: runtime call id of the commit
     "described",  # per computed fetch then internal tensor: what it is
     "snapshot",  # user variables a commit that may fail writes, or None
 ])
@@ -83,7 +86,8 @@ class Planner(object):
     trainable = analysis.trainable_variable_ops(self.graph)
     if self.runtime is None:
       self.runtime = tb_runtime.Runtime(
-          self._session, tb_runtime.default_stream_groups(self._replicas))
+          self._session, tb_runtime.default_stream_groups(self._replicas),
+          self._replicas)
     batch_names = [t.name for t, b in zip(fed, batch) if b]
     if self._replicas == 1:
       # One replica is plain training (DESIGN.md 2.7): the user's own graph,
@@ -99,8 +103,9 @@ class Planner(object):
       info = analysis.analyse_training(ops, batch_names, trainable)
     if self.replicator is None:
       self.replicator = replicate.Replicator(
-          self._exec.graph, self._replicas, self._algorithm, self._alpha,
-          self._central_momentum, share_variables=self._replicas == 1)
+          self._exec.graph, self._replicas, self.runtime.num_stream_groups,
+          self._algorithm, self._alpha, self._central_momentum,
+          share_variables=self._replicas == 1)
     rep = self.replicator
     rep.extend(info, fed_names)
     sync = rep.sync_op(info)
@@ -113,31 +118,38 @@ class Planner(object):
     central_fetches = [i for i, t in enumerate(fetches)
                        if analysis.is_variable_value(t)]
 
-    def replica_tensor(t, r):
+    def group_tensor(t, g):
       if rep.is_copied(t.op.name):
         return self._exec.graph.get_tensor_by_name(
-            rep.replica_name(r, t.op.name) + f":{t.value_index}")
+            rep.copy_name(g, t.op.name) + f":{t.value_index}")
       return t
 
-    def replica_op(op, r):
+    def group_op(op, g):
       if rep.is_copied(op.name):
         return self._exec.graph.get_operation_by_name(
-            rep.replica_name(r, op.name))
+            rep.copy_name(g, op.name))
       return op
 
     replica_fetches = [t for i, t in enumerate(fetches)
                        if i not in central_fetches]
-    tasks = [([replica_tensor(t, r) for t in replica_fetches],
-              [replica_op(op, r) for op in targets])
-             for r in range(self._replicas)]
+    tasks = [([group_tensor(t, g) for t in replica_fetches],
+              [group_op(op, g) for op in targets])
+             for g in range(rep.num_groups)]
+    by_group = self._replicas > 1
     return self._task_plan(fed, batch, tasks, sync_call, central_fetches,
-                           rep.user_name, True, info.written)
+                           rep.user_name, True, info.written,
+                           [rep.replica_input] if by_group else [])
 
   def _task_plan(self, fed, batch, tasks, sync_call, central_fetches,
-                 user_name, atomic, written=None):
-    """The plan of a wave of `tasks` (per replica: fetches, targets), with
-    each task split into its computation and its commit if `atomic`."""
-    fed_names = frozenset(t.name for t in fed)
+                 user_name, atomic, written=None, replica_feed=()):
+    """The plan of a wave of `tasks`, with each task split into its
+    computation and its commit if `atomic`. `tasks` are per stream group
+    (fetches, targets) fed `replica_feed`, the replica's index, if given;
+    else one per replica."""
+    by_group = bool(replica_feed)
+    fed = list(fed)
+    call_feeds = fed + list(replica_feed)
+    fed_names = frozenset(t.name for t in call_feeds)
     splits = ([phases.split(f, t, fed_names) for f, t in tasks]
               if atomic else [None])
     if splits[0] is not None and all(
@@ -146,10 +158,12 @@ class Planner(object):
       calls, commit_calls = [], []
       for (f, t), split in zip(tasks, splits):
         calls.append(self.runtime.add_call(
-            fed, [f[i] for i in split.compute_fetches] + split.internal,
+            call_feeds,
+            [f[i] for i in split.compute_fetches] + split.internal,
             [t[i] for i in split.compute_targets]))
         commit_calls.append(self.runtime.add_call(
-            list(fed) + split.internal, [f[i] for i in split.commit_fetches],
+            call_feeds + split.internal,
+            [f[i] for i in split.commit_fetches],
             [t[i] for i in split.commit_targets]))
       described = (
           [user_name(tasks[0][0][i].name) for i in splits[0].compute_fetches] +
@@ -157,17 +171,19 @@ class Planner(object):
       compat.extend_session(self._session)
       snapshot = (written if written is not None and
                   any(s.may_fail for s in splits) else None)
-      return _new_plan(fed, batch, calls, sync_call, central_fetches,
-                       splits[0], commit_calls, described, snapshot)
+      return _new_plan(fed, batch, self._replicas, by_group, calls,
+                       sync_call, central_fetches, splits[0], commit_calls,
+                       described, snapshot)
     if self._nonfinite != "propagate":
       raise tf.errors.UnimplementedError(
           None, None,
           f"TensorBow: nonfinite={self._nonfinite!r} needs a training run "
           "whose writes can run after its computation; in this one a write "
           "waits on a computed op through a control dependency")
-    calls = [self.runtime.add_call(fed, f, t) for f, t in tasks]
+    calls = [self.runtime.add_call(call_feeds, f, t) for f, t in tasks]
     compat.extend_session(self._session)
-    return _new_plan(fed, batch, calls, sync_call, central_fetches)
+    return _new_plan(fed, batch, self._replicas, by_group, calls, sync_call,
+                     central_fetches)
 
 
 def _plain_copy_info(ops, batch_names, trainable):
@@ -194,8 +210,9 @@ def _described_internal(user_name, tensor):
   return user_name(tensor.name)
 
 
-def _new_plan(fed, batch, calls, sync_call, central_fetches, atomic=None,
-              commit_calls=None, described=None, snapshot=None):
+def _new_plan(fed, batch, replicas, by_group, calls, sync_call,
+              central_fetches, atomic=None, commit_calls=None, described=None,
+              snapshot=None):
   """A Plan; `sync_call` is one call id or, per replica, one call id."""
   sync_calls = sync_call if isinstance(sync_call, list) else None
   if sync_calls is not None:
@@ -207,7 +224,7 @@ def _new_plan(fed, batch, calls, sync_call, central_fetches, atomic=None,
       np_dtypes=[t.dtype.as_numpy_dtype for t in fed],
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
               for t in fed],
-      calls=calls, sync_call=sync_call, sync_calls=sync_calls,
+      replicas=replicas, by_group=by_group, calls=calls, sync_call=sync_call, sync_calls=sync_calls,
       central_fetches=central_fetches,
       atomic=atomic, commit_calls=commit_calls, described=described,
       snapshot=snapshot)

@@ -361,14 +361,12 @@ class TensorBowSession(compat.SessionInterface):
       names = [n for n in rep.replicated_variables()
                if all(k in self._loaded_state for k in rep.state_keys(n))]
       if names:
-        placeholders, load = rep.load_state_op(names)
-        self._session.run(load, {p: self._loaded_state[k]
-                                 for k, p in placeholders.items()})
+        self._session.run(*rep.load_state_run(names, self._loaded_state))
         rep.mark_seeded(names)
       self._loaded_state = None
-    seed = rep.seed_op()
+    seed = rep.seed_run()
     if seed is not None:
-      self._session.run(seed)
+      self._session.run(*seed)
 
   def _reseed(self, written):
     if written is None or written:
@@ -393,7 +391,7 @@ class TensorBowSession(compat.SessionInterface):
       shards = self._shard(plan, values)
       if self._replicator is not None:
         self._seed_replicas()
-      per_replica = [[s[r] for s in shards] for r in range(len(plan.calls))]
+      per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
       # Before the wave: an interrupt after it must still leave the
       # user-named slots to be refreshed.
       self._needs_refresh = True
@@ -431,7 +429,7 @@ class TensorBowSession(compat.SessionInterface):
     try:
       return self._runtime.run_wave(
           plan.calls, per_replica, plan.dtypes, plan.batch_feed,
-          plan.sync_call, options, run_metadata)
+          plan.sync_call, options, run_metadata, by_group=plan.by_group)
     except tf.errors.OpError:
       self._after_failed_writes()
       raise
@@ -461,8 +459,9 @@ class TensorBowSession(compat.SessionInterface):
     try:
       computed, nonfinite = runtime.compute(
           plan.calls, per_replica, plan.dtypes, plan.batch_feed,
-          len(split.internal), check, options, run_metadata)
-      committed = [True] * len(plan.calls)
+          len(split.internal), check, options, run_metadata,
+          by_group=plan.by_group)
+      committed = [True] * plan.replicas
       bad = [r for r, where in enumerate(nonfinite) if where]
       if bad:
         what = "; ".join(
@@ -477,7 +476,7 @@ class TensorBowSession(compat.SessionInterface):
                         "non-finite values (%s); they are re-seeded from the "
                         "central model", what)
         committed = [not where for where in nonfinite]
-        self._skip_replicas(bad, len(plan.calls) - len(bad))
+        self._skip_replicas(bad, plan.replicas - len(bad))
     except BaseException:
       # Nothing was written: the wave is dropped.
       runtime.discard()
@@ -490,7 +489,7 @@ class TensorBowSession(compat.SessionInterface):
       if plan.sync_calls is not None and True in committed:
         sync_call = plan.sync_calls[committed.index(True)]
       written = runtime.commit(plan.commit_calls, committed, sync_call,
-                               options, run_metadata)
+                               options, run_metadata, by_group=plan.by_group)
     except tf.errors.OpError:
       if snapshot is not None:
         self._restore_snapshot(plan.snapshot, snapshot)
@@ -502,7 +501,7 @@ class TensorBowSession(compat.SessionInterface):
           [r for r, c in enumerate(committed) if not c])
     n = len(split.compute_fetches) + len(split.commit_fetches)
     outputs = []
-    for r in range(len(plan.calls)):
+    for r in range(plan.replicas):
       values = [None] * n
       for i, v in zip(split.compute_fetches, computed[r]):
         values[i] = v
@@ -516,17 +515,16 @@ class TensorBowSession(compat.SessionInterface):
     return {k: np.array(v, copy=True) for k, v in values.items()}
 
   def _restore_snapshot(self, names, snapshot):
-    placeholders, ops = self._replicator.restore_snapshot_op(names)
-    self._session.run(ops, {p: snapshot[k] for k, p in placeholders.items()})
+    self._session.run(*self._replicator.restore_snapshot_run(names, snapshot))
     self._reset_barriers()
 
   def _skip_replicas(self, bad, remaining):
     """Leaves replicas `bad` out of the coming commit's central update."""
     if remaining == 0:
       return
-    ops, count = self._replicator.participants_ops(bad)
-    if ops:
-      self._session.run(ops, {count: remaining})
+    run = self._replicator.participants_run(bad, remaining)
+    if run is not None:
+      self._session.run(*run)
 
   def _feed_values(self, plan, fed):
     """The fed values, in plan order, as checked NumPy arrays.
@@ -566,7 +564,7 @@ class TensorBowSession(compat.SessionInterface):
 
   def _shard(self, plan, values):
     """Per feed, one array per replica: batch feeds split, others whole."""
-    n = len(plan.calls)
+    n = plan.replicas
     shards = []
     for array, is_batch in zip(values, plan.batch):
       if is_batch and n > 1:

@@ -80,6 +80,63 @@ def test_sma_matches_numpy_for_any_replica_count(use_resource, optimizer,
 
 
 @pytest.mark.parametrize("use_resource", [True, False])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adagrad"])
+def test_sixteen_replicas_on_two_stream_groups_match_numpy(
+    monkeypatch, use_resource, optimizer):
+  """The replica pool: 16 replicas' tasks taken by 2 stream groups, each
+  running its own copy of the learning part, first come first served."""
+  monkeypatch.setenv("TENSORBOW_STREAM_GROUPS", "2")
+  replicas, lr, alpha, mu = 16, 0.1, 0.05, 0.7
+  rng = np.random.RandomState(16)
+  x = rng.randn(40, 3).astype(np.float32)
+  y = rng.randn(40, 1).astype(np.float32)
+  momentum = 0.8 if optimizer == "momentum" else None
+  make = {"sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(lr),
+          "momentum": lambda: tf.compat.v1.train.MomentumOptimizer(
+              lr, momentum),
+          "adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(
+              lr, initial_accumulator_value=0.1)}[optimizer]
+  m = build(make, use_resource)
+  reference = sma_reference(4, replicas, alpha, mu, lr, momentum,
+                            adagrad=optimizer == "adagrad", x=x, y=y)
+  with tb.TensorBowSession(graph=m.graph, replicas=replicas, alpha=alpha,
+                           central_momentum=mu) as sess:
+    sess.run(m.init)
+    for z, loss, _, _ in reference:
+      fetched, _ = sess.run([m.loss, m.train], {m.x: x, m.y: y})
+      np.testing.assert_allclose(sess.run(m.w), z[0], rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(sess.run(m.b), z[1], rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(fetched, loss, rtol=1e-5)
+    timings = [t for t in sess.task_timings() if t.replica >= 0]
+    copies = [op.name for op in sess.execution_graph.get_operations()
+              if op.type in ("TensorBowReplicaVarHandle",
+                             "TensorBowReplicaVariable")]
+  assert sorted(set(t.replica for t in timings)) == list(range(replicas))
+  assert set(t.stream_group for t in timings) <= {0, 1}
+  # One copy of each written variable per stream group, none per replica.
+  assert len(copies) == 2 * len(set(n.split("/", 2)[2] for n in copies))
+  assert len(copies) < replicas
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_execution_graph_size_does_not_grow_with_replicas(
+    monkeypatch, use_resource, optimizer):
+  monkeypatch.setenv("TENSORBOW_STREAM_GROUPS", "2")
+  make = {"sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1),
+          "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.1)}[optimizer]
+  sizes = {}
+  for replicas in (2, 5, 32):
+    m = build(make, use_resource, global_step=True)
+    with tb.TensorBowSession(graph=m.graph, replicas=replicas) as sess:
+      sess.run(m.init)
+      sess.run(m.train, {m.x: np.tile(X, (4, 1)), m.y: np.tile(Y, (4, 1))})
+      sess.run(m.w)  # a plain run after training refreshes the slots
+      sizes[replicas] = len(sess.execution_graph.get_operations())
+  assert sizes[2] == sizes[5] == sizes[32], sizes
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
 def test_sma_through_a_cond_matches_numpy(tf_mode, use_resource):
   """A cond in the learning part: Switch and Merge ops copied into each
   replica under v1 behaviour, an If op (a function) otherwise."""

@@ -177,7 +177,7 @@ def test_replica_out_of_range_is_an_error():
   with tf1.Session(graph=wave.graph) as sess:
     sess.run(wave.init)
     with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"replica 3 is not in \[0, num_replicas = 3\)"):
+                       match=r"replica 3 is not in \[0, 3\)"):
       sess.run(op, {wave.g[0]: np.ones(3, np.float32)})
 
 

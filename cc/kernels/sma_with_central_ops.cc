@@ -112,10 +112,12 @@ class ApplySmaWithCentralOp : public SmaOpBase {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("replica", &replica_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_replicas", &num_replicas_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("barrier", &barrier_name_));
-    OP_REQUIRES(ctx, replica_ < num_replicas_,
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("stagger", &stagger_));
+    if (stagger_ == 0) stagger_ = num_replicas_;
+    OP_REQUIRES(ctx, replica_ < stagger_,
                 errors::InvalidArgument(
-                    name(), ": replica ", replica_,
-                    " is not in [0, num_replicas = ", num_replicas_, ")"));
+                    name(), ": replica ", replica_, " is not in [0, ",
+                    stagger_, ")"));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -167,7 +169,7 @@ class ApplySmaWithCentralOp : public SmaOpBase {
       const int64_t n = var.NumElements();
       const int64_t num_chunks = (n + kChunk - 1) / kChunk;
       OP_REQUIRES_OK(ctx, barrier->UseChunks(num_chunks));
-      const int64_t offset = replica_ * num_chunks / num_replicas_;
+      const int64_t offset = replica_ * num_chunks / stagger_;
       Pass pass{vars,
                 central,
                 central_prev,
@@ -295,6 +297,7 @@ class ApplySmaWithCentralOp : public SmaOpBase {
   bool use_nesterov_ = false;
   int replica_ = 0;
   int num_replicas_ = 1;
+  int stagger_ = 0;
   std::string barrier_name_;
 };
 

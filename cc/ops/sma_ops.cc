@@ -268,6 +268,7 @@ REGISTER_OP("TensorBowResourceApplySmaGradientDescentWithCentral")
     .Attr("use_locking: bool = false")
     .Attr("replica: int >= 0")
     .Attr("num_replicas: int >= 1")
+    .Attr("stagger: int >= 0 = 0")
     .Attr("barrier: string")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
@@ -281,7 +282,9 @@ next = central + central_momentum * (central - central_prev) + c for the
 first of the num_replicas replicas of the wave, next = next + c for the
 others. The last replica to finish sets central_prev = central and
 central = next (by swapping buffers). `barrier` names the per-variable
-count, reset by TensorBowResetSmaBarriers.
+count, reset by TensorBowResetSmaBarriers. The pass starts at the
+`replica`-th of `stagger` (0: num_replicas) evenly spaced positions, so
+that ops run at once by different stream groups start apart.
 )doc");
 
 REGISTER_OP("TensorBowResourceApplySmaMomentumWithCentral")
@@ -300,6 +303,7 @@ REGISTER_OP("TensorBowResourceApplySmaMomentumWithCentral")
     .Attr("use_nesterov: bool = false")
     .Attr("replica: int >= 0")
     .Attr("num_replicas: int >= 1")
+    .Attr("stagger: int >= 0 = 0")
     .Attr("barrier: string")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {

@@ -148,15 +148,15 @@ std::vector<Endpoint> ToEndpoints(const py::list& items,
   return out;
 }
 
+constexpr int kTfInt32 = 3;  // TF_INT32
+
 // One wave's feeds, as HostTensors borrowed from NumPy arrays that the
-// caller keeps alive, and its outputs.
+// caller keeps alive, and its outputs. With `replica_ids`, replica r's
+// feeds end with the scalar replica_ids[r] (borrowed too).
 struct Wave {
-  Wave(const std::vector<int>& calls, const py::list& feeds,
-       const std::vector<int>& dtypes, int batch_feed)
-      : n(calls.size()), host(n), rows(n, -1), outputs(n) {
-    if (py::len(feeds) != n) {
-      throw py::value_error("TensorBow: one feed list per replica expected");
-    }
+  Wave(const py::list& feeds, const std::vector<int>& dtypes, int batch_feed,
+       const int32_t* replica_ids)
+      : n(py::len(feeds)), host(n), rows(n, -1), outputs(n) {
     if (batch_feed >= static_cast<int>(dtypes.size())) {
       throw py::value_error("TensorBow: batch_feed is not a feed position");
     }
@@ -171,6 +171,13 @@ struct Wave {
       }
       if (batch_feed >= 0 && !host[r][batch_feed].dims.empty()) {
         rows[r] = host[r][batch_feed].dims[0];
+      }
+      if (replica_ids != nullptr) {
+        HostTensor id;
+        id.dtype = kTfInt32;
+        id.data = const_cast<int32_t*>(&replica_ids[r]);
+        id.nbytes = sizeof(int32_t);
+        host[r].push_back(std::move(id));
       }
     }
   }
@@ -203,12 +210,17 @@ struct Wave {
 
 class Runtime {
  public:
-  Runtime(py::handle session, int num_stream_groups,
+  Runtime(py::handle session, int num_stream_groups, int num_replicas,
           std::vector<std::string> abi_ids)
       : abi_ids_(std::move(abi_ids)),
         session_(PointerFromConduit<TF_Session>(session, abi_ids_,
                                                 "TF_Session")),
-        scheduler_(num_stream_groups) {}
+        scheduler_(num_stream_groups),
+        replica_ids_(num_replicas < 1 ? 1 : num_replicas) {
+    for (size_t r = 0; r < replica_ids_.size(); ++r) {
+      replica_ids_[r] = static_cast<int32_t>(r);
+    }
+  }
 
   int AddCall(const py::list& feeds, const py::list& fetches,
               const py::list& targets) {
@@ -222,19 +234,22 @@ class Runtime {
   }
 
   // Runs calls[r] with feeds[r] for every replica r as one wave, then
-  // `sync_call` (if >= 0). Replica 0 runs with `run_options`, the others
+  // `sync_call` (if >= 0). With `by_group`, calls[g] is stream group g's
+  // call, run for whichever replica g takes, fed its feeds and then its
+  // replica index. Replica 0 runs with `run_options`, the others
   // and the sync with `other_options` (TensorFlow traces one run at a
   // time). Each task's timing records the rows of its feed at position
   // `batch_feed` (if >= 0), as handed to TensorFlow. Returns (code,
   // message, outputs, run_metadata): outputs[r] holds replica r's fetches;
   // run_metadata is replica 0's.
-  py::tuple RunWave(const std::vector<int>& calls, const py::list& feeds,
-                    const std::vector<int>& dtypes, int batch_feed,
-                    int sync_call, const py::bytes& run_options,
+  py::tuple RunWave(const std::vector<int>& calls, bool by_group,
+                    const py::list& feeds, const std::vector<int>& dtypes,
+                    int batch_feed, int sync_call,
+                    const py::bytes& run_options,
                     const py::bytes& other_options, bool want_metadata) {
-    Wave wave(calls, feeds, dtypes, batch_feed);
+    Wave wave = MakeWave(calls, by_group, feeds, dtypes, batch_feed);
     const Status status =
-        RunTasks(calls, &wave, nullptr, {}, sync_call, run_options,
+        RunTasks(calls, by_group, &wave, nullptr, {}, sync_call, run_options,
                  other_options, want_metadata, /*phase=*/0, 0, nullptr);
     return wave.Result(status);
   }
@@ -245,16 +260,16 @@ class Runtime {
   // commit calls. With `check_finite`, also lists per replica the positions
   // of its fetches (internal ones included) holding a non-finite value.
   // Returns (code, message, outputs, run_metadata, nonfinite).
-  py::tuple Compute(const std::vector<int>& calls, const py::list& feeds,
-                    const std::vector<int>& dtypes, int batch_feed,
-                    const py::bytes& run_options,
+  py::tuple Compute(const std::vector<int>& calls, bool by_group,
+                    const py::list& feeds, const std::vector<int>& dtypes,
+                    int batch_feed, const py::bytes& run_options,
                     const py::bytes& other_options, bool want_metadata,
                     size_t internal, bool check_finite) {
     Discard();
-    Wave wave(calls, feeds, dtypes, batch_feed);
+    Wave wave = MakeWave(calls, by_group, feeds, dtypes, batch_feed);
     std::vector<std::vector<int>> nonfinite(wave.n);
     const Status status = RunTasks(
-        calls, &wave, nullptr, {}, /*sync_call=*/-1, run_options,
+        calls, by_group, &wave, nullptr, {}, /*sync_call=*/-1, run_options,
         other_options, want_metadata, /*phase=*/0, internal,
         check_finite ? &nonfinite : nullptr);
     if (status.ok()) {
@@ -279,11 +294,12 @@ class Runtime {
   // until Commit or Discard) and then the tensors Compute kept for r; then
   // `sync_call`. Options as for RunWave. Returns (code, message, outputs,
   // run_metadata), outputs[r] empty for a replica not committed.
-  py::tuple Commit(const std::vector<int>& calls,
+  py::tuple Commit(const std::vector<int>& calls, bool by_group,
                    const std::vector<bool>& commit, int sync_call,
                    const py::bytes& run_options,
                    const py::bytes& other_options, bool want_metadata) {
-    if (pending_.size() != calls.size() || commit.size() != calls.size()) {
+    if (pending_.empty() || commit.size() != pending_.size() ||
+        (!by_group && calls.size() != pending_.size())) {
       throw py::value_error("TensorBow: Commit needs a computed wave");
     }
     Wave wave(std::move(pending_host_));
@@ -292,7 +308,8 @@ class Runtime {
       for (const FetchedTensor& t : pending_[r]) kept[r].push_back(&t);
     }
     const Status status =
-        RunTasks(calls, &wave, &kept, commit, sync_call, run_options,
+        RunTasks(calls, by_group, &wave, &kept, commit, sync_call,
+                 run_options,
                  other_options, want_metadata, /*phase=*/1, 0, nullptr);
     Discard();
     return wave.Result(status);
@@ -322,13 +339,27 @@ class Runtime {
   int num_stream_groups() const { return scheduler_.num_stream_groups(); }
 
  private:
+  Wave MakeWave(const std::vector<int>& calls, bool by_group,
+                const py::list& feeds, const std::vector<int>& dtypes,
+                int batch_feed) {
+    const size_t n = py::len(feeds);
+    if (calls.empty() || (!by_group && calls.size() != n)) {
+      throw py::value_error("TensorBow: one feed list per replica expected");
+    }
+    if (by_group && n > replica_ids_.size()) {
+      throw py::value_error("TensorBow: more replicas than the runtime has");
+    }
+    return Wave(feeds, dtypes, batch_feed,
+                by_group ? replica_ids_.data() : nullptr);
+  }
+
   // Runs calls[r] for every replica r (with commit[r], if commit is not
   // empty), fed wave->host[r] and then (*kept)[r], on the scheduler with
   // the GIL released; then `sync_call`. Replica 0 runs with `run_options`,
   // the others and the sync with `other_options`. The last `internal`
   // fetches stay TensorFlow's; `nonfinite`, if set, receives per replica
   // the positions of the fetches holding an infinity or a NaN.
-  Status RunTasks(const std::vector<int>& calls, Wave* wave,
+  Status RunTasks(const std::vector<int>& calls, bool by_group, Wave* wave,
                   const std::vector<std::vector<const FetchedTensor*>>* kept,
                   const std::vector<bool>& commit, int sync_call,
                   const std::string& run_options,
@@ -339,10 +370,10 @@ class Runtime {
     std::vector<TaskScheduler::Task> tasks(wave->n);
     for (size_t r = 0; r < wave->n; ++r) {
       if (!commit.empty() && !commit[r]) continue;
-      tasks[r] = [&, r](int) {
+      tasks[r] = [&, r](int stream_group) {
         auto& outputs = wave->outputs[r];
         Status s = session_.Run(
-            calls[r], wave->host[r], kept != nullptr ? (*kept)[r] : none,
+            by_group ? calls[stream_group % calls.size()] : calls[r], wave->host[r], kept != nullptr ? (*kept)[r] : none,
             r == 0 ? run_options : other_options, &outputs,
             want_metadata && r == 0 ? &wave->metadata : nullptr, internal);
         if (s.ok() && nonfinite != nullptr) {
@@ -374,6 +405,8 @@ class Runtime {
   std::vector<std::vector<FetchedTensor>> pending_;
   // Per replica, the computed wave's feeds, for its commit.
   std::vector<std::vector<HostTensor>> pending_host_;
+  // 0, 1, ..., L - 1: what replica r's tasks are fed as their index.
+  std::vector<int32_t> replica_ids_;
 };
 
 }  // namespace
@@ -384,20 +417,23 @@ PYBIND11_MODULE(_runtime, m) {
   using tensorbow::runtime::Runtime;
   m.doc() = "TensorBow's task scheduler over a TensorFlow session.";
   py::class_<Runtime>(m, "Runtime")
-      .def(py::init<py::handle, int, std::vector<std::string>>(),
+      .def(py::init<py::handle, int, int, std::vector<std::string>>(),
            py::arg("session"), py::arg("num_stream_groups"),
-           py::arg("abi_ids"))
+           py::arg("num_replicas"), py::arg("abi_ids"))
       .def("add_call", &Runtime::AddCall, py::arg("feeds"), py::arg("fetches"),
            py::arg("targets"))
-      .def("run_wave", &Runtime::RunWave, py::arg("calls"), py::arg("feeds"),
+      .def("run_wave", &Runtime::RunWave, py::arg("calls"),
+           py::arg("by_group"), py::arg("feeds"),
            py::arg("dtypes"), py::arg("batch_feed"), py::arg("sync_call"),
            py::arg("run_options"),
            py::arg("other_options"), py::arg("want_metadata"))
-      .def("compute", &Runtime::Compute, py::arg("calls"), py::arg("feeds"),
+      .def("compute", &Runtime::Compute, py::arg("calls"),
+           py::arg("by_group"), py::arg("feeds"),
            py::arg("dtypes"), py::arg("batch_feed"), py::arg("run_options"),
            py::arg("other_options"), py::arg("want_metadata"),
            py::arg("internal"), py::arg("check_finite"))
-      .def("commit", &Runtime::Commit, py::arg("calls"), py::arg("commit"),
+      .def("commit", &Runtime::Commit, py::arg("calls"),
+           py::arg("by_group"), py::arg("commit"),
            py::arg("sync_call"),
            py::arg("run_options"), py::arg("other_options"),
            py::arg("want_metadata"))

@@ -12,6 +12,10 @@ import collections
 import tensorflow as tf
 
 VARIABLE_OPS = frozenset(["VariableV2", "Variable", "VarHandleOp"])
+# What a replicated variable becomes in the execution graph's copies: the
+# copy of the replica the task trains (cc/ops/replica_ops.cc).
+REPLICA_VARIABLE_OPS = frozenset(
+    ["TensorBowReplicaVarHandle", "TensorBowReplicaVariable"])
 _APPLY_PREFIXES = ("Apply", "ResourceApply", "SparseApply",
                    "ResourceSparseApply")
 _WRITE_PREFIXES = _APPLY_PREFIXES + ("Assign", "Scatter", "ResourceScatter")
@@ -41,7 +45,9 @@ def variable_of(tensor):
   op = tensor.op
   while op.type in _PASS_THROUGH and op.inputs:
     op = op.inputs[0].op
-  return op if op.type in VARIABLE_OPS else None
+  if op.type in VARIABLE_OPS or op.type in REPLICA_VARIABLE_OPS:
+    return op
+  return None
 
 
 def is_variable_value(tensor):

@@ -18,7 +18,8 @@ from tensorbow.rewrite import analysis
 # only name or read state that the computation does not change.
 _REREADABLE = frozenset(["Const", "Identity", "RefIdentity", "ReadVariableOp"])
 # TensorBow's own ops that write nothing.
-_PURE_TENSORBOW = frozenset(["TensorBowMatMul"])
+_PURE_TENSORBOW = frozenset(["TensorBowMatMul"]) | (
+    analysis.REPLICA_VARIABLE_OPS)
 # Ops of a commit that cannot fail once the computation succeeded: the
 # optimizers' steps, assignments and the arithmetic between them (Adam's
 # beta powers). Any other op in a commit may fail after a write.
@@ -71,7 +72,8 @@ def split(fetches, targets, fed_names):
   for op in ops:
     if op.name in after or op.name in rereadable:
       continue
-    if ((op.type in analysis.VARIABLE_OPS or op.type in _REREADABLE) and
+    if ((op.type in analysis.VARIABLE_OPS or op.type in _REREADABLE or
+         op.type in analysis.REPLICA_VARIABLE_OPS) and
         not op.control_inputs and
         all(t.op.name in rereadable for t in op.inputs)):
       rereadable.add(op.name)

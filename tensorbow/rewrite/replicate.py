@@ -1,16 +1,22 @@
-"""Builds the execution graph: replicas of the learning part, and SMA.
+"""Builds the learning part of the execution graph: one copy per stream
+group, whatever the number of replicas, and SMA.
 
 The user's operations stay as they are: they are the central model, and
 plain runs use them. For a training run, every operation of its closure is
-copied once per replica under `<prefix>/replica_<r>/`, with the variables it
-writes copied too (`<prefix>/replica_<r>/<name>`); placeholders, fed
-tensors and read-only variables are shared with the user's graph, so a
-learning task feeds the user's own placeholders. In the copies, each
-optimizer apply op on a model variable is fused with its SMA correction
-(SGD and momentum) or wrapped by the generic correction (any other
-optimizer), then followed by a leader op: the last replica of a wave to
-reach a model variable updates the central model from every replica's
-correction (DESIGN.md section 3), while the others go on. The
+copied once per stream group g under `<prefix>/group_<g>/`. In a copy, each
+variable the run writes becomes a replica-suffixed variable op
+(cc/ops/replica_ops.cc) that resolves, at run time, to the copy of the
+replica whose task runs: the runtime feeds the replica's index to
+`<prefix>/replica`. Replica state lives in the resource manager, one
+resource per replica and variable, so the graph does not grow with L.
+Placeholders, fed tensors and read-only variables are shared with the
+user's graph, so a learning task feeds the user's own placeholders.
+
+In the copies, each optimizer apply op on a model variable is fused with
+its SMA correction (SGD and momentum) or wrapped by the generic correction
+(any other optimizer), then followed by a leader op: the last replica of a
+wave to reach a model variable updates the central model from every
+replica's correction (DESIGN.md), while the others go on. The
 synchronisation op, after the wave, refreshes the other written variables;
 seed ops copy the central model into the replicas.
 
@@ -19,6 +25,7 @@ closure copies only the operations not yet copied.
 """
 import contextlib
 
+import numpy as np
 import tensorflow as tf
 
 from tensorbow import ops as tb_ops
@@ -26,15 +33,22 @@ from tensorbow.rewrite import analysis
 from tensorbow.rewrite import kernels
 
 _FLOAT_TYPES = (tf.float32.as_datatype_enum, tf.float64.as_datatype_enum)
-# Variables shared by name across sessions must not share replicas.
-_SHARED_NAME = "shared_name"
+# The op standing for replica r's copy of a replicated variable, by the
+# type of the user's variable op.
+_REPLICA_OP = {"VarHandleOp": "TensorBowReplicaVarHandle",
+               "VariableV2": "TensorBowReplicaVariable",
+               "Variable": "TensorBowReplicaVariable"}
 
 
 class _Sma(object):
   """TensorBow's own state for one model variable under SMA."""
 
-  def __init__(self, corrections, central_prev, central_value, central_next):
-    self.corrections = corrections  # one resource handle per replica
+  def __init__(self, correction, corrections, central_prev, central_value,
+               central_next):
+    self.correction = correction  # _Replicated: the replicas' corrections
+    # Every replica's correction handle, made when a leader first needs
+    # them: the fused ops keep no correction, so then none exists.
+    self.corrections = corrections
     self.central_prev = central_prev  # resource handle
     self.central_value = central_value  # the central model, read
     # Where the replicas sum the next central model (resource handle), or
@@ -42,46 +56,95 @@ class _Sma(object):
     self.central_next = central_next
 
 
+class _Replicated(object):
+  """A variable with one copy per replica in the resource manager."""
+
+  def __init__(self, name, dtype, shape, num_replicas):
+    self.name = name  # the copies' name, before "/replica_<r>"
+    self.dtype = dtype  # base dtype
+    self.shape = shape
+    self.num_replicas = num_replicas
+
+  def attrs(self):
+    return dict(var_name=self.name, num_replicas=self.num_replicas)
+
+  def set(self, value, replicas, stacked=False):
+    """Op setting the copies of `replicas` (an int32 vector) to `value`."""
+    return tb_ops.library().tensor_bow_set_replicas(
+        value, replicas, stacked=stacked, **self.attrs())
+
+  def mean(self, source, mean=True):
+    """The replicas' mean, or replica `source`'s copy (see ReplicaMean)."""
+    return tb_ops.library().tensor_bow_replica_mean(
+        source, dtype=self.dtype, shape=self.shape, mean=mean, **self.attrs())
+
+  def stacked(self):
+    return tb_ops.library().tensor_bow_stack_replicas(
+        dtype=self.dtype, shape=self.shape, **self.attrs())
+
+  def handles(self):
+    return tb_ops.library().tensor_bow_replica_handles(
+        dtype=self.dtype, shape=self.shape, **self.attrs())
+
+
 class Replicator(object):
-  """Extends a user's graph with replicas of its learning part.
+  """Extends an execution graph with the learning part's copies.
 
   Args:
-    graph: the user's `tf.Graph`.
+    graph: the execution graph (holding the user's operations).
     num_replicas: L.
+    num_groups: stream groups: the copies of the learning part.
     algorithm: "sma" or "none".
     alpha: the SMA correction factor.
     central_momentum: the SMA central momentum.
-    share_variables: copy no variable: the one copy trains the user's own
-      variables, as plain training does (L = 1, where the copy only brings
-      the faster kernels of `kernels`).
+    share_variables: replicate no variable: the one copy trains the user's
+      own variables, as plain training does (L = 1, where the copy only
+      brings the faster kernels of `kernels`).
   """
 
-  def __init__(self, graph, num_replicas, algorithm, alpha, central_momentum,
-               share_variables=False):
+  def __init__(self, graph, num_replicas, num_groups, algorithm, alpha,
+               central_momentum, share_variables=False):
     if share_variables and num_replicas != 1:
       raise ValueError("share_variables needs exactly one replica")
     self._graph = graph
     self._num_replicas = num_replicas
+    self._num_groups = 1 if share_variables else max(1, num_groups)
     self._share_variables = share_variables
     self._algorithm = algorithm
     self._alpha = alpha
     self._central_momentum = central_momentum
     with graph.as_default():
       self._prefix = graph.unique_name("tensorbow", mark_as_used=True)
-    self._copied = set()  # op names copied into every replica
+    self._copied = set()  # op names copied into every group's copy
     self._kinds = {}  # replicated variable op name -> "model" | "slot" | "other"
+    self._replicated = {}  # replicated variable op name -> _Replicated
     self._sma = {}  # model variable op name -> _Sma
     self._seeds = {}  # replicated variable op name -> seed op
     self._pending_seed = set()  # replicated variables to seed before training
     self._pending_replicas = set()  # replicas to seed before training
+    self._pending_init = []  # ops to run before training, once
     self._stubs = {}  # op name -> tensor that carries a control dependency
     self._groups = {}  # (purpose, variable names) -> op, built once
     self._constants = {}
+    self._replica = None
     self._fast_kernels = kernels.enabled()
 
   @property
   def prefix(self):
     return self._prefix
+
+  @property
+  def num_groups(self):
+    return self._num_groups
+
+  @property
+  def replica_input(self):
+    """The int32 scalar placeholder a task is fed its replica's index by."""
+    if self._replica is None:
+      with self._building():
+        self._replica = tf.compat.v1.placeholder(tf.int32, [],
+                                                 name="replica")
+    return self._replica
 
   @contextlib.contextmanager
   def _building(self):
@@ -92,22 +155,26 @@ class Replicator(object):
         graph.name_scope(self._prefix + "/"):
       yield
 
-  def replica_name(self, replica, name):
-    """The name of replica `replica`'s copy of op `name`.
+  def copy_name(self, group, name):
+    """The name of stream group `group`'s copy of op `name`.
 
-    Below the replica's scope the user's '/' becomes '>': copies made by
+    Below the group's scope the user's '/' becomes '>': copies made by
     later runs then never fall inside an earlier copy's name scope, where
     TensorFlow's importer would rename them.
     """
-    return f"{self._prefix}/replica_{replica}/{_flat(name)}"
+    return f"{self._prefix}/group_{group}/{_flat(name)}"
 
   def is_copied(self, name):
     return name in self._copied
 
-  # ---- Building replicas ---------------------------------------------------
+  def _all_replicas(self):
+    return self._constant(np.arange(self._num_replicas, dtype=np.int32),
+                          tf.int32)
+
+  # ---- Building the copies -------------------------------------------------
 
   def extend(self, info, fed_names):
-    """Copies what `info`'s closure needs into every replica (idempotent)."""
+    """Copies what `info`'s closure needs into every group (idempotent)."""
     graph = self._graph
     replicated = set() if self._share_variables else set(info.written)
     for name in replicated:
@@ -132,23 +199,29 @@ class Replicator(object):
     if not new_ops:
       return
     with self._building():
+      for op in new_ops:
+        if op.type in analysis.VARIABLE_OPS:
+          dtype, shape = _dtype_and_shape(op)
+          self._replicated[op.name] = _Replicated(
+              f"{self._prefix}/var/{op.name}", dtype, shape,
+              self._num_replicas)
       if self._algorithm == "sma" and not self._share_variables:
         for name in info.model_vars:
           if name not in self._sma:
             self._sma[name] = self._make_sma_state(graph.get_operation_by_name(name))
       local = set(op.name for op in new_ops)
-      for r in range(self._num_replicas):
-        graph_def, input_map = self._replica_graph_def(new_ops, local, r)
+      for g in range(self._num_groups):
+        graph_def, input_map = self._group_graph_def(new_ops, local, g)
         tf.compat.v1.import_graph_def(
             graph_def, input_map=input_map,
-            name=f"{self._prefix}/replica_{r}/")
+            name=f"{self._prefix}/group_{g}/")
       self._copied.update(local)
       for op in new_ops:
         if op.type in analysis.VARIABLE_OPS:
           self._seeds[op.name] = self._make_seed(op)
           self._pending_seed.add(op.name)
 
-  def _replica_graph_def(self, new_ops, local, replica):
+  def _group_graph_def(self, new_ops, local, group):
     graph_def = tf.compat.v1.GraphDef()
     graph_def.versions.CopyFrom(self._graph.graph_def_versions)
     input_map = {}
@@ -156,7 +229,7 @@ class Replicator(object):
     def external(name, index):
       key = f"{name}:{index}"
       if key not in input_map:
-        input_map[key] = self._replica_tensor(name, index, replica)
+        input_map[key] = self._group_tensor(name, index, group)
       return key
 
     def resolve(inp):
@@ -166,7 +239,7 @@ class Replicator(object):
           return "^" + _flat(name)
         key = "^" + name
         if key not in input_map:
-          input_map[key] = self._control_stub(name, replica)
+          input_map[key] = self._control_stub(name, group)
         return inp
       name, _, index = inp.partition(":")
       if name in local:
@@ -183,10 +256,11 @@ class Replicator(object):
       node.name = _flat(op.name)
       if "_class" in node.attr:
         del node.attr["_class"]
-      if op.type in analysis.VARIABLE_OPS and _SHARED_NAME in node.attr:
-        node.attr[_SHARED_NAME].s = (
-            self.replica_name(replica, op.name).encode()
-            if op.type == "VarHandleOp" else b"")
+      if op.type in analysis.VARIABLE_OPS:
+        graph_def.node.add().CopyFrom(self._replica_variable_node(
+            node, _REPLICA_OP[op.type], self._replicated[op.name],
+            aux("__tensorbow__/replica", self.replica_input)))
+        continue
       inputs = [resolve(i) for i in node.input]
       del node.input[:]
       node.input.extend(inputs)
@@ -198,7 +272,7 @@ class Replicator(object):
               None, op, f"TensorBow cannot train apply op '{op.name}': an "
               "op consumes its output; only control dependencies on it are "
               "supported")
-        for extra in self._sma_nodes(node, var, replica, aux):
+        for extra in self._sma_nodes(node, var, group, aux):
           graph_def.node.add().CopyFrom(extra)
       else:
         faster = kernels.substitute(node, op) if self._fast_kernels else None
@@ -206,14 +280,26 @@ class Replicator(object):
           graph_def.node.add().CopyFrom(out)
     return graph_def, input_map
 
-  def _replica_tensor(self, name, index, replica):
+  @staticmethod
+  def _replica_variable_node(node, op_type, replicated, replica):
+    """The NodeDef of `replicated`'s copy in a group: `op_type` named as
+    `node`, reading the replica index from tensor key `replica`."""
+    out = tf.compat.v1.NodeDef(name=node.name, op=op_type, device=node.device)
+    out.input.append(replica)
+    out.attr["var_name"].s = replicated.name.encode()
+    out.attr["dtype"].type = replicated.dtype.as_datatype_enum
+    out.attr["shape"].shape.CopyFrom(replicated.shape.as_proto())
+    out.attr["num_replicas"].i = replicated.num_replicas
+    return out
+
+  def _group_tensor(self, name, index, group):
     if name in self._copied:
-      name = self.replica_name(replica, name)
+      name = self.copy_name(group, name)
     return self._graph.get_tensor_by_name(f"{name}:{index}")
 
-  def _control_stub(self, name, replica):
+  def _control_stub(self, name, group):
     if name in self._copied:
-      name = self.replica_name(replica, name)
+      name = self.copy_name(group, name)
     if name not in self._stubs:
       op = self._graph.get_operation_by_name(name)
       if op.outputs:
@@ -224,7 +310,7 @@ class Replicator(object):
               0, name=f"{self._prefix}/control/{name}")
     return self._stubs[name]
 
-  # ---- SMA in the replicas -------------------------------------------------
+  # ---- SMA in the copies ---------------------------------------------------
 
   def _make_sma_state(self, var_op):
     dtype, shape = _dtype_and_shape(var_op)
@@ -234,23 +320,23 @@ class Replicator(object):
           f"TensorBow's SMA supports float32 and float64 model variables; "
           f"'{var_op.name}' is {dtype.name}")
     scope = f"{self._prefix}/sma/{var_op.name}"
-    corrections = [
-        _resource(f"{scope}/correction_{r}", dtype, shape)
-        for r in range(self._num_replicas)]
+    correction = _Replicated(f"{scope}/correction", dtype, shape,
+                             self._num_replicas)
     central_prev = _resource(f"{scope}/central_prev", dtype, shape)
     central_value = tf.identity(read(var_op), name=f"{scope}/central")
     central_next = (_resource(f"{scope}/central_next", dtype, shape)
                     if var_op.type == "VarHandleOp" else None)
-    return _Sma(corrections, central_prev, central_value, central_next)
+    return _Sma(correction, None, central_prev, central_value, central_next)
 
   def _constant(self, value, dtype):
-    key = (value, dtype)
+    key = (value.tobytes() if isinstance(value, np.ndarray) else value, dtype)
     if key not in self._constants:
-      self._constants[key] = tf.constant(
-          value, dtype=dtype, name=f"{self._prefix}/constant")
+      with self._building():
+        self._constants[key] = tf.constant(value, dtype=dtype,
+                                           name="constant")
     return self._constants[key]
 
-  def _sma_nodes(self, node, var, replica, aux):
+  def _sma_nodes(self, node, var, group, aux):
     """The NodeDefs that replace apply op `node` on model variable `var`."""
     state = self._sma[var.name]
     dtype = tf.as_dtype(node.attr["T"].type)
@@ -282,12 +368,25 @@ class Replicator(object):
                    inputs + [aux(f"{ext}/momentum", self._constant(
                        self._central_momentum, dtype))] + control,
                    attrs=("T", "use_locking", "use_nesterov"))
-      fused.attr["replica"].i = replica
+      fused.attr["replica"].i = group
+      fused.attr["stagger"].i = self._num_groups
       fused.attr["num_replicas"].i = self._num_replicas
       fused.attr["barrier"].s = self._barrier(var.name).encode()
       return [fused]
-    correction = aux(f"{ext}/correction", state.corrections[replica])
+    # This task's replica's correction buffer.
+    handle = self._replica_variable_node(
+        tf.compat.v1.NodeDef(name=node.name + ">tensorbow_correction_var",
+                             device=node.device),
+        "TensorBowReplicaVarHandle", state.correction,
+        aux("__tensorbow__/replica", self.replica_input))
+    correction = handle.name + ":0"
     central = aux(f"{ext}/central", state.central_value)
+    if state.corrections is None:
+      state.corrections = state.correction.handles()
+      if var.name in self._seeds:
+        # Seeded before any leader needed corrections: made now, at zero.
+        self._pending_init.append(state.correction.set(
+            tf.zeros_like(state.central_value), self._all_replicas()))
     step = node.name + ">tensorbow_step"
     if kind == "sgd":
       var_in, lr, delta = data
@@ -324,7 +423,7 @@ class Replicator(object):
              "^" + step])
     leader.attr["N"].i = self._num_replicas
     leader.attr["barrier"].s = self._barrier(var.name).encode()
-    return nodes + [leader]
+    return [handle] + nodes + [leader]
 
   def _barrier(self, var_name):
     return f"{self._prefix}/sma/{var_name}/barrier"
@@ -337,7 +436,7 @@ class Replicator(object):
     return self._group("reset_barriers", names, lambda: (
         tb_ops.library().tensor_bow_reset_sma_barriers(
             barriers=[self._barrier(n) for n in names],
-            name=f"{self._prefix}/reset_barriers")))
+            name="reset_barriers")))
 
   def _group(self, purpose, names, build):
     """The op `build()` makes for `purpose` over `names`, made only once.
@@ -355,98 +454,100 @@ class Replicator(object):
 
   def _make_seed(self, var_op):
     """Op that sets every replica of `var_op` from the central model."""
-    graph = self._graph
     value = read(var_op)
-    assigns = []
-    for r in range(self._num_replicas):
-      replica = graph.get_operation_by_name(self.replica_name(r, var_op.name))
-      assigns.append(assign(replica, value))
+    every = self._all_replicas()
+    assigns = [self._replicated[var_op.name].set(value, every)]
     state = self._sma.get(var_op.name)
     if state is not None:
+      zeros = tf.zeros_like(value)
       assigns.append(tf.raw_ops.AssignVariableOp(
           resource=state.central_prev, value=value))
-      zeros = tf.zeros_like(value)
-      for c in state.corrections:
-        assigns.append(tf.raw_ops.AssignVariableOp(resource=c, value=zeros))
+      if state.corrections is not None:
+        assigns.append(state.correction.set(zeros, every))
       if state.central_next is not None:
         assigns.append(tf.raw_ops.AssignVariableOp(
             resource=state.central_next, value=zeros))
-    return tf.group(*assigns, name=f"{self._prefix}/seed/{var_op.name}")
+    return tf.group(*assigns, name=f"seed/{var_op.name}")
 
-  def seed_op(self):
-    """Op seeding the replicas that need it, or None; marks them seeded."""
-    ops = []
+  def seed_run(self):
+    """(fetches, feed_dict) seeding the replicas that need it, or None;
+    marks them seeded."""
+    ops, feeds = list(self._pending_init), {}
+    self._pending_init.clear()
     if self._pending_seed:
       names = tuple(sorted(self._pending_seed))
       self._pending_seed.clear()
       ops.append(self._group("seed", names, lambda: tf.group(
-          *[self._seeds[n] for n in names],
-          name=f"{self._prefix}/seed/group")))
-    for r in sorted(self._pending_replicas):
-      ops.append(self._replica_seed(r))
-    self._pending_replicas.clear()
-    if not ops:
-      return None
-    return ops[0] if len(ops) == 1 else ops
+          *[self._seeds[n] for n in names], name="seed/group")))
+    if self._pending_replicas:
+      replicas, op = self._replica_seed()
+      ops.append(op)
+      feeds[replicas] = np.array(sorted(self._pending_replicas), np.int32)
+      self._pending_replicas.clear()
+    return (ops, feeds) if ops else None
 
-  def _replica_seed(self, replica):
-    """Op setting replica `replica` alone from the central model: its
-    variables from the user's, its slots from their mean over the replicas
-    (refreshed first), its SMA correction to zero."""
+  def _replica_seed(self):
+    """(replicas placeholder, op) setting the replicas fed alone from the
+    central model: their variables from the user's, their slots from the
+    mean over the replicas (refreshed first), their SMA corrections to
+    zero."""
     names = tuple(sorted(self._seeds))
     refresh = self.refresh_op()
 
     def build():
+      replicas = tf.compat.v1.placeholder(tf.int32, [None],
+                                          name="seed/replicas")
       with self._graph.control_dependencies(
           [refresh] if refresh is not None else []):
         assigns = []
         for name in names:
           central = read(self._graph.get_operation_by_name(name))
-          assigns.append(assign(self._replica_vars(name)[replica], central))
+          assigns.append(self._replicated[name].set(central, replicas))
           sma = self._sma.get(name)
-          if sma is not None:
-            assigns.append(tf.raw_ops.AssignVariableOp(
-                resource=sma.corrections[replica],
-                value=tf.zeros_like(central)))
-        return tf.group(*assigns,
-                        name=f"{self._prefix}/seed/replica_{replica}")
+          if sma is not None and sma.corrections is not None:
+            assigns.append(sma.correction.set(tf.zeros_like(central),
+                                              replicas))
+        return replicas, tf.group(*assigns, name="seed/replicas_op")
 
-    return self._group(("seed_replica", replica), names, build)
+    return self._group("seed_replicas", self._state_key(names), build)
 
   def reseed_replicas(self, replicas):
     """Replicas `replicas` are to be set from the central model before the
-    next training run (left out of a wave: see participants_ops)."""
+    next training run (left out of a wave: see participants_run)."""
     self._pending_replicas.update(replicas)
 
-  def participants_ops(self, skipped):
-    """(ops, count placeholder) leaving replicas `skipped` out of the next
-    wave's central update: SMA's barriers then wait for the count fed, and
-    the skipped replicas' corrections are zero. ([], None) without SMA."""
+  def participants_run(self, skipped, remaining):
+    """(fetches, feed_dict) leaving replicas `skipped` out of the next
+    wave's central update, `remaining` taking part: SMA's barriers then
+    wait for `remaining`, and the skipped replicas' corrections are zero.
+    None without SMA."""
     names = tuple(sorted(self._sma))
     if not names:
-      return [], None
+      return None
+    with_corrections = tuple(n for n in names
+                             if self._sma[n].corrections is not None)
 
-    def build_count():
-      count = tf.compat.v1.placeholder(tf.int32, [],
-                                       name=f"{self._prefix}/participants")
-      return count, tb_ops.library().tensor_bow_set_sma_participants(
-          count, barriers=[self._barrier(n) for n in names],
-          name=f"{self._prefix}/set_participants")
+    def build():
+      count = tf.compat.v1.placeholder(tf.int32, [], name="participants")
+      replicas = tf.compat.v1.placeholder(tf.int32, [None],
+                                          name="skipped_replicas")
+      op = tf.group(
+          tb_ops.library().tensor_bow_set_sma_participants(
+              count, barriers=[self._barrier(n) for n in names]),
+          *[self._sma[n].correction.set(
+              tf.zeros_like(self._sma[n].central_value), replicas)
+            for n in with_corrections],
+          name="set_participants")
+      return count, replicas, op
 
-    count, op = self._group("participants", names, build_count)
-    ops = [op]
-    for r in skipped:
-      ops.append(self._group(("zero_correction", r), names, lambda r=r: tf.group(
-          *[tf.raw_ops.AssignVariableOp(
-              resource=self._sma[n].corrections[r],
-              value=tf.zeros_like(self._sma[n].central_value))
-            for n in names],
-          name=f"{self._prefix}/zero_correction_{r}")))
-    return ops, count
+    count, replicas, op = self._group("participants",
+                                      (names, with_corrections), build)
+    return op, {count: remaining,
+                replicas: np.array(sorted(skipped), np.int32)}
 
   def user_name(self, name):
-    """The user's name of the op or tensor a replica's copy `name` copies."""
-    head = f"{self._prefix}/replica_"
+    """The user's name of the op or tensor a group's copy `name` copies."""
+    head = f"{self._prefix}/group_"
     if not name.startswith(head):
       return name
     _, _, rest = name[len(head):].partition("/")
@@ -454,44 +555,82 @@ class Replicator(object):
 
   # ---- TensorBow's own state, for checkpoints -------------------------------
 
+  def _state_of(self, name):
+    """[(keys, _Replicated) or (key, resource handle)] of replicated
+    variable `name`'s state: its replicas' copies and, under SMA, its
+    own buffers."""
+    n = self._num_replicas
+    parts = [([f"{name}/replica_{r}" for r in range(n)],
+              self._replicated[name])]
+    sma = self._sma.get(name)
+    if sma is not None:
+      parts.append((f"{name}/sma/central_prev", sma.central_prev))
+      if sma.central_next is not None:
+        parts.append((f"{name}/sma/central_next", sma.central_next))
+      if sma.corrections is not None:
+        parts.append(([f"{name}/sma/correction_{r}" for r in range(n)],
+                      sma.correction))
+    return parts
+
+  def _state_key(self, names):
+    """What the state of variables `names` depends on, for _group."""
+    return names, tuple(n for n in names if n in self._sma and
+                        self._sma[n].corrections is not None)
+
+  def state_keys(self, name):
+    """The keys of replicated variable `name`'s state."""
+    keys = []
+    for k, _ in self._state_of(name):
+      keys.extend(k if isinstance(k, list) else [k])
+    return keys
+
   def state_tensors(self):
     """{key: tensor} reading every replica's copy of every replicated
     variable and, under SMA, each model variable's own buffers."""
     names = tuple(sorted(self._seeds))
-    return self._group("state", names, lambda: {
-        key: read(var) for name in names
-        for key, var in self._state_of(name).items()})
 
-  def state_keys(self, name):
-    """The keys of replicated variable `name`'s state."""
-    return list(self._state_of(name))
+    def build():
+      tensors = {}
+      for name in names:
+        for keys, part in self._state_of(name):
+          if isinstance(keys, list):
+            tensors.update(zip(keys, tf.unstack(part.stacked(),
+                                                num=len(keys))))
+          else:
+            tensors[keys] = tf.raw_ops.ReadVariableOp(
+                resource=part, dtype=part.op.get_attr("dtype"))
+      return tensors
 
-  def _state_of(self, name):
-    """{key: variable op} of replicated variable `name`'s state."""
-    state = {f"{name}/replica_{r}": var
-             for r, var in enumerate(self._replica_vars(name))}
-    sma = self._sma.get(name)
-    if sma is not None:
-      state.update((f"{name}/sma/{key}", handle.op)
-                   for key, handle in _sma_buffers(sma))
-    return state
+    return self._group("state", self._state_key(names), build)
 
-  def load_state_op(self, names):
-    """(placeholders by key, op assigning them): sets the state of
-    replicated variables `names`."""
+  def load_state_run(self, names, values):
+    """(fetches, feed_dict) setting the state of replicated variables
+    `names` from {key: value} `values`."""
     names = tuple(sorted(names))
 
     def build():
-      placeholders, assigns = {}, []
+      placeholders, assigns = [], []
       for name in names:
-        for key, var in self._state_of(name).items():
-          p = tf.compat.v1.placeholder(
-              tf.as_dtype(var.get_attr("dtype")).base_dtype)
-          placeholders[key] = p
-          assigns.append(assign(var, p))
-      return placeholders, tf.group(*assigns, name=f"{self._prefix}/load")
+        for keys, part in self._state_of(name):
+          if isinstance(keys, list):
+            p = tf.compat.v1.placeholder(part.dtype)
+            assigns.append(part.set(p, self._all_replicas(), stacked=True))
+          else:
+            p = tf.compat.v1.placeholder(
+                tf.as_dtype(part.op.get_attr("dtype")))
+            assigns.append(tf.raw_ops.AssignVariableOp(resource=part,
+                                                       value=p))
+          placeholders.append((keys, p))
+      return placeholders, tf.group(*assigns, name="load")
 
-    return self._group("load", names, build)
+    placeholders, op = self._group("load", self._state_key(names), build)
+    feeds = {}
+    for keys, p in placeholders:
+      if isinstance(keys, list):
+        feeds[p] = np.stack([np.asarray(values[k]) for k in keys])
+      else:
+        feeds[p] = values[keys]
+    return op, feeds
 
   def snapshot_tensors(self, names):
     """{key: tensor} reading the user's variables `names` and every
@@ -503,11 +642,10 @@ class Replicator(object):
     tensors.update(self.state_tensors())
     return tensors
 
-  def restore_snapshot_op(self, names):
-    """(placeholders by key, op) setting back what snapshot_tensors(names)
-    read."""
+  def restore_snapshot_run(self, names, snapshot):
+    """(fetches, feed_dict) setting back what snapshot_tensors(names)
+    read, given as `snapshot`."""
     names = tuple(sorted(names))
-    replicated = tuple(sorted(self._seeds))
 
     def build():
       placeholders, assigns = {}, []
@@ -519,15 +657,15 @@ class Replicator(object):
         assigns.append(assign(var, p))
       return placeholders, assigns
 
-    placeholders, assigns = self._group("restore_snapshot",
-                                        (names, replicated), build)
-    ops = list(assigns)
-    placeholders = dict(placeholders)
+    placeholders, assigns = self._group("restore_snapshot", names, build)
+    fetches = list(assigns)
+    feeds = {p: snapshot[k] for k, p in placeholders.items()}
+    replicated = tuple(sorted(self._seeds))
     if replicated:
-      state_placeholders, load = self.load_state_op(replicated)
-      placeholders.update(state_placeholders)
-      ops.append(load)
-    return placeholders, ops
+      load, load_feeds = self.load_state_run(replicated, snapshot)
+      fetches.append(load)
+      feeds.update(load_feeds)
+    return fetches, feeds
 
   def mark_seeded(self, names):
     """Replicas of `names` were set otherwise: no seed before training."""
@@ -549,26 +687,20 @@ class Replicator(object):
 
     Single variables (a global step) are taken from replica `source`.
     """
-    graph = self._graph
-    updates = []
-    if self._share_variables:
+    if self._share_variables or not info.other_vars:
       return None
-    with self._building():
-      for name in info.other_vars:
-        var = graph.get_operation_by_name(name)
-        replicas = self._replica_vars(name)
-        if name in info.batch_dependent:
-          updates.append(assign(var, _mean([read(v) for v in replicas],
-                                           source)))
-        else:
-          updates.append(assign(var, read(replicas[source])))
-      if not updates:
-        return None
-      return tf.group(*updates, name=f"{self._prefix}/sync")
+    names = tuple(sorted(info.other_vars))
+    batch = tuple(n in info.batch_dependent for n in names)
 
-  def _replica_vars(self, name):
-    return [self._graph.get_operation_by_name(self.replica_name(r, name))
-            for r in range(self._num_replicas)]
+    def build():
+      src = self._constant(source, tf.int32)
+      updates = [
+          assign(self._graph.get_operation_by_name(name),
+                 self._replicated[name].mean(src, mean=mean))
+          for name, mean in zip(names, batch)]
+      return tf.group(*updates, name="sync")
+
+    return self._group(("sync", source, batch), names, build)
 
   def refresh_op(self):
     """Op that brings user-named slots (and, without SMA, the model) up to date.
@@ -583,15 +715,13 @@ class Replicator(object):
       return None
 
     def build():
+      first = self._constant(0, tf.int32)
       updates = []
       for name in names:
         var = self._graph.get_operation_by_name(name)
-        replicas = self._replica_vars(name)
-        if self._kinds[name] == "slot":
-          updates.append(assign(var, _mean([read(v) for v in replicas])))
-        else:
-          updates.append(assign(var, read(replicas[0])))
-      return tf.group(*updates, name=f"{self._prefix}/refresh")
+        updates.append(assign(var, self._replicated[name].mean(
+            first, mean=self._kinds[name] == "slot")))
+      return tf.group(*updates, name="refresh")
 
     return self._group("refresh", names, build)
 
@@ -631,15 +761,6 @@ _WITH_CENTRAL = {
 }
 
 
-def _sma_buffers(state):
-  """(key, resource handle) of an _Sma's buffers that carry over waves."""
-  buffers = [("central_prev", state.central_prev)]
-  if state.central_next is not None:
-    buffers.append(("central_next", state.central_next))
-  buffers += [(f"correction_{r}", c) for r, c in enumerate(state.corrections)]
-  return buffers
-
-
 def _flat(name):
   return name.replace("/", ">")
 
@@ -668,11 +789,3 @@ def assign(var_op, value):
   if var_op.type == "VarHandleOp":
     return tf.raw_ops.AssignVariableOp(resource=var_op.outputs[0], value=value)
   return tf.raw_ops.Assign(ref=var_op.outputs[0], value=value).op
-
-
-def _mean(values, source=0):
-  """The replicas' mean; replica `source`'s value where a mean is not
-  defined."""
-  if len(values) == 1 or not values[0].dtype.is_floating:
-    return values[source]
-  return tf.math.add_n(values) / tf.cast(len(values), values[0].dtype)

@@ -37,11 +37,16 @@ class Runtime(object):
     session: the `tf.compat.v1.Session` whose graph holds the replicas.
     num_stream_groups: concurrent tasks (worker threads, the caller's
       included).
+    num_replicas: L, the most tasks of a wave.
+
+  Calls given `by_group` are one per stream group: a task of replica r is
+  run by whichever stream group g takes it first, with calls[g], fed the
+  replica's feeds and then r (an int32 scalar) as its last feed.
   """
 
-  def __init__(self, session, num_stream_groups):
+  def __init__(self, session, num_stream_groups, num_replicas=1):
     self._impl = _extension().Runtime(
-        compat.session_handle(session), num_stream_groups,
+        compat.session_handle(session), num_stream_groups, num_replicas,
         list(compat.PYBIND11_ABI_IDS))
 
   @property
@@ -56,11 +61,11 @@ class Runtime(object):
         [compat.operation_handle(op) for op in targets])
 
   def run_wave(self, calls, feeds, dtypes, batch_feed=-1, sync_call=-1,
-               run_options=None, run_metadata=None):
+               run_options=None, run_metadata=None, by_group=False):
     """Runs calls[r] with feeds[r] for every replica r, then `sync_call`.
 
     Args:
-      calls: one call id per replica.
+      calls: one call id per replica (or, `by_group`, per stream group).
       feeds: per replica, C-contiguous NumPy arrays in the call's feed order.
       dtypes: the TF_DataType enum of each feed.
       batch_feed: the position of a batch feed, whose rows each task's
@@ -79,11 +84,12 @@ class Runtime(object):
     """
     options, others = _options(run_options)
     return _outputs(self._impl.run_wave(
-        calls, feeds, dtypes, batch_feed, sync_call, options, others,
+        calls, by_group, feeds, dtypes, batch_feed, sync_call, options, others,
         run_metadata is not None), run_metadata)
 
   def compute(self, calls, feeds, dtypes, batch_feed, internal,
-              check_finite=False, run_options=None, run_metadata=None):
+              check_finite=False, run_options=None, run_metadata=None,
+              by_group=False):
     """The first phase of an atomic wave: like `run_wave` without a
     synchronisation, but the last `internal` fetches of every call are kept
     for `commit` instead of returned, and so are the feeds (borrowed: the
@@ -96,12 +102,12 @@ class Runtime(object):
     """
     options, others = _options(run_options)
     *result, nonfinite = self._impl.compute(
-        calls, feeds, dtypes, batch_feed, options, others,
+        calls, by_group, feeds, dtypes, batch_feed, options, others,
         run_metadata is not None, internal, check_finite)
     return _outputs(result, run_metadata), nonfinite
 
   def commit(self, calls, commit, sync_call=-1, run_options=None,
-             run_metadata=None):
+             run_metadata=None, by_group=False):
     """The second phase: calls[r] for every replica r with commit[r], fed
     what `compute` was fed for r (keep those arrays alive until now) and
     then what it kept; then `sync_call`. Runs with `run_options` but no
@@ -118,7 +124,7 @@ class Runtime(object):
       run_options = untimed
     options, others = _options(run_options)
     return _outputs(self._impl.commit(
-        calls, list(commit), sync_call, options, others,
+        calls, by_group, list(commit), sync_call, options, others,
         run_metadata is not None), run_metadata, merge=True)
 
   def discard(self):

@@ -1,0 +1,344 @@
+// Kernels of the replica-suffixed variable ops (cc/ops/replica_ops.cc).
+//
+// Every replica's copy of a variable is a tensorflow::Var in the device's
+// resource manager, whatever the kind of the user's variable: a reference
+// variable's replicas are handed out as references to the Var's tensor,
+// under the Var's mutex, which is what TensorFlow's reference-variable ops
+// lock. A copy exists once some op has asked for it; it holds its tensor
+// and nothing else.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
+#include "tensorflow/core/framework/tensor_util.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+
+namespace tensorbow {
+namespace {
+
+using tensorflow::DataType;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::PartialTensorShape;
+using tensorflow::ResourceMgr;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+using tensorflow::Var;
+namespace errors = tensorflow::errors;
+
+std::string ReplicaName(const std::string& var_name, int64_t replica) {
+  return absl::StrCat(var_name, "/replica_", replica);
+}
+
+// What every replica op knows: the variable, its dtype and the number of
+// replicas.
+class ReplicaOpBase : public OpKernel {
+ public:
+  explicit ReplicaOpBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("var_name", &var_name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dtype", &dtype_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_replicas", &num_replicas_));
+    if (HasAttr(ctx, "shape")) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("shape", &shape_));
+    }
+  }
+
+ protected:
+  static bool HasAttr(OpKernelConstruction* ctx, const char* name) {
+    return ctx->def().attr().count(name) > 0;
+  }
+
+  tensorflow::Status CheckReplica(int64_t replica) const {
+    if (replica < 0 || replica >= num_replicas_) {
+      return errors::InvalidArgument(name(), ": replica ", replica,
+                                     " is not in [0, ", num_replicas_, ")");
+    }
+    return absl::OkStatus();
+  }
+
+  // The scalar replica index of input `index`, checked.
+  tensorflow::Status ReplicaInput(OpKernelContext* ctx, int index,
+                                  int64_t* replica) const {
+    const Tensor& t = ctx->input(index);
+    if (!tensorflow::TensorShapeUtils::IsScalar(t.shape())) {
+      return errors::InvalidArgument(name(), ": replica must be a scalar, "
+                                     "got shape ", t.shape().DebugString());
+    }
+    *replica = t.scalar<int32_t>()();
+    return CheckReplica(*replica);
+  }
+
+  // Replica `replica`'s copy, made on first use; the caller unrefs it.
+  tensorflow::Status Replica(OpKernelContext* ctx, int64_t replica,
+                             Var** var) const {
+    ResourceMgr* rm = ctx->resource_manager();
+    const DataType dtype = dtype_;
+    TF_RETURN_IF_ERROR(rm->LookupOrCreate<Var>(
+        rm->default_container(), ReplicaName(var_name_, replica), var,
+        [dtype](Var** v) {
+          *v = new Var(dtype);
+          return absl::OkStatus();
+        }));
+    if ((*var)->tensor()->dtype() != dtype_) {
+      (*var)->Unref();
+      return errors::InvalidArgument(
+          name(), ": replica ", replica, " of '", var_name_, "' has dtype ",
+          tensorflow::DataTypeString((*var)->tensor()->dtype()), ", not ",
+          tensorflow::DataTypeString(dtype_));
+    }
+    return absl::OkStatus();
+  }
+
+  // Replica `replica`'s value (shares its buffer), checked to be set.
+  // Requires the Var's lock. Only TensorBowSetReplicas sets a copy first.
+  tensorflow::Status Value(Var* var, int64_t replica, Tensor* out) const {
+    if (!var->is_initialized) {
+      return errors::FailedPrecondition(
+          name(), ": replica ", replica, " of '", var_name_,
+          "' was never set (TensorBow seeds replicas before they train)");
+    }
+    *out = *var->tensor();
+    return absl::OkStatus();
+  }
+
+  std::string var_name_;
+  DataType dtype_;
+  int64_t num_replicas_ = 1;
+  PartialTensorShape shape_;
+};
+
+class ReplicaVarHandleOp : public ReplicaOpBase {
+ public:
+  using ReplicaOpBase::ReplicaOpBase;
+
+  void Compute(OpKernelContext* ctx) override {
+    int64_t replica = 0;
+    OP_REQUIRES_OK(ctx, ReplicaInput(ctx, 0, &replica));
+    Var* var = nullptr;
+    OP_REQUIRES_OK(ctx, Replica(ctx, replica, &var));
+    var->Unref();  // the resource manager keeps it
+    tensorflow::AllocatorAttributes attr;
+    attr.set_on_host(true);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out, attr));
+    out->scalar<tensorflow::ResourceHandle>()() =
+        tensorflow::MakeResourceHandle<Var>(
+            ctx, ctx->resource_manager()->default_container(),
+            ReplicaName(var_name_, replica),
+            {tensorflow::DtypeAndPartialTensorShape{dtype_, shape_}});
+  }
+};
+
+class ReplicaVariableOp : public ReplicaOpBase {
+ public:
+  using ReplicaOpBase::ReplicaOpBase;
+
+  void Compute(OpKernelContext* ctx) override {
+    int64_t replica = 0;
+    OP_REQUIRES_OK(ctx, ReplicaInput(ctx, 0, &replica));
+    Var* var = nullptr;
+    OP_REQUIRES_OK(ctx, Replica(ctx, replica, &var));
+    // The resource manager keeps the Var, so the reference stays valid
+    // while the session lives, as a VariableV2's does.
+    ctx->set_output_ref(0, var->mu(), var->tensor());
+    var->Unref();
+  }
+};
+
+class ReplicaHandlesOp : public ReplicaOpBase {
+ public:
+  using ReplicaOpBase::ReplicaOpBase;
+
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::AllocatorAttributes attr;
+    attr.set_on_host(true);
+    for (int64_t r = 0; r < num_replicas_; ++r) {
+      Var* var = nullptr;
+      OP_REQUIRES_OK(ctx, Replica(ctx, r, &var));
+      var->Unref();
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK(ctx,
+                     ctx->allocate_output(r, TensorShape({}), &out, attr));
+      out->scalar<tensorflow::ResourceHandle>()() =
+          tensorflow::MakeResourceHandle<Var>(
+              ctx, ctx->resource_manager()->default_container(),
+              ReplicaName(var_name_, r),
+              {tensorflow::DtypeAndPartialTensorShape{dtype_, shape_}});
+    }
+  }
+};
+
+class SetReplicasOp : public ReplicaOpBase {
+ public:
+  explicit SetReplicasOp(OpKernelConstruction* ctx) : ReplicaOpBase(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("stacked", &stacked_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& value = ctx->input(0);
+    const Tensor& replicas = ctx->input(1);
+    OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsVector(replicas.shape()),
+                errors::InvalidArgument(name(), ": replicas must be a vector"));
+    const auto ids = replicas.vec<int32_t>();
+    for (int64_t i = 0; i < ids.size(); ++i) {
+      OP_REQUIRES_OK(ctx, CheckReplica(ids(i)));
+    }
+    if (stacked_) {
+      OP_REQUIRES(ctx,
+                  value.dims() >= 1 && value.dim_size(0) == ids.size(),
+                  errors::InvalidArgument(
+                      name(), ": a stacked value needs one row per replica "
+                      "listed, got shape ", value.shape().DebugString(),
+                      " for ", ids.size(), " replicas"));
+    }
+    // Every copy is found before any is set: a failed call changes nothing.
+    std::vector<tensorflow::core::RefCountPtr<Var>> vars;
+    for (int64_t i = 0; i < ids.size(); ++i) {
+      Var* var = nullptr;
+      OP_REQUIRES_OK(ctx, Replica(ctx, ids(i), &var));
+      vars.emplace_back(var);
+    }
+    for (int64_t i = 0; i < ids.size(); ++i) {
+      Tensor copy = tensorflow::tensor::DeepCopy(
+          stacked_ ? value.SubSlice(i) : value);
+      tsl::mutex_lock lock(*vars[i]->mu());
+      *vars[i]->tensor() = std::move(copy);
+      vars[i]->is_initialized = true;
+    }
+  }
+
+ private:
+  bool stacked_ = false;
+};
+
+template <typename T>
+void Accumulate(const Tensor& value, bool first, Tensor* sum) {
+  auto out = sum->flat<T>();
+  auto in = value.flat<T>();
+  if (first) {
+    out = in;
+  } else {
+    out += in;
+  }
+}
+
+class ReplicaMeanOp : public ReplicaOpBase {
+ public:
+  explicit ReplicaMeanOp(OpKernelConstruction* ctx) : ReplicaOpBase(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("mean", &mean_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const bool floating =
+        dtype_ == tensorflow::DT_FLOAT || dtype_ == tensorflow::DT_DOUBLE;
+    if (!mean_ || !floating || num_replicas_ == 1) {
+      int64_t source = 0;
+      OP_REQUIRES_OK(ctx, ReplicaInput(ctx, 0, &source));
+      Var* var = nullptr;
+      OP_REQUIRES_OK(ctx, Replica(ctx, source, &var));
+      tensorflow::core::ScopedUnref unref(var);
+      tsl::tf_shared_lock lock(*var->mu());
+      Tensor value;
+      OP_REQUIRES_OK(ctx, Value(var, source, &value));
+      ctx->set_output(0, tensorflow::tensor::DeepCopy(value));
+      return;
+    }
+    Tensor* out = nullptr;
+    for (int64_t r = 0; r < num_replicas_; ++r) {
+      Var* var = nullptr;
+      OP_REQUIRES_OK(ctx, Replica(ctx, r, &var));
+      tensorflow::core::ScopedUnref unref(var);
+      tsl::tf_shared_lock lock(*var->mu());
+      Tensor value;
+      OP_REQUIRES_OK(ctx, Value(var, r, &value));
+      if (out == nullptr) {
+        OP_REQUIRES_OK(ctx, ctx->allocate_output(0, value.shape(), &out));
+      }
+      OP_REQUIRES(ctx, value.shape() == out->shape(),
+                  errors::InvalidArgument(
+                      name(), ": the replicas of '", var_name_,
+                      "' differ in shape: ", out->shape().DebugString(),
+                      " and ", value.shape().DebugString()));
+      if (dtype_ == tensorflow::DT_FLOAT) {
+        Accumulate<float>(value, r == 0, out);
+      } else {
+        Accumulate<double>(value, r == 0, out);
+      }
+    }
+    if (dtype_ == tensorflow::DT_FLOAT) {
+      out->flat<float>() = out->flat<float>() / static_cast<float>(num_replicas_);
+    } else {
+      out->flat<double>() =
+          out->flat<double>() / static_cast<double>(num_replicas_);
+    }
+  }
+
+ private:
+  bool mean_ = true;
+};
+
+class StackReplicasOp : public ReplicaOpBase {
+ public:
+  using ReplicaOpBase::ReplicaOpBase;
+
+  void Compute(OpKernelContext* ctx) override {
+    OP_REQUIRES(ctx, tensorflow::DataTypeCanUseMemcpy(dtype_),
+                errors::Unimplemented(name(), ": cannot stack replicas of ",
+                                      tensorflow::DataTypeString(dtype_)));
+    Tensor* out = nullptr;
+    size_t row_bytes = 0;
+    for (int64_t r = 0; r < num_replicas_; ++r) {
+      Var* var = nullptr;
+      OP_REQUIRES_OK(ctx, Replica(ctx, r, &var));
+      tensorflow::core::ScopedUnref unref(var);
+      tsl::tf_shared_lock lock(*var->mu());
+      Tensor value;
+      OP_REQUIRES_OK(ctx, Value(var, r, &value));
+      if (out == nullptr) {
+        TensorShape shape({num_replicas_});
+        shape.AppendShape(value.shape());
+        OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out));
+        row_bytes = value.tensor_data().size();
+      }
+      OP_REQUIRES(ctx, value.tensor_data().size() == row_bytes,
+                  errors::InvalidArgument(
+                      name(), ": the replicas of '", var_name_,
+                      "' differ in shape"));
+      if (row_bytes > 0) {
+        std::memcpy(const_cast<char*>(out->tensor_data().data()) +
+                        r * row_bytes,
+                    value.tensor_data().data(), row_bytes);
+      }
+    }
+  }
+};
+
+using tensorflow::DEVICE_CPU;
+REGISTER_KERNEL_BUILDER(Name("TensorBowReplicaVarHandle")
+                            .Device(DEVICE_CPU)
+                            .HostMemory("replica")
+                            .HostMemory("resource"),
+                        ReplicaVarHandleOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TensorBowReplicaVariable").Device(DEVICE_CPU).HostMemory("replica"),
+    ReplicaVariableOp);
+REGISTER_KERNEL_BUILDER(Name("TensorBowReplicaHandles")
+                            .Device(DEVICE_CPU)
+                            .HostMemory("handles"),
+                        ReplicaHandlesOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TensorBowSetReplicas").Device(DEVICE_CPU).HostMemory("replicas"),
+    SetReplicasOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TensorBowReplicaMean").Device(DEVICE_CPU).HostMemory("source"),
+    ReplicaMeanOp);
+REGISTER_KERNEL_BUILDER(Name("TensorBowStackReplicas").Device(DEVICE_CPU),
+                        StackReplicasOp);
+
+}  // namespace
+}  // namespace tensorbow
