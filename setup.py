@@ -31,9 +31,15 @@ setuptools.setup(
     name="tensorbow",
     version="0.1.0",
     description="Small-batch multi-replica training with SMA for TensorFlow",
-    packages=setuptools.find_packages(include=["tensorbow", "tensorbow.*"]),
+    # The product is `tensorbow`; `models` (reference models, their training
+    # loop and data) and `benchmarks` are the checkout's tools, installed
+    # with it so that scripts import them by name.
+    packages=setuptools.find_packages(
+        include=["tensorbow", "tensorbow.*", "models", "models.*",
+                 "benchmarks", "benchmarks.*"]),
     python_requires=">=3.9",
-    install_requires=["tensorflow-cpu==2.21.0", "numpy", "absl-py", "matplotlib"],
+    install_requires=["tensorflow-cpu==2.21.0", "numpy"],
+    extras_require={"tools": ["absl-py", "matplotlib"]},
     ext_modules=[
         setuptools.Extension(
             "tensorbow._sma_ops",

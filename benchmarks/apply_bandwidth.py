@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from tensorbow import ops as tb_ops
-from tensorbow.bench import harness
+from benchmarks.suite import harness
 
 tf1 = tf.compat.v1
 FC1 = 3136 * 512

@@ -17,7 +17,7 @@ import statistics
 import numpy as np
 import tensorflow as tf
 
-from tensorbow.bench import harness
+from benchmarks.suite import harness
 from tensorbow.rewrite import kernels
 
 # name: (height = width, input channels, filters, kernel size)

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tensorbow import ops as tb_ops
-from tensorbow.bench import harness
+from benchmarks.suite import harness
 
 
 def main():

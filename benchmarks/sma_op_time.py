@@ -30,7 +30,7 @@ import time
 
 import tensorflow as tf
 
-from tensorbow.bench import harness
+from benchmarks.suite import harness
 
 
 def is_apply(op_type):

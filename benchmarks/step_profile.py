@@ -21,7 +21,7 @@ import time
 import tensorflow as tf
 
 from lenet_throughput import Config
-from tensorbow.bench import harness
+from benchmarks.suite import harness
 
 _REPLICA_0 = "/replica_0/"
 

@@ -5,7 +5,7 @@ twice, on the same images in the same order of epochs: with
 `tf.compat.v1.Session` at batch 16, and with `TensorBowSession` at 4
 replicas x batch 4 (16 rows a step as well). Evaluates the central model's
 test accuracy after every epoch, writes each run's JSON-lines log, draws
-both curves (`python -m tensorbow.plot`) and prints the final accuracies
+both curves (`python -m models.plot`) and prints the final accuracies
 and the PNG's path. Without Fashion-MNIST (Debian's dataset-fashion-mnist)
 it warns and uses synthetic images, whose accuracies mean nothing.
 
@@ -17,13 +17,10 @@ import sys
 
 import tensorflow as tf
 
-from tensorbow import data as tb_data
-from tensorbow import plot
-from tensorbow import training
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "models"))
-import lenet  # pylint: disable=g-import-not-at-top,wrong-import-position
+from models import data as tb_data
+from models import lenet
+from models import plot
+from models import training
 
 RUNS = (dict(session="tf", replicas=1, batch_size=16),
         dict(session="tensorbow", replicas=4, batch_size=4))

@@ -26,7 +26,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tensorbow.data import load_fashion_mnist
+from models.data import load_fashion_mnist
 
 
 def main(session_factory, epochs=2, batch_size=100, seed=0, data=None,

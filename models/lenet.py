@@ -5,11 +5,11 @@ conv 5x5x32 (SAME) + ReLU + max-pool 2, conv 5x5x64 (SAME) + ReLU + max-pool
 The same network as `benchmarks/lenet_throughput.py`, as a TF1-style
 script: `build` makes the graph (the tests build it directly), `main` trains
 it with the loop and flags shared by the reference models
-(`tensorbow/training.py`):
+(`models/training.py`):
 
-  PYTHONPATH=. python models/lenet.py --session=tensorbow --replicas=3 \
+  python -m models.lenet --session=tensorbow --replicas=3 \
       --batch_size=4 --target_accuracy=0.9
-  PYTHONPATH=. python models/lenet.py --session=tf --batch_size=16
+  python -m models.lenet --session=tf --batch_size=16
 
 Fashion-MNIST is the default data set (`--data=mnist --data_dir=DIR` for the
 report's MNIST runs); `--data=synthetic` needs no files.
@@ -17,7 +17,7 @@ report's MNIST runs); `--data=synthetic` needs no files.
 
 import tensorflow as tf
 
-from tensorbow import training as training_loop
+from models import training as training_loop
 
 MODEL_NAME = "lenet"
 SYNTHETIC_IMAGE_SHAPE = (28, 28, 1)

@@ -3,11 +3,11 @@ r"""Softmax (multinomial logistic) regression: the smallest reference model.
 A TF1-style script, as a TensorBow user would write it: placeholders,
 `tf.compat.v1.get_variable`, plain gradient descent. `build` makes the graph
 (the tests build it directly); `main` trains it with the loop and flags
-shared by the reference models (`tensorbow/training.py`):
+shared by the reference models (`models/training.py`):
 
-  PYTHONPATH=. python models/logistic_regression.py --session=tensorbow \
+  python -m models.logistic_regression --session=tensorbow \
       --replicas=2 --batch_size=32 --epochs=5
-  PYTHONPATH=. python models/logistic_regression.py --session=tf
+  python -m models.logistic_regression --session=tf
 
 Fashion-MNIST is the default data set; `--data=synthetic` needs no files.
 """
@@ -15,7 +15,7 @@ Fashion-MNIST is the default data set; `--data=synthetic` needs no files.
 import numpy as np
 import tensorflow as tf
 
-from tensorbow import training as training_loop
+from models import training as training_loop
 
 MODEL_NAME = "logistic_regression"
 SYNTHETIC_IMAGE_SHAPE = (28, 28, 1)

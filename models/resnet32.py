@@ -21,17 +21,17 @@ the user-named ones their mean (DESIGN.md section 2.5).
 
 Optimizer: momentum SGD (0.9) with L2 weight decay 1e-4 on the
 convolution and fc kernels, as in the paper. `main` trains with the loop and
-flags shared by the reference models (`tensorbow/training.py`):
+flags shared by the reference models (`models/training.py`):
 
-  PYTHONPATH=. python models/resnet32.py --data=cifar10 \
+  python -m models.resnet32 --data=cifar10 \
       --data_dir=/path/to/cifar-10-batches-py --session=tensorbow \
       --replicas=2 --batch_size=32
-  PYTHONPATH=. python models/resnet32.py --data=synthetic --max_steps=50
+  python -m models.resnet32 --data=synthetic --max_steps=50
 """
 
 import tensorflow as tf
 
-from tensorbow import training as training_loop
+from models import training as training_loop
 
 MODEL_NAME = "resnet32"
 SYNTHETIC_IMAGE_SHAPE = (32, 32, 3)

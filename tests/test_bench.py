@@ -1,20 +1,20 @@
-"""The benchmark suites (tensorbow/bench), run at toy sizes.
+"""The benchmark suites (benchmarks/suite), run at toy sizes.
 
 Throughput numbers themselves are not asserted (the machine is shared and
 noisy); what is checked is what the suites compute from them: ratios,
 medians, the cost of SMA, the best runs of time-to-accuracy, and that the
 JSON, Markdown and PNG outputs hold them.
 """
-import importlib.util
 import json
 import os
 
 import pytest
 import tensorflow as tf
 
-from tensorbow.bench import __main__ as bench_main
-from tensorbow.bench import harness
-from tensorbow.bench import report
+from benchmarks import sma_op_time
+from benchmarks.suite import __main__ as bench_main
+from benchmarks.suite import harness
+from benchmarks.suite import report
 
 
 
@@ -217,17 +217,7 @@ def test_markdown_of_replicas_formats_missing_ratios():
           in report.markdown("replicas", {"rows": [], "derived": [cost]}))
 
 
-def _sma_op_time():
-  path = os.path.join(os.path.dirname(__file__), "..", "benchmarks",
-                      "sma_op_time.py")
-  spec = importlib.util.spec_from_file_location("sma_op_time", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def test_sma_op_time_counts_the_apply_ops_of_both_algorithms():
-  sma_op_time = _sma_op_time()
   assert sma_op_time.is_apply("TensorBowResourceApplySmaMomentumWithCentral")
   assert sma_op_time.is_apply("ResourceApplyGradientDescent")
   assert not sma_op_time.is_apply("MatMul")
@@ -244,7 +234,7 @@ def test_sma_op_time_counts_the_apply_ops_of_both_algorithms():
 
 def test_sma_op_time_pairs_its_rounds(tmp_path):
   out = tmp_path / "sma_op_time.json"
-  result = _sma_op_time().main([
+  result = sma_op_time.main([
       "--model", "logistic_regression", "--replicas", "2", "--batch_size",
       "4", "--repeats", "6", "--waves", "2", "--warmup", "1", "--json",
       str(out)])

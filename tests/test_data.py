@@ -1,4 +1,4 @@
-"""Tests of tensorbow.data: CIFAR-10, load_dataset, synthetic data, batches."""
+"""Tests of models.data: CIFAR-10, load_dataset, synthetic data, batches."""
 import gzip
 import itertools
 import os
@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import pytest
 
-from tensorbow import data
-from tensorbow.data import idx
+from models import data
+from models.data import idx
 
 # ----------------------------------------------------------------- helpers
 

@@ -1,11 +1,11 @@
-"""Tests of tensorbow.data.idx: the IDX reader and the Fashion-MNIST loader."""
+"""Tests of models.data.idx: the IDX reader and the Fashion-MNIST loader."""
 import gzip
 import struct
 
 import numpy as np
 import pytest
 
-from tensorbow.data import idx
+from models.data import idx
 
 
 def _idx_bytes(array, magic=None):

@@ -2,14 +2,14 @@
 
 Each model trains a few steps on synthetic data under tf.compat.v1.Session
 and under TensorBowSession(replicas=2), and its loss must fall; ResNet-32's
-size and batch norm are checked; `tensorbow.training.train` is run in
-process and `models/lenet.py` as a script, and their JSON-lines logs read
+size and batch norm are checked; `models.training.train` is run in
+process and `python -m models.lenet` as a script, and their JSON-lines logs read
 back. The training sets are one step's worth of rows, so every step sees the
 same examples (in a new order) and a few steps suffice to show learning.
 """
 import functools
 import glob
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
@@ -20,15 +20,13 @@ import pytest
 import tensorflow as tf
 
 import tensorbow as tb
-from tensorbow import data as tb_data
-from tensorbow import training
+from models import data as tb_data
+from models import training
 
 # End-to-end: the fast tier (-m "not slow") leaves these out.
 pytestmark = pytest.mark.slow
 
 
-MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "models")
 REPLICAS = 2
 
 # name: (image shape, rows per replica, learning rate, steps). Rates are
@@ -44,12 +42,7 @@ CASES = {
 
 
 def load_model(name):
-  """Imports models/<name>.py (a script directory, not a package)."""
-  spec = importlib.util.spec_from_file_location(
-      f"tensorbow_models_{name}", os.path.join(MODELS_DIR, name + ".py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return importlib.import_module(f"models.{name}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -173,7 +166,7 @@ def test_lenet_script(tmp_path):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
              PYTHONPATH=os.path.dirname(os.path.dirname(tb.__file__)))
   completed = subprocess.run(
-      [sys.executable, os.path.join(MODELS_DIR, "lenet.py"),
+      [sys.executable, "-m", "models.lenet",
        "--data=synthetic", "--train_size=256", "--test_size=128",
        "--epochs=1", "--session=tensorbow", "--replicas=2", "--batch_size=8",
        f"--log_dir={tmp_path}"],

@@ -1,4 +1,4 @@
-"""`python -m tensorbow.plot` (tensorbow/plot.py) on small JSON-lines logs."""
+"""`python -m models.plot` (models/plot.py) on small JSON-lines logs."""
 import json
 import os
 import struct
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import tensorbow
-from tensorbow import plot
+from models import plot
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -100,7 +100,7 @@ def test_runs_as_a_module_without_a_display(tmp_path, logs):
   env.pop("DISPLAY", None)
   env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
   result = subprocess.run(
-      [sys.executable, "-m", "tensorbow.plot", logs[0], logs[1], "-o",
+      [sys.executable, "-m", "models.plot", logs[0], logs[1], "-o",
        str(out)], env=env, cwd=tmp_path, capture_output=True, text=True,
       timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]

@@ -6,14 +6,14 @@ session class being the only difference, on the full training set (two
 epochs, then a restore and one more epoch) and the whole 10k test set.
 About 15 s on a 2-core CPU.
 """
-import importlib.util
 import os
 
 import pytest
 import tensorflow as tf
 
+from examples import tutorial_fashion_mnist as tutorial
+from models.data import idx
 from tensorbow import TensorBowSession
-from tensorbow.data import idx
 
 # End-to-end: the fast tier (-m "not slow") leaves these out.
 pytestmark = pytest.mark.slow
@@ -23,25 +23,12 @@ MAX_GAP = 0.02  # TensorBow vs TensorFlow, absolute test accuracy
 EPOCHS = 2
 BATCH_SIZE = 100
 
-_EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(__file__)),
-                        "examples", "tutorial_fashion_mnist.py")
-
-
-def _tutorial():
-  spec = importlib.util.spec_from_file_location("tutorial_fashion_mnist",
-                                                _EXAMPLE)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
   if not os.path.isdir(idx.FASHION_MNIST_DIR):
     pytest.skip(f"Fashion-MNIST is not installed in {idx.FASHION_MNIST_DIR} "
                 "(needs train-/t10k-images-idx3-ubyte.gz and "
                 "train-/t10k-labels-idx1-ubyte.gz)")
-  tutorial = _tutorial()
   data = idx.load_fashion_mnist()
   assert len(data[2]) == 10000  # evaluated on the whole test set
   factories = {

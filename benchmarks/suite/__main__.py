@@ -1,6 +1,6 @@
-"""Command line of the benchmark suites (see tensorbow/bench/__init__.py).
+"""Command line of the benchmark suites (see benchmarks/suite/__init__.py).
 
-  PYTHONPATH=. python -m tensorbow.bench replicas --models lenet \
+  PYTHONPATH=. python -m benchmarks.suite replicas --models lenet \
       --batch_sizes 4 --replicas 1,2,4 --repeats 5 --seconds 2
 """
 import argparse
@@ -11,9 +11,9 @@ import time
 
 import tensorflow as tf
 
-from tensorbow.bench import harness
-from tensorbow.bench import report
-from tensorbow.bench import suites
+from benchmarks.suite import harness
+from benchmarks.suite import report
+from benchmarks.suite import suites
 
 SUITES = ("replicas", "batch", "tta", "overhead")
 
@@ -28,7 +28,7 @@ def _floats(text):
 
 def parse_args(argv):
   p = argparse.ArgumentParser(
-      prog="python -m tensorbow.bench",
+      prog="python -m benchmarks.suite",
       description="TensorBow against tf.compat.v1.Session, interleaved.")
   p.add_argument("suite", choices=SUITES)
   p.add_argument("--out", default="benchmarks/results",
@@ -94,7 +94,7 @@ def main(argv=None):
   start = time.time()
   result = run(args, log)
   result = dict(suite=args.suite, machine=harness.machine(),
-                command="python -m tensorbow.bench " + " ".join(
+                command="python -m benchmarks.suite " + " ".join(
                     sys.argv[1:] if argv is None else argv),
                 seconds_taken=round(time.time() - start, 1), **result)
   os.makedirs(args.out, exist_ok=True)

@@ -1,4 +1,4 @@
-"""TensorBow's benchmark suites: `python -m tensorbow.bench SUITE`.
+"""TensorBow's benchmark suites: `python -m benchmarks.suite SUITE`.
 
 Suites (run from a TensorBow checkout, which holds the reference models):
   replicas  images/s against L for each model and batch size, with

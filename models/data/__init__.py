@@ -6,13 +6,13 @@ pickle batches) or synthetic data; `batches` iterates over shuffled
 mini-batches of it. `read_idx` and `load_fashion_mnist` are the IDX reader
 and the flat [N, 784] Fashion-MNIST loader.
 """
-from tensorbow.data.batches import batches
-from tensorbow.data.cifar10 import read_cifar10
-from tensorbow.data.datasets import Dataset
-from tensorbow.data.datasets import load_dataset
-from tensorbow.data.idx import load_fashion_mnist
-from tensorbow.data.idx import read_idx
-from tensorbow.data.synthetic import synthetic_dataset
+from models.data.batches import batches
+from models.data.cifar10 import read_cifar10
+from models.data.datasets import Dataset
+from models.data.datasets import load_dataset
+from models.data.idx import load_fashion_mnist
+from models.data.idx import read_idx
+from models.data.synthetic import synthetic_dataset
 
 __all__ = [
     "Dataset",

@@ -9,7 +9,7 @@ import collections
 
 import numpy as np
 
-from tensorbow.data import idx
+from models.data import idx
 
 Dataset = collections.namedtuple(
     "Dataset",
@@ -128,8 +128,8 @@ def load_dataset(name, data_dir=None, image_shape=None, train_size=None,
     FileNotFoundError: a file of the data set is missing.
   """
   # Imported here: these modules import `Dataset` from this one.
-  from tensorbow.data import cifar10  # pylint: disable=g-import-not-at-top
-  from tensorbow.data import synthetic  # pylint: disable=g-import-not-at-top
+  from models.data import cifar10  # pylint: disable=g-import-not-at-top
+  from models.data import synthetic  # pylint: disable=g-import-not-at-top
 
   if name == "synthetic":
     return synthetic.synthetic_dataset(

@@ -44,7 +44,7 @@ from absl import app
 from absl import flags
 import tensorflow as tf
 
-from tensorbow import data as tb_data
+from models import data as tb_data
 from tensorbow.session import TensorBowSession
 
 SESSIONS = ("tf", "tensorbow")
@@ -87,7 +87,7 @@ Attributes:
     limit).
   max_steps: stop after this many steps (None: no limit).
   target_accuracy: stop once the test accuracy reaches it (None: no target).
-  data: the data set's name (see `tensorbow.data.load_dataset`).
+  data: the data set's name (see `models.data.load_dataset`).
   data_dir: its folder, or None for the default.
   log_dir: where the JSON-lines log and TensorBoard events go.
   seed: seeds the initial weights, the shuffling and synthetic data.
@@ -265,7 +265,7 @@ def load_data(config, synthetic_image_shape=None):
       ResNet-32); ignored for real data sets.
 
   Returns:
-    A `tensorbow.data.Dataset`.
+    A `models.data.Dataset`.
   """
   return tb_data.load_dataset(
       config.data, data_dir=config.data_dir,
@@ -397,7 +397,7 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
   Args:
     model: the model's namespace (x, y, training, loss, train_op, accuracy;
       see the module docstring), built in its own graph.
-    dataset: a `tensorbow.data.Dataset`.
+    dataset: a `models.data.Dataset`.
     config: a `Config`.
     model_name: names the run ("lenet", ...).
     verbose: show progress (on `stream`).
@@ -610,7 +610,7 @@ def run(build, model_name, synthetic_image_shape, config=None, dataset=None):
     model_name: names the run.
     synthetic_image_shape: the image shape of --data=synthetic.
     config: a `Config`; None reads the parsed flags.
-    dataset: the `tensorbow.data.Dataset`; None loads what `config` names.
+    dataset: the `models.data.Dataset`; None loads what `config` names.
 
   Returns:
     `train`'s dict.

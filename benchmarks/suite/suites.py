@@ -11,8 +11,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tensorbow import data as tb_data
-from tensorbow.bench import harness
+from models import data as tb_data
+from benchmarks.suite import harness
 from tensorbow.session import TensorBowSession
 
 

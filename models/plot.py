@@ -1,6 +1,6 @@
 """Plots test accuracy from TensorBow / TensorFlow training logs.
 
-    python -m tensorbow.plot LOG... -o FILE.png [--title T]
+    python -m models.plot LOG... -o FILE.png [--title T]
 
 Each LOG is a JSON-lines training log as the training scripts write it: one
 JSON object per line with at least "epoch", "wall_time" (seconds since the
@@ -166,7 +166,7 @@ def plot_logs(paths, output, title=None):
 
 
 def main(argv=None):
-  """Runs the `python -m tensorbow.plot` command line.
+  """Runs the `python -m models.plot` command line.
 
   Args:
     argv: the arguments after the program name; None means `sys.argv[1:]`.
@@ -179,7 +179,7 @@ def main(argv=None):
       malformed or has nothing to plot (the message names the file).
   """
   parser = argparse.ArgumentParser(
-      prog="python -m tensorbow.plot",
+      prog="python -m models.plot",
       description="Plot test accuracy against wall time and against epoch "
       "from JSON-lines training logs, one line per log.")
   parser.add_argument("logs", nargs="+", metavar="LOG",

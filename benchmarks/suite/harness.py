@@ -10,7 +10,7 @@ Every other repeat runs the group in reverse, so that two neighbours are
 measured once in each order and a ratio of their samples taken in the same
 repeat (`paired_ratio`) is not biased by drift within a repeat.
 """
-import importlib.util
+import importlib
 import math
 import os
 import platform
@@ -21,7 +21,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tensorbow import training
+from models import training
 from tensorbow.session import TensorBowSession
 
 # Image shapes the reference models are measured at (synthetic data).
@@ -33,22 +33,8 @@ IMAGE_SHAPES = {
 NUM_CLASSES = 10
 
 
-def models_dir():
-  """The `models/` folder of the TensorBow checkout this package is in."""
-  here = os.path.dirname(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__))))
-  for root in (here, os.getcwd()):
-    path = os.path.join(root, "models")
-    if os.path.isfile(os.path.join(path, "lenet.py")):
-      return path
-  raise FileNotFoundError(
-      "tensorbow.bench needs the reference models of a TensorBow checkout "
-      "(models/*.py): run it from the checkout, e.g. `PYTHONPATH=. python "
-      "-m tensorbow.bench replicas`")
-
-
 def load_model(name):
-  """The module models/<name>.py (a script folder, not a package).
+  """The reference model `models.<name>`.
 
   Raises:
     ValueError: for a model that is not one of IMAGE_SHAPES.
@@ -56,11 +42,7 @@ def load_model(name):
   if name not in IMAGE_SHAPES:
     raise ValueError(f"unknown model {name!r}; choose from "
                      f"{sorted(IMAGE_SHAPES)}")
-  spec = importlib.util.spec_from_file_location(
-      f"tensorbow_bench_{name}", os.path.join(models_dir(), name + ".py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return importlib.import_module(f"models.{name}")
 
 
 def machine():

@@ -1,0 +1,3 @@
+"""TensorBow's benchmark scripts and suites (`benchmarks.suite`); their
+results are in benchmarks/RESULTS.md.
+"""

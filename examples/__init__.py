@@ -1,0 +1,1 @@
+"""Examples of TensorBow in TF1 scripts."""

@@ -1,0 +1,58 @@
+"""The checkout's layout: what anyone can check without running a model.
+
+* No module imports another by file path: the reference models, their
+  training loop, data loaders and benchmark suites are packages (`models`,
+  `benchmarks`), imported by name.
+* `import tensorbow` loads only TensorBow's own modules beyond what
+  `import tensorflow` loads. (TensorFlow 2.21 itself imports absl and, in
+  this environment, matplotlib, so "no absl" can only mean "none of
+  TensorBow's making".)
+"""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# tensorbow-run runs a user's script as `python script.py` would: its
+# folder on sys.path is the point, not a way to import our own modules.
+_RUNS_USER_SCRIPTS = os.path.join("tensorbow", "run.py")
+
+
+def _python_files():
+  for folder in ("tensorbow", "models", "benchmarks", "examples", "tests"):
+    for root, _, files in os.walk(os.path.join(ROOT, folder)):
+      for name in files:
+        if name.endswith(".py"):
+          path = os.path.join(root, name)
+          yield os.path.relpath(path, ROOT), open(path).read()
+
+
+def test_no_module_imports_a_file_by_path():
+  path_import = re.compile(
+      r"spec_from_file_location|SourceFileLoader|imp\.load_source|"
+      r"sys\.path\.(insert|append)|sys\.path\s*\[")
+  offenders = [
+      path for path, text in _python_files()
+      if path != _RUNS_USER_SCRIPTS and path != os.path.join(
+          "tests", "test_layout.py") and path_import.search(text)]
+  assert not offenders, offenders
+
+
+def test_import_tensorbow_loads_only_its_own_modules():
+  code = (
+      "import sys\n"
+      "import tensorflow\n"
+      "before = set(sys.modules)\n"
+      "import tensorbow\n"
+      "print('\\n'.join(sorted(set(sys.modules) - before)))\n")
+  out = subprocess.run(
+      [sys.executable, "-c", code], capture_output=True, text=True,
+      check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).stdout
+  extra = [m for m in out.split() if m]
+  assert "tensorbow.session" in extra
+  # tf.load_op_library registers the op library under a hashed name.
+  foreign = [m for m in extra
+             if m.split(".")[0] != "tensorbow" and
+             not re.fullmatch(r"[0-9a-f]{40}", m)]
+  assert not foreign, foreign
