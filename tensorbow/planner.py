@@ -152,9 +152,8 @@ class Planner(object):
     fed_names = frozenset(t.name for t in call_feeds)
     splits = ([phases.split(f, t, fed_names) for f, t in tasks]
               if atomic else [None])
-    if splits[0] is not None and all(
-        s is not None and s[:4] == splits[0][:4] and
-        len(s.internal) == len(splits[0].internal) for s in splits):
+    splits = _aligned(splits, user_name)
+    if splits is not None:
       calls, commit_calls = [], []
       for (f, t), split in zip(tasks, splits):
         calls.append(self.runtime.add_call(
@@ -184,6 +183,26 @@ class Planner(object):
     compat.extend_session(self._session)
     return _new_plan(fed, batch, self._replicas, by_group, calls, sync_call,
                      central_fetches)
+
+
+def _aligned(splits, user_name):
+  """`splits` with every task's internal tensors in the first's order, by
+  the user's names, or None if they do not split alike.
+
+  A replica's commit may run on another stream group than its computation,
+  so the tensors crossing the cut must mean the same at every position.
+  """
+  first = splits[0]
+  if first is None or any(s is None or s[:4] != first[:4] for s in splits):
+    return None
+  order = [user_name(t.name) for t in first.internal]
+  aligned = []
+  for s in splits:
+    by_name = {user_name(t.name): t for t in s.internal}
+    if sorted(by_name) != sorted(order) or len(by_name) != len(order):
+      return None
+    aligned.append(s._replace(internal=[by_name[n] for n in order]))
+  return aligned
 
 
 def _plain_copy_info(ops, batch_names, trainable):
