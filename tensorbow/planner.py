@@ -132,6 +132,13 @@ class Planner(object):
 
     replica_fetches = [t for i, t in enumerate(fetches)
                        if i not in central_fetches]
+    # The writes that fetched or targeted value-only ops were ordered
+    # after in the user's graph still run (Replicator.orderings_of).
+    moved = sorted(set(
+        name for op in [t.op for t in replica_fetches] + targets
+        for name in rep.orderings_of(op.name)))
+    targets = targets + [self._exec.graph.get_operation_by_name(n)
+                         for n in moved]
     tasks = [([group_tensor(t, g) for t in replica_fetches],
               [group_op(op, g) for op in targets])
              for g in range(rep.num_groups)]

@@ -95,3 +95,78 @@ def test_many_updates_behind_control_dependencies_land_in_their_variables(
         np.testing.assert_allclose(got[i], expected[i], rtol=1e-5,
                                    atol=1e-6, err_msg=f"stat{i}")
 
+
+def _batch_norm_like_model(use_resource):
+  """Least squares whose optimizer is built under
+  tf.control_dependencies(update_ops), as batch-norm models train."""
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+    w = tf.compat.v1.get_variable("w", initializer=np.ones((3, 1), np.float32),
+                                  use_resource=use_resource)
+    h = tf.nn.relu(tf.matmul(x, w))
+    moving = tf.compat.v1.get_variable(
+        "moving", initializer=np.zeros(1, np.float32), trainable=False,
+        use_resource=use_resource)
+    update = tf.compat.v1.assign(
+        moving, 0.9 * moving + 0.1 * tf.reduce_mean(h, axis=0))
+    loss = 0.5 * tf.reduce_mean(tf.square(h - y))
+    with tf.control_dependencies([update]):
+      train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    init = tf.compat.v1.global_variables_initializer()
+  return graph, x, y, w, moving, loss, train, init
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_the_backward_pass_behind_update_ops_runs_before_the_commit(
+    use_resource):
+  """Only what the writes consume (gradients, the statistics) is kept from
+  a task's computation for its commit, not the forward pass's
+  activations, which the backward pass needs: it runs in the
+  computation, though the user's graph orders it after the updates."""
+  graph, x, y, _, _, _, train, init = _batch_norm_like_model(use_resource)
+  rng = np.random.RandomState(0)
+  feed = {x: rng.randn(12, 3).astype(np.float32),
+          y: rng.randn(12, 1).astype(np.float32)}
+  with tb.TensorBowSession(graph=graph, replicas=3) as sess:
+    sess.run(init)
+    sess.run(train, feed)
+    (plan,) = sess._plans.values()  # pylint: disable=protected-access
+  assert plan.atomic is not None
+  for t in plan.atomic.internal:
+    assert all(phases.writes_state(c) for c in t.consumers()), (
+        t.name, [c.type for c in t.consumers()])
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_a_fetch_ordered_after_the_train_op_still_trains(use_resource):
+  """The TF1 idiom `with tf.control_dependencies([train]): out =
+  tf.identity(loss)`, then `sess.run(out)`: a value-only op whose only
+  path to the writes is the ordering that the copies move."""
+  graph, x, y, w, moving, loss, train, init = _batch_norm_like_model(
+      use_resource)
+  with graph.as_default():
+    with tf.control_dependencies([train]):
+      out = tf.identity(loss)
+  rng = np.random.RandomState(1)
+  feed = {x: rng.randn(12, 3).astype(np.float32),
+          y: rng.randn(12, 1).astype(np.float32)}
+  results = {}
+  for name, make in (("tf", tf.compat.v1.Session),
+                     ("tb", lambda graph: tb.TensorBowSession(
+                         graph=graph, replicas=1))):
+    with make(graph=graph) as sess:
+      sess.run(init)
+      fetched = [sess.run(out, feed) for _ in range(3)]
+      results[name] = (fetched, sess.run(w), sess.run(moving))
+  np.testing.assert_allclose(results["tb"][0], results["tf"][0], rtol=1e-5)
+  np.testing.assert_allclose(results["tb"][1], results["tf"][1], rtol=1e-5)
+  np.testing.assert_allclose(results["tb"][2], results["tf"][2], rtol=1e-5)
+  with tb.TensorBowSession(graph=graph, replicas=3) as sess:
+    sess.run(init)
+    before = sess.run(w)
+    sess.run(out, feed)
+    sess.run(out, feed)
+    assert not np.allclose(sess.run(w), before)
+    assert sess.run(moving)[0] != 0.0

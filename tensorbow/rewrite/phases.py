@@ -46,6 +46,41 @@ def writes_state(op):
                                    op.type not in _PURE_TENSORBOW)
 
 
+def is_write_group(op):
+  """Whether `op` is a write, or a group (NoOp) of writes only."""
+  if writes_state(op):
+    return True
+  return (op.type == "NoOp" and not op.inputs and bool(op.control_inputs) and
+          all(is_write_group(c) for c in op.control_inputs))
+
+
+def orders_only(op):
+  """Whether `op`'s control dependencies on writes (is_write_group) only
+  order it: an op of no state that reads no variable computes the same
+  value before a write as after it, so the copies may run it before the
+  writes it waits on. That is the backward pass which
+  `tf.control_dependencies(update_ops)` puts behind batch norm's updates,
+  whose activations a wave would otherwise keep for every replica until
+  its commit."""
+  if op.type == "NoOp":
+    # A group other ops wait on, e.g. tf.gradients' tuples: it must still
+    # wait on the computed ops it groups, but not on writes. A group of
+    # writes alone, or one nothing waits on (a target), keeps its edges.
+    return (bool(op._control_outputs) and  # pylint: disable=protected-access
+            not all(is_write_group(c) for c in op.control_inputs))
+  return (not op.op_def.is_stateful and op.type not in _CONTROL_FLOW and
+          not any(t.dtype._is_ref_dtype or  # pylint: disable=protected-access
+                  t.dtype.base_dtype in (tf.resource, tf.variant)
+                  for t in op.inputs))
+
+
+# TF1 control flow, whose control edges carry frames and branches.
+_CONTROL_FLOW = frozenset([
+    "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit",
+    "RefExit", "NextIteration", "RefNextIteration", "LoopCond",
+    "ControlTrigger"])
+
+
 def split(fetches, targets, fed_names):
   """How to run one task (fetched tensors, target ops) in two phases.
 

@@ -31,6 +31,7 @@ import tensorflow as tf
 from tensorbow import ops as tb_ops
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import kernels
+from tensorbow.rewrite import phases
 
 _FLOAT_TYPES = (tf.float32.as_datatype_enum, tf.float64.as_datatype_enum)
 # The op standing for replica r's copy of a replicated variable, by the
@@ -123,6 +124,11 @@ class Replicator(object):
     self._pending_seed = set()  # replicated variables to seed before training
     self._pending_replicas = set()  # replicas to seed before training
     self._pending_init = []  # ops to run before training, once
+    # Orderings on writes moved off value-only ops (phases.orders_only):
+    # op name -> the writes it carries down to the ops that consume it,
+    # and -> the writes an op with effects takes over from its inputs.
+    self._pushed = {}
+    self._taken_over = {}
     self._stubs = {}  # op name -> tensor that carries a control dependency
     self._groups = {}  # (purpose, variable names) -> op, built once
     self._constants = {}
@@ -210,6 +216,7 @@ class Replicator(object):
           if name not in self._sma:
             self._sma[name] = self._make_sma_state(graph.get_operation_by_name(name))
       local = set(op.name for op in new_ops)
+      self._push_orderings(new_ops)
       for g in range(self._num_groups):
         graph_def, input_map = self._group_graph_def(new_ops, local, g)
         tf.compat.v1.import_graph_def(
@@ -261,7 +268,16 @@ class Replicator(object):
             node, _REPLICA_OP[op.type], self._replicated[op.name],
             aux("__tensorbow__/replica", self.replica_input)))
         continue
-      inputs = [resolve(i) for i in node.input]
+      if op.name in self._pushed:
+        writes = set(c.name for c in op.control_inputs
+                     if phases.is_write_group(c))
+        inputs = [i for i in node.input
+                  if not (i.startswith("^") and i[1:] in writes)]
+      else:
+        inputs = list(node.input) + [
+            "^" + n for n in sorted(self._taken_over.get(op.name, ()))
+            if "^" + n not in node.input]
+      inputs = [resolve(i) for i in inputs]
       del node.input[:]
       node.input.extend(inputs)
       var = (analysis.variable_of(op.inputs[0])
@@ -279,6 +295,34 @@ class Replicator(object):
         for out in faster or [node]:
           graph_def.node.add().CopyFrom(out)
     return graph_def, input_map
+
+  def _push_orderings(self, new_ops):
+    """Decides, for ops about to be copied, which waits on writes move.
+
+    A value-only op's control dependencies on writes are taken off it and
+    handed down to the first ops with effects that consume it (or to the
+    run's targets, see orderings_of): the computation then runs it before
+    the writes, and the writes still run, in the same order relative to
+    every op that has effects.
+    """
+    for op in new_ops:  # inputs first
+      inherited = set()
+      for t in op.inputs:
+        inherited |= self._pushed.get(t.op.name, frozenset())
+      for c in op.control_inputs:
+        inherited |= self._pushed.get(c.name, frozenset())
+      if phases.orders_only(op):
+        own = set(c.name for c in op.control_inputs
+                  if phases.is_write_group(c))
+        if own or inherited:
+          self._pushed[op.name] = frozenset(inherited | own)
+      elif inherited:
+        self._taken_over[op.name] = frozenset(inherited)
+
+  def orderings_of(self, name):
+    """User op names of the writes that op `name`, copied, no longer waits
+    on: a run that fetches or targets it must target them."""
+    return sorted(self._pushed.get(name, ()))
 
   @staticmethod
   def _replica_variable_node(node, op_type, replicated, replica):
