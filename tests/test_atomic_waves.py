@@ -88,7 +88,7 @@ def state(sess, model):
   its variables, slots and SMA's buffers."""
   values = dict(zip([v.op.name for v in model.variables],
                     sess.run(model.variables)))
-  values.update(sess._replica_state())  # pylint: disable=protected-access
+  values.update(sess._trainer.replica_state())  # pylint: disable=protected-access
   return values
 
 
@@ -261,7 +261,7 @@ def test_standard_optimizers_commit_without_a_snapshot(optimizer):
   m = Model(optimizer)
   with m.session() as sess:
     m.step(sess)
-    plans = list(sess._plans.values())  # pylint: disable=protected-access
+    plans = list(sess._trainer.plans.values())  # pylint: disable=protected-access
   assert len(plans) == 1
   assert plans[0].atomic is not None and plans[0].snapshot is None
 

@@ -132,7 +132,7 @@ def test_the_backward_pass_behind_update_ops_runs_before_the_commit(
   with tb.TensorBowSession(graph=graph, replicas=3) as sess:
     sess.run(init)
     sess.run(train, feed)
-    (plan,) = sess._plans.values()  # pylint: disable=protected-access
+    (plan,) = sess._trainer.plans.values()  # pylint: disable=protected-access
   assert plan.atomic is not None
   for t in plan.atomic.internal:
     assert all(phases.writes_state(c) for c in t.consumers()), (

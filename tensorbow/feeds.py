@@ -1,0 +1,94 @@
+"""A training run's feeds and fetches: checked, sharded, merged.
+
+Fed values are checked as TensorFlow checks them, batch feeds split with
+`numpy.array_split` (one shard per replica), and each fetch's per-replica
+values merged back (DESIGN.md).
+"""
+import numpy as np
+import tensorflow as tf
+
+# A floating-point type that NumPy's dtype kinds do not call one.
+_BFLOAT16 = np.dtype(tf.bfloat16.as_numpy_dtype)
+
+
+def check(plan, fed, replicas):
+  """The fed values, in plan order, as checked NumPy arrays.
+
+  Checked as TensorFlow checks them: dtype and shape, and every batch
+  feed's rows.
+  """
+  values = []
+  rows = []
+  for t, name, is_batch, dtype, shape, value in zip(
+      plan.feeds, plan.names, plan.batch, plan.np_dtypes, plan.shapes, fed):
+    if isinstance(value, tf.Tensor):
+      raise TypeError(
+          f"The value of a feed cannot be a tf.Tensor object (feed "
+          f"{t.name}); feed NumPy arrays, lists or scalars")
+    array = np.asarray(value, dtype=dtype)
+    if not _shape_fits(shape, array.shape):
+      raise ValueError(
+          f"Cannot feed value of shape {array.shape} for Tensor {t.name}, "
+          f"which has shape {t.shape}")
+    if is_batch:
+      rows.append((name, array.shape[0]))
+    values.append(array)
+  if rows:
+    sizes = {n for _, n in rows}
+    if len(sizes) > 1:
+      raise tf.errors.InvalidArgumentError(
+          None, None,
+          "TensorBow: all batch feeds of a training run must have the same "
+          f"first dimension; got {_described(rows)}")
+    if sizes.pop() < replicas:
+      raise tf.errors.InvalidArgumentError(
+          None, None,
+          f"TensorBow: a batch feed needs at least one row per replica "
+          f"({replicas} replicas); got {_described(rows)}")
+  return values
+
+def shard(plan, values):
+  """Per feed, one array per replica: batch feeds split, others whole."""
+  n = plan.replicas
+  shards = []
+  for array, is_batch in zip(values, plan.batch):
+    if is_batch and n > 1:
+      shards.append([_contiguous(s) for s in np.array_split(array, n)])
+    else:
+      shards.append([_contiguous(array)] * n)
+  return shards
+
+
+def _described(rows):
+  return ", ".join(f"{name}: {n}" for name, n in rows)
+
+
+def _shape_fits(dims, shape):
+  """Whether an array's shape is compatible with a feed's (known) dims."""
+  if dims is None:
+    return True
+  return len(dims) == len(shape) and all(
+      d is None or d == n for d, n in zip(dims, shape))
+
+
+def _contiguous(array):
+  # Not np.ascontiguousarray: it turns a scalar into shape [1].
+  if array.flags.c_contiguous:
+    return array
+  return np.require(array, requirements="C")
+
+
+def merge(values, sizes):
+  """Merges one fetch's per-replica values (DESIGN.md section 2.4)."""
+  first = values[0]
+  if first.ndim == 0:
+    if ((first.dtype.kind == "f" or first.dtype == _BFLOAT16) and
+        len(values) > 1):
+      weights = np.asarray(sizes if sizes else [1] * len(values), np.float64)
+      mean = np.dot(weights, np.asarray(values, np.float64)) / weights.sum()
+      return first.dtype.type(mean)
+    return first[()]
+  if (sizes is not None and len(values) > 1 and
+      all(v.ndim >= 1 and v.shape[0] == n for v, n in zip(values, sizes))):
+    return np.concatenate(values)
+  return first

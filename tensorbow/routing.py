@@ -1,0 +1,138 @@
+"""Routes a run: classifies it once per fetch structure and feed keys.
+
+A run whose closure holds an optimizer's apply op is a training run;
+every other run is a plain run (DESIGN.md). The classification, and what
+the run fetches and is fed, are kept per `run()` call shape, so that a
+training loop's steps are classified once.
+"""
+import collections
+
+import tensorflow as tf
+
+from tensorbow import compat
+from tensorbow.rewrite import analysis
+
+# How a run is classified, kept per fetch structure and feed keys.
+Route = collections.namedtuple("Route", [
+    "fed",  # fed tensors, by name
+    "order",  # per fed tensor: its position in feed_dict
+    "handler",  # TensorFlow's fetch handler
+    "signature",  # (fetched tensor names, target names, fed names)
+    "closure",  # (is_training, written variables or None, ops)
+    "fetched",  # tensors and operations the handler fetches or runs
+    "cacheable",  # no fetch is fed (the handler then holds a feed value)
+])
+_MAX_ROUTES = 256
+
+
+class Router(object):
+  """Classifies the runs of one session.
+
+  Args:
+    graph: the user's graph.
+    execution: the session's `execution.ExecutionGraph`.
+    lock: the session's lock, held while the closure cache changes.
+  """
+
+  def __init__(self, graph, execution, lock):
+    self._graph = graph
+    self._exec = execution
+    self._lock = lock
+    self._closures = {}  # signature -> (is_training, written, ops)
+    self._routes = {}  # _run_key -> Route
+
+  def route(self, fetches, feed_dict):
+    """(Route, fed values in the route's order) of a `run()` call.
+
+    Raises:
+      As `tf.compat.v1.Session.run` for fetches or feeds it refuses.
+    """
+    key = _run_key(fetches, feed_dict)
+    route = self._routes.get(key) if key is not None else None
+    graph = self._graph
+    if route is not None and not all(
+        graph.is_fetchable(x) for x in route.fetched):
+      # Made unfetchable since: classified again, TensorFlow's handler
+      # reports it before a plain run's refresh or reseeding could run.
+      route = None
+    if route is None:
+      feeds = compat.feed_items(graph, feed_dict)
+      route = self._route(fetches, feeds)
+      if key is not None and route.cacheable:
+        if len(self._routes) >= _MAX_ROUTES:
+          self._routes.clear()
+        self._routes[key] = route
+      values = [v for _, v in feeds]
+    else:
+      values = list(feed_dict.values())  # one tensor per key (_run_key)
+    for t in route.fed:
+      if not graph.is_feedable(t):
+        raise ValueError(f"Tensor {t.name} may not be fed.")
+    return route, [values[i] for i in route.order]
+
+  def _route(self, fetches, feeds):
+    """Classifies a run fed `feeds` ([(tensor, value)]): its _Route."""
+    # Without the fed values unless a fetch is fed: a cached route must not
+    # keep a run's feeds alive.
+    handler = compat.fetch_handler(self._graph, fetches,
+                                   {t.ref(): None for t, _ in feeds})
+    cacheable = not compat.fetches_fed(handler)
+    if not cacheable:
+      handler = compat.fetch_handler(self._graph, fetches,
+                                     {t.ref(): v for t, v in feeds})
+    signature = (tuple(t.name for t in handler.fetches()),
+                 tuple(op.name for op in handler.targets()),
+                 tuple(sorted(t.name for t, _ in feeds)))
+    with self._lock:
+      closure = self._closures.get(signature)
+      if closure is None:
+        fed_names = frozenset(signature[2])
+        ops = analysis.closure(
+            [self._exec.tensor(t).op for t in handler.fetches()] +
+            [self._exec.op(op) for op in handler.targets()], fed_names)
+        closure = (any(analysis.is_apply(op) for op in ops),
+                   analysis.written_variables(ops), ops)
+        self._closures[signature] = closure
+    order = sorted(range(len(feeds)), key=lambda i: feeds[i][0].name)
+    return Route(fed=[feeds[i][0] for i in order], order=order,
+                  handler=handler,
+                  signature=signature, closure=closure,
+                  fetched=handler.fetches() + handler.targets(),
+                  cacheable=cacheable)
+
+
+class _Uncacheable(Exception):
+  pass
+
+
+def _run_key(fetches, feed_dict):
+  """A hashable key for a run's fetch structure and feed keys, or None.
+
+  Only plain structures (lists, tuples, dicts) of Tensors, Operations and
+  names are keyed; anything else is classified afresh on every run.
+  """
+  try:
+    return (_fetch_key(fetches),
+            tuple(_leaf_key(k) for k in feed_dict))
+  except _Uncacheable:
+    return None
+
+
+def _fetch_key(fetch):
+  kind = type(fetch)
+  if kind is list or kind is tuple:
+    return (kind, tuple(_fetch_key(f) for f in fetch))
+  if kind is dict:
+    return (kind, tuple((type(k), k, _fetch_key(v))
+                        for k, v in fetch.items()))
+  return _leaf_key(fetch)
+
+
+def _leaf_key(leaf):
+  if isinstance(leaf, tf.Tensor):
+    return leaf.ref()
+  if isinstance(leaf, tf.Operation):
+    return leaf  # hashed and compared by identity
+  if isinstance(leaf, str):
+    return leaf
+  raise _Uncacheable()

@@ -1,0 +1,253 @@
+"""Training runs: waves of learning tasks, and the replicas' life cycle
+around the plain runs between them (DESIGN.md).
+
+A `Trainer` plans a training run once per signature (planner.py), seeds
+the replicas that need it, shards the batch feeds, runs the wave on the
+C++ runtime (atomic: every replica computes, then every replica commits)
+and merges the fetches. Around plain runs it refreshes the user-named
+slots, marks written variables for re-seeding and saves or loads the
+replicas' own state beside a checkpoint.
+"""
+import logging
+
+import numpy as np
+import tensorflow as tf
+
+from tensorbow import checkpoint
+from tensorbow import feeds
+
+
+class Trainer(object):
+  """Runs one session's training waves.
+
+  Args:
+    session: the `tf.compat.v1.Session` on the execution graph.
+    planner: the session's `planner.Planner`.
+    replicas, nonfinite: the session's configuration.
+    config: what a checkpoint's replica state must match (a dict).
+    lock: the session's lock.
+    check_open: raises if the session was closed.
+  """
+
+  def __init__(self, session, planner, replicas, nonfinite, config, lock,
+               check_open):
+    self._session = session
+    self._planner = planner
+    self._replicas = replicas
+    self._nonfinite = nonfinite
+    self._config = config
+    self._lock = lock
+    self._check_open = check_open
+    self.plans = {}  # training-run signature -> planner.Plan
+    self._needs_refresh = False
+    self._loaded_state = None  # replica state restored with a checkpoint
+
+  @property
+  def _runtime(self):
+    return self._planner.runtime
+
+  @property
+  def _replicator(self):
+    return self._planner.replicator
+
+  def refresh(self):
+    """Brings user-named slots up to date before a plain run reads them."""
+    with self._lock:
+      if self._needs_refresh and self._replicator is not None:
+        refresh = self._replicator.refresh_op()
+        if refresh is not None:
+          self._session.run(refresh)
+      self._needs_refresh = False
+
+  def after_saver(self, kind, prefix):
+    """A Saver's "save" or "restore" of checkpoint `prefix` ran."""
+    with self._lock:
+      if kind == "save" and self._replicator is not None:
+        checkpoint.save(prefix, self.config(), self.replica_state())
+      elif kind == "restore":
+        self._loaded_state = checkpoint.load(prefix, self.config())
+
+  def config(self):
+    """What a checkpoint's replica state must have been saved with."""
+    return dict(self._config)
+
+  def replica_state(self):
+    """{key: value} of every replica's state (seeded first if due)."""
+    self._seed_replicas()
+    return self._read(self._replicator.state_tensors())
+
+  def _read(self, tensors):
+    """{key: value} of a {key: tensor} dict, in one run."""
+    keys = sorted(tensors)
+    return dict(zip(keys, self._session.run([tensors[k] for k in keys])))
+
+  def _seed_replicas(self):
+    """Sets replicas due for it from a restored checkpoint's state or from
+    the central model."""
+    rep = self._replicator
+    if self._loaded_state is not None:
+      names = [n for n in rep.replicated_variables()
+               if all(k in self._loaded_state for k in rep.state_keys(n))]
+      if names:
+        self._session.run(*rep.load_state_run(names, self._loaded_state))
+        rep.mark_seeded(names)
+      self._loaded_state = None
+    seed = rep.seed_run()
+    if seed is not None:
+      self._session.run(*seed)
+
+  def reseed(self, written):
+    if written is None or written:
+      with self._lock:
+        # Written since: what a restore loaded no longer applies.
+        self._loaded_state = None
+        if self._replicator is not None:
+          self._replicator.reseed(written)
+
+  def train(self, route, fed_values, options, run_metadata):
+    """A wave over `route`'s plan; `fed_values` in the order of route.fed."""
+    handler = route.handler
+    with self._lock:
+      self._check_open()
+      plan = self.plans.get(route.signature)
+      if plan is None:
+        plan = self._planner.plan(handler, route.closure[2], route.fed)
+        self.plans[route.signature] = plan
+      values = feeds.check(plan, fed_values, self._replicas)
+      shards = feeds.shard(plan, values)
+      if self._replicator is not None:
+        self._seed_replicas()
+      per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
+      # Before the wave: an interrupt after it must still leave the
+      # user-named slots to be refreshed.
+      self._needs_refresh = True
+      if plan.atomic is not None:
+        outputs, committed = self._atomic_wave(plan, per_replica, options,
+                                               run_metadata)
+      else:
+        outputs, committed = self._whole_wave(plan, per_replica, options,
+                                              run_metadata), None
+      fetched = handler.fetches()
+      central = {}
+      if plan.central_fetches:
+        central_values = self._session.run(
+            [fetched[i].name for i in plan.central_fetches])
+        central = dict(zip(plan.central_fetches, central_values))
+    sizes = ([len(s) for s in shards[plan.batch_feed]]
+             if plan.batch_feed >= 0 else None)
+    if committed is not None and not all(committed):
+      # Skipped replicas: the wave's result is the committed ones'.
+      keep = [r for r, c in enumerate(committed) if c] or [0]
+      outputs = [outputs[r] for r in keep]
+      sizes = [sizes[r] for r in keep] if sizes else None
+    results = []
+    k = 0  # position among the replicas' fetches
+    for i in range(len(fetched)):
+      if i in central:
+        results.append(central[i])
+      else:
+        results.append(feeds.merge([o[k] for o in outputs], sizes))
+        k += 1
+    return handler.build_results(self, results)
+
+  def _whole_wave(self, plan, per_replica, options, run_metadata):
+    """A wave of tasks that compute and write in one TensorFlow run."""
+    try:
+      return self._runtime.run_wave(
+          plan.calls, per_replica, plan.dtypes, plan.batch_feed,
+          plan.sync_call, options, run_metadata, by_group=plan.by_group)
+    except tf.errors.OpError:
+      self._after_failed_writes()
+      raise
+
+  def _after_failed_writes(self):
+    """After a wave failed while writing: replicas that finished their step
+    are put back on the central model, which the wave did not change."""
+    if self._replicator is not None:
+      self._replicator.reseed()
+      self._reset_barriers()
+
+  def _reset_barriers(self):
+    """Restarts SMA's leader counts after a wave that did not finish."""
+    reset = self._replicator.reset_barriers_op()
+    if reset is not None:
+      self._session.run(reset)
+
+  def _atomic_wave(self, plan, per_replica, options, run_metadata):
+    """A wave whose writes run only once every replica has computed.
+
+    Returns:
+      (per replica its fetches, per replica whether it committed).
+    """
+    split = plan.atomic
+    runtime = self._runtime
+    check = self._nonfinite != "propagate"
+    try:
+      computed, nonfinite = runtime.compute(
+          plan.calls, per_replica, plan.dtypes, plan.batch_feed,
+          len(split.internal), check, options, run_metadata,
+          by_group=plan.by_group)
+      committed = [True] * plan.replicas
+      bad = [r for r, where in enumerate(nonfinite) if where]
+      if bad:
+        what = "; ".join(
+            f"replica {r}: {', '.join(plan.described[i] for i in nonfinite[r])}"
+            for r in bad)
+        if self._nonfinite == "raise":
+          raise tf.errors.InvalidArgumentError(
+              None, None,
+              f"TensorBow: a training run produced non-finite values "
+              f"({what}); nothing was committed")
+        logging.warning("TensorBow: replicas left out of a training run for "
+                        "non-finite values (%s); they are re-seeded from the "
+                        "central model", what)
+        committed = [not where for where in nonfinite]
+        self._skip_replicas(bad, plan.replicas - len(bad))
+    except BaseException:
+      # Nothing was written: the wave is dropped.
+      runtime.discard()
+      raise
+    # Where an op after a write may fail, what the commit may write is
+    # kept to be put back.
+    snapshot = self._snapshot(plan.snapshot) if plan.snapshot else None
+    try:
+      sync_call = plan.sync_call
+      if plan.sync_calls is not None and True in committed:
+        sync_call = plan.sync_calls[committed.index(True)]
+      written = runtime.commit(plan.commit_calls, committed, sync_call,
+                               options, run_metadata, by_group=plan.by_group)
+    except tf.errors.OpError:
+      if snapshot is not None:
+        self._restore_snapshot(plan.snapshot, snapshot)
+      else:
+        self._after_failed_writes()
+      raise
+    if not all(committed):
+      self._replicator.reseed_replicas(
+          [r for r, c in enumerate(committed) if not c])
+    n = len(split.compute_fetches) + len(split.commit_fetches)
+    outputs = []
+    for r in range(plan.replicas):
+      values = [None] * n
+      for i, v in zip(split.compute_fetches, computed[r]):
+        values[i] = v
+      for i, v in zip(split.commit_fetches, written[r]):
+        values[i] = v
+      outputs.append(values)
+    return outputs, committed
+
+  def _snapshot(self, names):
+    values = self._read(self._replicator.snapshot_tensors(names))
+    return {k: np.array(v, copy=True) for k, v in values.items()}
+
+  def _restore_snapshot(self, names, snapshot):
+    self._session.run(*self._replicator.restore_snapshot_run(names, snapshot))
+    self._reset_barriers()
+
+  def _skip_replicas(self, bad, remaining):
+    """Leaves replicas `bad` out of the coming commit's central update."""
+    if remaining == 0:
+      return
+    run = self._replicator.participants_run(bad, remaining)
+    if run is not None:
+      self._session.run(*run)
