@@ -107,6 +107,38 @@ def test_model_learns(name, session):
     assert all(np.any(m != 0.0) for m in moving_means)
 
 
+def test_lenet_trains_with_64_replicas():
+  """The replica pool at L = 64, batch 4 per replica: 256 rows a wave on 2
+  stream groups, one copy of the learning part each."""
+  replicas, batch_size, steps = 64, 4, 8
+  image_shape, _, learning_rate, _ = CASES["lenet"]
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.compat.v1.set_random_seed(0)
+    model = load_model("lenet").build(image_shape, 10, learning_rate * 8)
+    init = tf.compat.v1.global_variables_initializer()
+  rows = replicas * batch_size
+  dataset = tb_data.load_dataset("synthetic", image_shape=image_shape,
+                                 train_size=rows, test_size=32)
+  batches = tb_data.batches(dataset.train_images, dataset.train_labels,
+                            rows, seed=1)
+  with tb.TensorBowSession(graph=graph, replicas=replicas) as sess:
+    sess.run(init)
+    losses = []
+    for _ in range(steps):
+      _, x, y = next(batches)
+      losses.append(float(sess.run([model.train_op, model.loss],
+                                   {model.x: x, model.y: y})[1]))
+    tasks = [t for t in sess.task_timings() if t.replica >= 0]
+    copies = [op for op in sess.execution_graph.get_operations()
+              if op.type == "TensorBowReplicaVarHandle"]
+  assert np.all(np.isfinite(losses)), losses
+  assert np.mean(losses[-3:]) < losses[0], losses
+  assert sorted(set(t.replica for t in tasks)) == list(range(replicas))
+  # 8 variables and their 8 momentum slots, once per stream group.
+  assert len(copies) <= 16 * 2, len(copies)
+
+
 def test_resnet32_size():
   graph, model, _ = built("resnet32")
   assert 450_000 <= trainable_parameters(graph) <= 480_000
