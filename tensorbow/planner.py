@@ -47,18 +47,15 @@ class Planner(object):
   Args:
     session: the `tf.compat.v1.Session` on the execution graph.
     execution: the session's `execution.ExecutionGraph`.
-    replicas, algorithm, alpha, central_momentum, nonfinite: the
-      session's configuration (algorithm by name).
+    replicas, nonfinite: the session's configuration.
+    algorithm: the session's `algorithms.Algorithm`, resolved for L.
   """
 
-  def __init__(self, session, execution, replicas, algorithm, alpha,
-               central_momentum, nonfinite):
+  def __init__(self, session, execution, replicas, algorithm, nonfinite):
     self._session = session
     self._exec = execution
     self._replicas = replicas
     self._algorithm = algorithm
-    self._alpha = alpha
-    self._central_momentum = central_momentum
     self._nonfinite = nonfinite
     self.runtime = None  # the C++ runtime, made with the first plan
     self.replicator = None  # the replicas' builder, made when first needed
@@ -104,8 +101,7 @@ class Planner(object):
     if self.replicator is None:
       self.replicator = replicate.Replicator(
           self._exec.graph, self._replicas, self.runtime.num_stream_groups,
-          self._algorithm, self._alpha, self._central_momentum,
-          share_variables=self._replicas == 1)
+          self._algorithm, share_variables=self._replicas == 1)
     rep = self.replicator
     rep.extend(info, fed_names)
     sync = rep.sync_op(info)

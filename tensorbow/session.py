@@ -59,10 +59,9 @@ class TensorBowSession(compat.SessionInterface):
                        f"{nonfinite!r}")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
       raise ValueError(f"replicas must be an int >= 1, got {replicas!r}")
-    algorithm = algorithms.resolve(algorithm, alpha, central_momentum)
-    alpha = getattr(algorithm, "alpha", None)
-    if alpha is None:
-      alpha = 1.0 / replicas
+    algorithm = algorithms.resolve(algorithm, alpha,
+                                   central_momentum).resolved(replicas)
+    alpha = getattr(algorithm, "alpha", 1.0 / replicas)
     central_momentum = getattr(algorithm, "central_momentum", 0.9)
     if graph is None:
       graph = tf.compat.v1.get_default_graph()
@@ -76,9 +75,8 @@ class TensorBowSession(compat.SessionInterface):
     self._alpha = float(alpha)
     self._central_momentum = float(central_momentum)
     self._nonfinite = nonfinite
-    self._planner = planner.Planner(
-        self._session, self._exec, replicas, self._algorithm, self._alpha,
-        self._central_momentum, nonfinite)
+    self._planner = planner.Planner(self._session, self._exec, replicas,
+                                    algorithm, nonfinite)
     self._lock = threading.RLock()
     self._router = routing.Router(graph, self._exec, self._lock)
     self._trainer = waves.Trainer(

@@ -168,8 +168,9 @@ class Trainer(object):
       self._reset_barriers()
 
   def _reset_barriers(self):
-    """Restarts SMA's leader counts after a wave that did not finish."""
-    reset = self._replicator.reset_barriers_op()
+    """Restarts the algorithm's synchronisation (SMA's leader counts)
+    after a wave that did not finish."""
+    reset = self._replicator.reset_op()
     if reset is not None:
       self._session.run(reset)
 

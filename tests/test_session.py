@@ -671,3 +671,44 @@ def test_algorithm_instances_reject_bad_arguments():
   assert repr(tb.algorithms.SMA(alpha=0.5)) == (
       "SMA(alpha=0.5, central_momentum=0.9)")
   assert tb.algorithms.SMA(alpha=0.5) == tb.algorithms.SMA(0.5, 0.9)
+
+
+class _HalfStep(tb.algorithms.Algorithm):
+  """A test algorithm through the seam alone: every replica's SGD step
+  takes half the learning rate, and the central model is replica 0's."""
+
+  name = "half_step"
+  model_from_replica = True
+
+  def variable_state(self, builder, var_op):
+    return var_op.name
+
+  def apply_nodes(self, builder, state, node, var, group, aux):
+    half = tf.compat.v1.NodeDef(name=node.name + ">half_lr", op="Mul")
+    half.attr["T"].CopyFrom(node.attr["T"])
+    half.input.extend([node.input[1], aux(
+        f"__test__/{state}/half",
+        builder.constant(0.5, tf.as_dtype(node.attr["T"].type)))])
+    step = tf.compat.v1.NodeDef()
+    step.CopyFrom(node)
+    step.input[1] = half.name + ":0"
+    return [half, step]
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_an_algorithm_plugs_in_through_the_seam(use_resource):
+  lr, replicas = 0.1, 2
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(lr),
+            use_resource)
+  shard = np.array_split(np.arange(len(X)), replicas)[0]
+  w, b = W0.astype(np.float64), B0.astype(np.float64)
+  for _ in range(3):
+    (gw, gb), _ = references.least_squares([w, b], X[shard], Y[shard])
+    w, b = w - lr / 2 * gw, b - lr / 2 * gb
+  with tb.TensorBowSession(graph=m.graph, replicas=replicas,
+                           algorithm=_HalfStep()) as sess:
+    sess.run(m.init)
+    for _ in range(3):
+      sess.run(m.train, {m.x: X, m.y: Y})
+    np.testing.assert_allclose(sess.run(m.w), w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sess.run(m.b), b, rtol=1e-5, atol=1e-6)

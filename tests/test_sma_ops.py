@@ -776,14 +776,14 @@ def test_resource_dtype_mismatch_is_an_error_not_an_abort(children):
 
 
 def test_the_rewrite_uses_registered_op_types():
-  """The op types replicate.py substitutes come from its tables; each is an
-  op of the library."""
+  """The op types SMA substitutes (algorithms/sma.py) come from its tables;
+  each is an op of the library."""
   from tensorflow.python.framework import op_def_registry  # pylint: disable=g-import-not-at-top
-  from tensorbow.rewrite import replicate  # pylint: disable=g-import-not-at-top
+  from tensorbow.algorithms import sma  # pylint: disable=g-import-not-at-top
   tb_ops.library()
-  types = [t for pair in replicate._SMA_OPS.values() for t in pair]  # pylint: disable=protected-access
-  types += [t for t, _ in replicate._WITH_CENTRAL.values()]  # pylint: disable=protected-access
+  types = [t for pair in sma._SMA_OPS.values() for t in pair]  # pylint: disable=protected-access
+  types += [t for t, _ in sma._WITH_CENTRAL.values()]  # pylint: disable=protected-access
   assert len(types) == 12
   for op_type in types:
     assert op_def_registry.get(op_type) is not None, op_type
-  assert set(replicate._FUSED_KINDS.values()) == set(replicate._WITH_CENTRAL)  # pylint: disable=protected-access
+  assert set(sma._FUSED_KINDS.values()) == set(sma._WITH_CENTRAL)  # pylint: disable=protected-access

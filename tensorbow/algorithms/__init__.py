@@ -3,46 +3,15 @@ them: an instance of one of these classes, or its name.
 
     tb.TensorBowSession(replicas=4, algorithm=tb.algorithms.SMA(alpha=0.1))
     tb.TensorBowSession(replicas=4, algorithm="sma", alpha=0.1)  # the same
+
+Each is also the seam (base.Algorithm) through which the execution graph's
+builder asks what a replica's optimizer step becomes and what state the
+algorithm keeps; sma.py holds SMA's.
 """
 
 
-class Algorithm(object):
-  """What keeps a session's replicas together; `name` is its string form."""
-
-  name = None
-
-  def __eq__(self, other):
-    return type(self) is type(other) and vars(self) == vars(other)
-
-  def __hash__(self):
-    return hash((type(self), tuple(sorted(vars(self).items()))))
-
-  def __repr__(self):
-    args = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items()))
-    return f"{type(self).__name__}({args})"
-
-
-class SMA(Algorithm):
-  """Synchronous model averaging (DESIGN.md).
-
-  Args:
-    alpha: the correction factor, in (0, 1]; None means 1 / replicas.
-    central_momentum: the momentum of the central model, in [0, 1).
-
-  Raises:
-    ValueError: for an argument out of range.
-  """
-
-  name = "sma"
-
-  def __init__(self, alpha=None, central_momentum=0.9):
-    if alpha is not None and not 0.0 < float(alpha) <= 1.0:
-      raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
-    if not 0.0 <= float(central_momentum) < 1.0:
-      raise ValueError(
-          f"central_momentum must be in [0, 1), got {central_momentum!r}")
-    self.alpha = None if alpha is None else float(alpha)
-    self.central_momentum = float(central_momentum)
+from tensorbow.algorithms.base import Algorithm
+from tensorbow.algorithms.sma import SMA
 
 
 class Independent(Algorithm):
@@ -50,6 +19,7 @@ class Independent(Algorithm):
   replica 0's, to measure what synchronisation costs."""
 
   name = "none"
+  model_from_replica = True
 
 
 _BY_NAME = {"sma": SMA, "none": Independent}

@@ -1,5 +1,5 @@
 """Builds the learning part of the execution graph: one copy per stream
-group, whatever the number of replicas, and SMA.
+group, whatever the number of replicas.
 
 The user's operations stay as they are: they are the central model, and
 plain runs use them. For a training run, every operation of its closure is
@@ -12,13 +12,11 @@ resource per replica and variable, so the graph does not grow with L.
 Placeholders, fed tensors and read-only variables are shared with the
 user's graph, so a learning task feeds the user's own placeholders.
 
-In the copies, each optimizer apply op on a model variable is fused with
-its SMA correction (SGD and momentum) or wrapped by the generic correction
-(any other optimizer), then followed by a leader op: the last replica of a
-wave to reach a model variable updates the central model from every
-replica's correction (DESIGN.md), while the others go on. The
-synchronisation op, after the wave, refreshes the other written variables;
-seed ops copy the central model into the replicas.
+What each optimizer apply op on a model variable becomes, and the state
+that needs, is the algorithm's (tensorbow/algorithms/: SMA fuses its
+correction into the step and updates the central model in the wave).
+The synchronisation op, after the wave, refreshes the other written
+variables; seed ops copy the central model into the replicas.
 
 Copies are made incrementally: a later training run with a different
 closure copies only the operations not yet copied.
@@ -33,7 +31,6 @@ from tensorbow.rewrite import analysis
 from tensorbow.rewrite import kernels
 from tensorbow.rewrite import phases
 
-_FLOAT_TYPES = (tf.float32.as_datatype_enum, tf.float64.as_datatype_enum)
 # The op standing for replica r's copy of a replicated variable, by the
 # type of the user's variable op.
 _REPLICA_OP = {"VarHandleOp": "TensorBowReplicaVarHandle",
@@ -41,23 +38,7 @@ _REPLICA_OP = {"VarHandleOp": "TensorBowReplicaVarHandle",
                "Variable": "TensorBowReplicaVariable"}
 
 
-class _Sma(object):
-  """TensorBow's own state for one model variable under SMA."""
-
-  def __init__(self, correction, corrections, central_prev, central_value,
-               central_next):
-    self.correction = correction  # _Replicated: the replicas' corrections
-    # Every replica's correction handle, made when a leader first needs
-    # them: the fused ops keep no correction, so then none exists.
-    self.corrections = corrections
-    self.central_prev = central_prev  # resource handle
-    self.central_value = central_value  # the central model, read
-    # Where the replicas sum the next central model (resource handle), or
-    # None for a reference variable (corrections and a leader instead).
-    self.central_next = central_next
-
-
-class _Replicated(object):
+class Replicated(object):
   """A variable with one copy per replica in the resource manager."""
 
   def __init__(self, name, dtype, shape, num_replicas):
@@ -95,16 +76,14 @@ class Replicator(object):
     graph: the execution graph (holding the user's operations).
     num_replicas: L.
     num_groups: stream groups: the copies of the learning part.
-    algorithm: "sma" or "none".
-    alpha: the SMA correction factor.
-    central_momentum: the SMA central momentum.
+    algorithm: the session's `algorithms.Algorithm`, resolved for L.
     share_variables: replicate no variable: the one copy trains the user's
       own variables, as plain training does (L = 1, where the copy only
       brings the faster kernels of `kernels`).
   """
 
-  def __init__(self, graph, num_replicas, num_groups, algorithm, alpha,
-               central_momentum, share_variables=False):
+  def __init__(self, graph, num_replicas, num_groups, algorithm,
+               share_variables=False):
     if share_variables and num_replicas != 1:
       raise ValueError("share_variables needs exactly one replica")
     self._graph = graph
@@ -112,14 +91,12 @@ class Replicator(object):
     self._num_groups = 1 if share_variables else max(1, num_groups)
     self._share_variables = share_variables
     self._algorithm = algorithm
-    self._alpha = alpha
-    self._central_momentum = central_momentum
     with graph.as_default():
       self._prefix = graph.unique_name("tensorbow", mark_as_used=True)
     self._copied = set()  # op names copied into every group's copy
     self._kinds = {}  # replicated variable op name -> "model" | "slot" | "other"
-    self._replicated = {}  # replicated variable op name -> _Replicated
-    self._sma = {}  # model variable op name -> _Sma
+    self._replicated = {}  # replicated variable op name -> Replicated
+    self._states = {}  # model variable op name -> the algorithm's state
     self._seeds = {}  # replicated variable op name -> seed op
     self._pending_seed = set()  # replicated variables to seed before training
     self._pending_replicas = set()  # replicas to seed before training
@@ -139,9 +116,31 @@ class Replicator(object):
   def prefix(self):
     return self._prefix
 
+  # ---- What an algorithm may use (algorithms/base.py) ---------------------
+
+  @property
+  def graph(self):
+    return self._graph
+
   @property
   def num_groups(self):
     return self._num_groups
+
+  @property
+  def num_replicas(self):
+    return self._num_replicas
+
+  def replicated(self, name, dtype, shape):
+    """State named `name` with one copy per replica."""
+    return Replicated(name, dtype, shape, self._num_replicas)
+
+  def is_seeded(self, name):
+    """Whether variable `name`'s replicas have a seed op already."""
+    return name in self._seeds
+
+  def run_before_training(self, op):
+    """Runs `op` once, before the next training run."""
+    self._pending_init.append(op)
 
   @property
   def replica_input(self):
@@ -173,8 +172,8 @@ class Replicator(object):
   def is_copied(self, name):
     return name in self._copied
 
-  def _all_replicas(self):
-    return self._constant(np.arange(self._num_replicas, dtype=np.int32),
+  def all_replicas(self):
+    return self.constant(np.arange(self._num_replicas, dtype=np.int32),
                           tf.int32)
 
   # ---- Building the copies -------------------------------------------------
@@ -207,14 +206,17 @@ class Replicator(object):
     with self._building():
       for op in new_ops:
         if op.type in analysis.VARIABLE_OPS:
-          dtype, shape = _dtype_and_shape(op)
-          self._replicated[op.name] = _Replicated(
+          dtype, shape = dtype_and_shape(op)
+          self._replicated[op.name] = Replicated(
               f"{self._prefix}/var/{op.name}", dtype, shape,
               self._num_replicas)
-      if self._algorithm == "sma" and not self._share_variables:
+      if not self._share_variables:
         for name in info.model_vars:
-          if name not in self._sma:
-            self._sma[name] = self._make_sma_state(graph.get_operation_by_name(name))
+          if name not in self._states:
+            state = self._algorithm.variable_state(
+                self, graph.get_operation_by_name(name))
+            if state is not None:
+              self._states[name] = state
       local = set(op.name for op in new_ops)
       self._push_orderings(new_ops)
       for g in range(self._num_groups):
@@ -264,9 +266,8 @@ class Replicator(object):
       if "_class" in node.attr:
         del node.attr["_class"]
       if op.type in analysis.VARIABLE_OPS:
-        graph_def.node.add().CopyFrom(self._replica_variable_node(
-            node, _REPLICA_OP[op.type], self._replicated[op.name],
-            aux("__tensorbow__/replica", self.replica_input)))
+        graph_def.node.add().CopyFrom(self.replica_variable_node(
+            node, _REPLICA_OP[op.type], self._replicated[op.name], aux))
         continue
       if op.name in self._pushed:
         writes = set(c.name for c in op.control_inputs
@@ -282,13 +283,14 @@ class Replicator(object):
       node.input.extend(inputs)
       var = (analysis.variable_of(op.inputs[0])
              if analysis.is_apply(op) else None)
-      if var is not None and var.name in self._sma:
+      if var is not None and var.name in self._states:
         if any(t.consumers() for t in op.outputs):
           raise tf.errors.UnimplementedError(
               None, op, f"TensorBow cannot train apply op '{op.name}': an "
               "op consumes its output; only control dependencies on it are "
               "supported")
-        for extra in self._sma_nodes(node, var, group, aux):
+        for extra in self._algorithm.apply_nodes(
+            self, self._states[var.name], node, var, group, aux):
           graph_def.node.add().CopyFrom(extra)
       else:
         faster = kernels.substitute(node, op) if self._fast_kernels else None
@@ -324,12 +326,12 @@ class Replicator(object):
     on: a run that fetches or targets it must target them."""
     return sorted(self._pushed.get(name, ()))
 
-  @staticmethod
-  def _replica_variable_node(node, op_type, replicated, replica):
-    """The NodeDef of `replicated`'s copy in a group: `op_type` named as
-    `node`, reading the replica index from tensor key `replica`."""
+  def replica_variable_node(self, node, op_type, replicated, aux):
+    """The NodeDef of `replicated` resolved to the task's replica in a
+    group's copy: `op_type` named and placed as `node`, reading the
+    replica index, which `aux` (of _group_graph_def) names."""
     out = tf.compat.v1.NodeDef(name=node.name, op=op_type, device=node.device)
-    out.input.append(replica)
+    out.input.append(aux("__tensorbow__/replica", self.replica_input))
     out.attr["var_name"].s = replicated.name.encode()
     out.attr["dtype"].type = replicated.dtype.as_datatype_enum
     out.attr["shape"].shape.CopyFrom(replicated.shape.as_proto())
@@ -354,25 +356,7 @@ class Replicator(object):
               0, name=f"{self._prefix}/control/{name}")
     return self._stubs[name]
 
-  # ---- SMA in the copies ---------------------------------------------------
-
-  def _make_sma_state(self, var_op):
-    dtype, shape = _dtype_and_shape(var_op)
-    if dtype.as_datatype_enum not in _FLOAT_TYPES:
-      raise tf.errors.UnimplementedError(
-          None, var_op,
-          f"TensorBow's SMA supports float32 and float64 model variables; "
-          f"'{var_op.name}' is {dtype.name}")
-    scope = f"{self._prefix}/sma/{var_op.name}"
-    correction = _Replicated(f"{scope}/correction", dtype, shape,
-                             self._num_replicas)
-    central_prev = _resource(f"{scope}/central_prev", dtype, shape)
-    central_value = tf.identity(read(var_op), name=f"{scope}/central")
-    central_next = (_resource(f"{scope}/central_next", dtype, shape)
-                    if var_op.type == "VarHandleOp" else None)
-    return _Sma(correction, None, central_prev, central_value, central_next)
-
-  def _constant(self, value, dtype):
+  def constant(self, value, dtype):
     key = (value.tobytes() if isinstance(value, np.ndarray) else value, dtype)
     if key not in self._constants:
       with self._building():
@@ -380,107 +364,13 @@ class Replicator(object):
                                            name="constant")
     return self._constants[key]
 
-  def _sma_nodes(self, node, var, group, aux):
-    """The NodeDefs that replace apply op `node` on model variable `var`."""
-    state = self._sma[var.name]
-    dtype = tf.as_dtype(node.attr["T"].type)
-    data = [i for i in node.input if not i.startswith("^")]
-    control = [i for i in node.input if i.startswith("^")]
-    resource = var.type == "VarHandleOp"
-    kind = _FUSED_KINDS.get(node.op)  # None: any other optimizer
-    ext = f"__tensorbow__/{var.name}"
-    alpha = aux(f"{ext}/alpha", self._constant(self._alpha, dtype))
-
-    def make(name, op_type, inputs, attrs=("T", "use_locking")):
-      out = tf.compat.v1.NodeDef(name=name, op=op_type, device=node.device)
-      out.input.extend(inputs)
-      for a in attrs:
-        if a in node.attr:
-          out.attr[a].CopyFrom(node.attr[a])
-      return out
-
-    central_var = self._graph.get_operation_by_name(var.name).outputs[0]
-    if state.central_next is not None and kind is not None:
-      # One op: the step, the correction and this replica's share of the
-      # central update, under the apply op's name.
-      op_type, arrange = _WITH_CENTRAL[kind]
-      inputs = arrange(data, [
-          aux(f"{ext}/central_var", central_var),
-          aux(f"{ext}/central_prev", state.central_prev),
-          aux(f"{ext}/central_next", state.central_next)], alpha)
-      fused = make(node.name, op_type,
-                   inputs + [aux(f"{ext}/momentum", self._constant(
-                       self._central_momentum, dtype))] + control,
-                   attrs=("T", "use_locking", "use_nesterov"))
-      fused.attr["replica"].i = group
-      fused.attr["stagger"].i = self._num_groups
-      fused.attr["num_replicas"].i = self._num_replicas
-      fused.attr["barrier"].s = self._barrier(var.name).encode()
-      return [fused]
-    # This task's replica's correction buffer.
-    handle = self._replica_variable_node(
-        tf.compat.v1.NodeDef(name=node.name + ">tensorbow_correction_var",
-                             device=node.device),
-        "TensorBowReplicaVarHandle", state.correction,
-        aux("__tensorbow__/replica", self.replica_input))
-    correction = handle.name + ":0"
-    central = aux(f"{ext}/central", state.central_value)
-    if state.corrections is None:
-      state.corrections = state.correction.handles()
-      if var.name in self._seeds:
-        # Seeded before any leader needed corrections: made now, at zero.
-        self._pending_init.append(state.correction.set(
-            tf.zeros_like(state.central_value), self._all_replicas()))
-    step = node.name + ">tensorbow_step"
-    if kind == "sgd":
-      var_in, lr, delta = data
-      nodes = [make(step, _SMA_OPS["sgd_step"][resource],
-                    [var_in, correction, central, alpha, lr, delta] + control)]
-    elif kind == "momentum":
-      var_in, accum, lr, grad, momentum = data
-      nodes = [make(step, _SMA_OPS["momentum_step"][resource],
-                    [var_in, accum, correction, central, alpha, lr, grad,
-                     momentum] + control,
-                    attrs=("T", "use_locking", "use_nesterov"))]
-    else:
-      # Any other optimizer: the correction before its apply op, applied
-      # after it.
-      before = make(node.name + ">tensorbow_correction",
-                    _SMA_OPS["correction"][resource],
-                    [data[0], correction, central, alpha] + control)
-      inner = tf.compat.v1.NodeDef()
-      inner.CopyFrom(node)
-      inner.name = node.name + ">tensorbow_apply"
-      inner.input.append("^" + before.name)
-      nodes = [before, inner,
-               make(step, _SMA_OPS["apply_correction"][resource],
-                    [data[0], correction, "^" + inner.name])]
-    # The leader takes the apply op's name, so what waited for the apply op
-    # (the user's train op, a global step) waits for the central update.
-    leader = make(node.name, _SMA_OPS["leader"][resource], [
-        aux(f"{ext}/central_var", central_var),
-        aux(f"{ext}/central_prev", state.central_prev)
-    ] + [aux(f"{ext}/corrections_{i}", c)
-         for i, c in enumerate(state.corrections)] + [
-             aux(f"{ext}/momentum",
-                 self._constant(self._central_momentum, dtype)),
-             "^" + step])
-    leader.attr["N"].i = self._num_replicas
-    leader.attr["barrier"].s = self._barrier(var.name).encode()
-    return [handle] + nodes + [leader]
-
-  def _barrier(self, var_name):
-    return f"{self._prefix}/sma/{var_name}/barrier"
-
-  def reset_barriers_op(self):
-    """Op restarting the leaders' counts (after a failed wave), or None."""
-    names = tuple(sorted(self._sma))
-    if not names:
-      return None
-    return self._group("reset_barriers", names, lambda: (
-        tb_ops.library().tensor_bow_reset_sma_barriers(
-            barriers=[self._barrier(n) for n in names],
-            name="reset_barriers")))
+  def reset_op(self):
+    """Op restarting the algorithm's synchronisation (after a failed
+    wave), or None."""
+    names = tuple(sorted(self._states))
+    ops = self._group("reset", names, lambda: self._algorithm.reset_ops(
+        self, [self._states[n] for n in names]))
+    return ops or None
 
   def _group(self, purpose, names, build):
     """The op `build()` makes for `purpose` over `names`, made only once.
@@ -499,18 +389,11 @@ class Replicator(object):
   def _make_seed(self, var_op):
     """Op that sets every replica of `var_op` from the central model."""
     value = read(var_op)
-    every = self._all_replicas()
+    every = self.all_replicas()
     assigns = [self._replicated[var_op.name].set(value, every)]
-    state = self._sma.get(var_op.name)
+    state = self._states.get(var_op.name)
     if state is not None:
-      zeros = tf.zeros_like(value)
-      assigns.append(tf.raw_ops.AssignVariableOp(
-          resource=state.central_prev, value=value))
-      if state.corrections is not None:
-        assigns.append(state.correction.set(zeros, every))
-      if state.central_next is not None:
-        assigns.append(tf.raw_ops.AssignVariableOp(
-            resource=state.central_next, value=zeros))
+      assigns += self._algorithm.seed_ops(self, state, value)
     return tf.group(*assigns, name=f"seed/{var_op.name}")
 
   def seed_run(self):
@@ -533,8 +416,8 @@ class Replicator(object):
   def _replica_seed(self):
     """(replicas placeholder, op) setting the replicas fed alone from the
     central model: their variables from the user's, their slots from the
-    mean over the replicas (refreshed first), their SMA corrections to
-    zero."""
+    mean over the replicas (refreshed first), the algorithm's state
+    afresh."""
     names = tuple(sorted(self._seeds))
     refresh = self.refresh_op()
 
@@ -547,10 +430,10 @@ class Replicator(object):
         for name in names:
           central = read(self._graph.get_operation_by_name(name))
           assigns.append(self._replicated[name].set(central, replicas))
-          sma = self._sma.get(name)
-          if sma is not None and sma.corrections is not None:
-            assigns.append(sma.correction.set(tf.zeros_like(central),
-                                              replicas))
+          state = self._states.get(name)
+          if state is not None:
+            assigns += self._algorithm.reseed_ops(self, state, central,
+                                                  replicas)
         return replicas, tf.group(*assigns, name="seed/replicas_op")
 
     return self._group("seed_replicas", self._state_key(names), build)
@@ -562,32 +445,24 @@ class Replicator(object):
 
   def participants_run(self, skipped, remaining):
     """(fetches, feed_dict) leaving replicas `skipped` out of the next
-    wave's central update, `remaining` taking part: SMA's barriers then
-    wait for `remaining`, and the skipped replicas' corrections are zero.
-    None without SMA."""
-    names = tuple(sorted(self._sma))
-    if not names:
-      return None
-    with_corrections = tuple(n for n in names
-                             if self._sma[n].corrections is not None)
+    wave's synchronisation, `remaining` taking part; None if the algorithm
+    has nothing to do for it."""
+    names = tuple(sorted(self._states))
 
     def build():
       count = tf.compat.v1.placeholder(tf.int32, [], name="participants")
       replicas = tf.compat.v1.placeholder(tf.int32, [None],
                                           name="skipped_replicas")
-      op = tf.group(
-          tb_ops.library().tensor_bow_set_sma_participants(
-              count, barriers=[self._barrier(n) for n in names]),
-          *[self._sma[n].correction.set(
-              tf.zeros_like(self._sma[n].central_value), replicas)
-            for n in with_corrections],
-          name="set_participants")
-      return count, replicas, op
+      ops = self._algorithm.skip_ops(
+          self, [self._states[n] for n in names], count, replicas)
+      return count, replicas, ops
 
-    count, replicas, op = self._group("participants",
-                                      (names, with_corrections), build)
-    return op, {count: remaining,
-                replicas: np.array(sorted(skipped), np.int32)}
+    count, replicas, ops = self._group("participants",
+                                       self._state_key(names), build)
+    if not ops:
+      return None
+    return ops, {count: remaining,
+                 replicas: np.array(sorted(skipped), np.int32)}
 
   def user_name(self, name):
     """The user's name of the op or tensor a group's copy `name` copies."""
@@ -600,26 +475,22 @@ class Replicator(object):
   # ---- TensorBow's own state, for checkpoints -------------------------------
 
   def _state_of(self, name):
-    """[(keys, _Replicated) or (key, resource handle)] of replicated
-    variable `name`'s state: its replicas' copies and, under SMA, its
-    own buffers."""
+    """[(keys, Replicated) or (key, resource handle)] of replicated
+    variable `name`'s state: its replicas' copies and the algorithm's
+    state for it."""
     n = self._num_replicas
     parts = [([f"{name}/replica_{r}" for r in range(n)],
               self._replicated[name])]
-    sma = self._sma.get(name)
-    if sma is not None:
-      parts.append((f"{name}/sma/central_prev", sma.central_prev))
-      if sma.central_next is not None:
-        parts.append((f"{name}/sma/central_next", sma.central_next))
-      if sma.corrections is not None:
-        parts.append(([f"{name}/sma/correction_{r}" for r in range(n)],
-                      sma.correction))
+    state = self._states.get(name)
+    if state is not None:
+      parts += self._algorithm.state_parts(self, state)
     return parts
 
   def _state_key(self, names):
     """What the state of variables `names` depends on, for _group."""
-    return names, tuple(n for n in names if n in self._sma and
-                        self._sma[n].corrections is not None)
+    return names, tuple(
+        self._algorithm.state_signature(self._states[n])
+        for n in names if n in self._states)
 
   def state_keys(self, name):
     """The keys of replicated variable `name`'s state."""
@@ -630,7 +501,7 @@ class Replicator(object):
 
   def state_tensors(self):
     """{key: tensor} reading every replica's copy of every replicated
-    variable and, under SMA, each model variable's own buffers."""
+    variable and the algorithm's state for each model variable."""
     names = tuple(sorted(self._seeds))
 
     def build():
@@ -658,7 +529,7 @@ class Replicator(object):
         for keys, part in self._state_of(name):
           if isinstance(keys, list):
             p = tf.compat.v1.placeholder(part.dtype)
-            assigns.append(part.set(p, self._all_replicas(), stacked=True))
+            assigns.append(part.set(p, self.all_replicas(), stacked=True))
           else:
             p = tf.compat.v1.placeholder(
                 tf.as_dtype(part.op.get_attr("dtype")))
@@ -737,7 +608,7 @@ class Replicator(object):
     batch = tuple(n in info.batch_dependent for n in names)
 
     def build():
-      src = self._constant(source, tf.int32)
+      src = self.constant(source, tf.int32)
       updates = [
           assign(self._graph.get_operation_by_name(name),
                  self._replicated[name].mean(src, mean=mean))
@@ -747,19 +618,21 @@ class Replicator(object):
     return self._group(("sync", source, batch), names, build)
 
   def refresh_op(self):
-    """Op that brings user-named slots (and, without SMA, the model) up to date.
+    """Op that brings user-named slots (and, for an algorithm whose model is
+    a replica's, the model) up to date.
 
-    Slots become the replicas' mean; with algorithm "none" the central
-    model is replica 0's. Returns None if there is nothing to refresh.
+    Slots become the replicas' mean; the model, replica 0's. Returns None
+    if there is nothing to refresh.
     """
     names = tuple(sorted(
         n for n, k in self._kinds.items()
-        if k == "slot" or (k == "model" and self._algorithm == "none")))
+        if k == "slot" or (k == "model" and
+                            self._algorithm.model_from_replica)))
     if not names:
       return None
 
     def build():
-      first = self._constant(0, tf.int32)
+      first = self.constant(0, tf.int32)
       updates = []
       for name in names:
         var = self._graph.get_operation_by_name(name)
@@ -770,51 +643,18 @@ class Replicator(object):
     return self._group("refresh", names, build)
 
 
-# The optimizers' apply ops that SMA fuses with its correction, by type.
-_FUSED_KINDS = {
-    "ApplyGradientDescent": "sgd",
-    "ResourceApplyGradientDescent": "sgd",
-    "ApplyMomentum": "momentum",
-    "ResourceApplyMomentum": "momentum",
-}
-# TensorBow's SMA op types by role: (for a reference, for a resource
-# variable).
-_SMA_OPS = {
-    "sgd_step": ("TensorBowApplySmaGradientDescent",
-                 "TensorBowResourceApplySmaGradientDescent"),
-    "momentum_step": ("TensorBowApplySmaMomentum",
-                      "TensorBowResourceApplySmaMomentum"),
-    "correction": ("TensorBowSmaCorrection",
-                   "TensorBowResourceSmaCorrection"),
-    "apply_correction": ("TensorBowApplySmaCorrection",
-                         "TensorBowResourceApplySmaCorrection"),
-    "leader": ("TensorBowApplySmaCentralLeader",
-               "TensorBowResourceApplySmaCentralLeader"),
-}
-# Resource variables only: fused kind -> (op type doing the step, the
-# correction and the replica's share of the central update; its inputs
-# from the apply op's data inputs, the central model's three handles and
-# alpha).
-_WITH_CENTRAL = {
-    "sgd": ("TensorBowResourceApplySmaGradientDescentWithCentral",
-            lambda data, central, alpha: [data[0]] + central + [alpha] +
-            data[1:]),
-    "momentum": ("TensorBowResourceApplySmaMomentumWithCentral",
-                 lambda data, central, alpha: data[:2] + central + [alpha] +
-                 data[2:]),
-}
-
-
 def _flat(name):
   return name.replace("/", ">")
 
 
-def _resource(name, dtype, shape):
+def resource(name, dtype, shape):
+  """A resource variable of TensorBow's own, named `name`."""
   return tf.raw_ops.VarHandleOp(dtype=dtype, shape=shape, shared_name=name,
                                 name=name)
 
 
-def _dtype_and_shape(var_op):
+def dtype_and_shape(var_op):
+  """(base dtype, shape) of variable op `var_op`."""
   dtype = tf.as_dtype(var_op.get_attr("dtype"))
   shape = tf.TensorShape(var_op.get_attr("shape"))
   return dtype.base_dtype, shape

@@ -1,0 +1,93 @@
+"""The interface between an algorithm and the execution graph's builder.
+
+An `Algorithm` is a session's configuration (compared by value) and the
+seam through which the builder (rewrite/replicate.py) asks it what a
+replica's optimizer step becomes and what state it keeps. It keeps no
+per-session state itself: what it makes per model variable it returns,
+and the builder keeps it and hands it back.
+
+The builder offers the algorithm: `graph`, `prefix`, `num_replicas`,
+`num_groups`, `constant(value, dtype)`, `replicated(name, dtype, shape)`
+(state with one copy per replica), `replica_variable_node(node, op_type,
+replicated, aux)`, `all_replicas()`, `is_seeded(name)` and
+`run_before_training(op)`.
+"""
+
+
+class Algorithm(object):
+  """What keeps a session's replicas together; `name` is its string form.
+
+  Every hook has a default that does nothing, which is what independent
+  replicas need.
+  """
+
+  name = None
+  # The central model is replica 0's, copied on refresh, rather than
+  # maintained by the algorithm.
+  model_from_replica = False
+
+  def __eq__(self, other):
+    return type(self) is type(other) and vars(self) == vars(other)
+
+  def __hash__(self):
+    return hash((type(self), tuple(sorted(vars(self).items()))))
+
+  def __repr__(self):
+    args = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items()))
+    return f"{type(self).__name__}({args})"
+
+  def resolved(self, replicas):
+    """This algorithm with its defaults filled in for `replicas` replicas."""
+    del replicas
+    return self
+
+  # ---- The copies --------------------------------------------------------
+
+  def variable_state(self, builder, var_op):
+    """The algorithm's state for model variable `var_op`, or None: then
+    its apply ops are copied as they are."""
+    del builder, var_op
+    return None
+
+  def apply_nodes(self, builder, state, node, var, group, aux):
+    """The NodeDefs replacing apply op `node` (a NodeDef of stream group
+    `group`'s copy) on model variable op `var`, whose state is `state`.
+    `aux(key, tensor)` names a tensor of the execution graph as an input.
+    The replacement that others should wait for keeps `node.name`."""
+    raise NotImplementedError
+
+  # ---- The replicas' life cycle --------------------------------------------
+
+  def seed_ops(self, builder, state, value):
+    """Ops setting `state` for every replica from central `value`."""
+    del builder, state, value
+    return []
+
+  def reseed_ops(self, builder, state, central, replicas):
+    """Ops setting `state` of the replicas fed to `replicas` (an int32
+    vector) afresh, the central model being `central`."""
+    del builder, state, central, replicas
+    return []
+
+  def skip_ops(self, builder, states, count, replicas):
+    """Ops leaving the replicas fed to `replicas` out of the coming wave's
+    synchronisation, `count` (an int32 scalar) taking part."""
+    del builder, states, count, replicas
+    return []
+
+  def reset_ops(self, builder, states):
+    """Ops restarting the synchronisation after a wave that did not
+    finish."""
+    del builder, states
+    return []
+
+  def state_parts(self, builder, state):
+    """[(key or per-replica keys, resource handle or Replicated)]: the
+    parts of `state` a checkpoint holds."""
+    del builder, state
+    return []
+
+  def state_signature(self, state):
+    """What the parts of `state` depend on (they may grow later)."""
+    del state
+    return None

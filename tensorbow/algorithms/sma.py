@@ -1,0 +1,250 @@
+"""Synchronous model averaging (DESIGN.md): what it makes of a replica's
+optimizer step, and the state it keeps per model variable.
+
+Each optimizer apply op on a model variable becomes, in the copies:
+
+* for a resource variable trained by SGD or momentum, one fused op (the
+  step, the replica's correction and its share of the central update;
+  the last replica of the wave rotates the central buffers);
+* otherwise the step fused with the correction (SGD, momentum), or the
+  generic correction around any other optimizer's apply op, followed by a
+  leader op: the last replica of the wave updates the central model from
+  every replica's correction buffer.
+
+Op types come from the tables below, by the apply op's type and the
+variable's kind, never from editing type names.
+"""
+import tensorflow as tf
+
+from tensorbow import ops as tb_ops
+from tensorbow.algorithms import base
+from tensorbow.rewrite import replicate
+
+_FLOAT_TYPES = (tf.float32.as_datatype_enum, tf.float64.as_datatype_enum)
+
+# The optimizers' apply ops that SMA fuses with its correction, by type.
+_FUSED_KINDS = {
+    "ApplyGradientDescent": "sgd",
+    "ResourceApplyGradientDescent": "sgd",
+    "ApplyMomentum": "momentum",
+    "ResourceApplyMomentum": "momentum",
+}
+# TensorBow's SMA op types by role: (for a reference, for a resource
+# variable).
+_SMA_OPS = {
+    "sgd_step": ("TensorBowApplySmaGradientDescent",
+                 "TensorBowResourceApplySmaGradientDescent"),
+    "momentum_step": ("TensorBowApplySmaMomentum",
+                      "TensorBowResourceApplySmaMomentum"),
+    "correction": ("TensorBowSmaCorrection",
+                   "TensorBowResourceSmaCorrection"),
+    "apply_correction": ("TensorBowApplySmaCorrection",
+                         "TensorBowResourceApplySmaCorrection"),
+    "leader": ("TensorBowApplySmaCentralLeader",
+               "TensorBowResourceApplySmaCentralLeader"),
+}
+# Resource variables only: fused kind -> (op type doing the step, the
+# correction and the replica's share of the central update; its inputs
+# from the apply op's data inputs, the central model's three handles and
+# alpha).
+_WITH_CENTRAL = {
+    "sgd": ("TensorBowResourceApplySmaGradientDescentWithCentral",
+            lambda data, central, alpha: [data[0]] + central + [alpha] +
+            data[1:]),
+    "momentum": ("TensorBowResourceApplySmaMomentumWithCentral",
+                 lambda data, central, alpha: data[:2] + central + [alpha] +
+                 data[2:]),
+}
+
+
+class _State(object):
+  """SMA's own state for one model variable."""
+
+  def __init__(self, name, correction, central_prev, central_value,
+               central_next, barrier):
+    self.name = name  # the model variable's op name
+    self.correction = correction  # replicate.Replicated: per replica
+    # Every replica's correction handle, made when a leader first needs
+    # them: the fused ops keep no correction, so then none exists.
+    self.corrections = None
+    self.central_prev = central_prev  # resource handle
+    self.central_value = central_value  # the central model, read
+    # Where the replicas sum the next central model (resource handle), or
+    # None for a reference variable (corrections and a leader instead).
+    self.central_next = central_next
+    self.barrier = barrier  # the name of its count of arrivals
+
+
+class SMA(base.Algorithm):
+  """Synchronous model averaging (DESIGN.md).
+
+  Args:
+    alpha: the correction factor, in (0, 1]; None means 1 / replicas.
+    central_momentum: the momentum of the central model, in [0, 1).
+
+  Raises:
+    ValueError: for an argument out of range.
+  """
+
+  name = "sma"
+
+  def __init__(self, alpha=None, central_momentum=0.9):
+    if alpha is not None and not 0.0 < float(alpha) <= 1.0:
+      raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+    if not 0.0 <= float(central_momentum) < 1.0:
+      raise ValueError(
+          f"central_momentum must be in [0, 1), got {central_momentum!r}")
+    self.alpha = None if alpha is None else float(alpha)
+    self.central_momentum = float(central_momentum)
+
+  def resolved(self, replicas):
+    if self.alpha is not None:
+      return self
+    return SMA(1.0 / replicas, self.central_momentum)
+
+  # ---- The copies --------------------------------------------------------
+
+  def variable_state(self, builder, var_op):
+    dtype, shape = replicate.dtype_and_shape(var_op)
+    if dtype.as_datatype_enum not in _FLOAT_TYPES:
+      raise tf.errors.UnimplementedError(
+          None, var_op,
+          f"TensorBow's SMA supports float32 and float64 model variables; "
+          f"'{var_op.name}' is {dtype.name}")
+    scope = f"{builder.prefix}/sma/{var_op.name}"
+    return _State(
+        var_op.name,
+        builder.replicated(f"{scope}/correction", dtype, shape),
+        replicate.resource(f"{scope}/central_prev", dtype, shape),
+        tf.identity(replicate.read(var_op), name=f"{scope}/central"),
+        (replicate.resource(f"{scope}/central_next", dtype, shape)
+         if var_op.type == "VarHandleOp" else None),
+        f"{scope}/barrier")
+
+  def apply_nodes(self, builder, state, node, var, group, aux):
+    dtype = tf.as_dtype(node.attr["T"].type)
+    data = [i for i in node.input if not i.startswith("^")]
+    control = [i for i in node.input if i.startswith("^")]
+    resource = var.type == "VarHandleOp"
+    kind = _FUSED_KINDS.get(node.op)  # None: any other optimizer
+    ext = f"__tensorbow__/{var.name}"
+    alpha = aux(f"{ext}/alpha", builder.constant(self.alpha, dtype))
+    momentum = aux(f"{ext}/momentum",
+                   builder.constant(self.central_momentum, dtype))
+
+    def make(name, op_type, inputs, attrs=("T", "use_locking")):
+      out = tf.compat.v1.NodeDef(name=name, op=op_type, device=node.device)
+      out.input.extend(inputs)
+      for a in attrs:
+        if a in node.attr:
+          out.attr[a].CopyFrom(node.attr[a])
+      return out
+
+    central_var = builder.graph.get_operation_by_name(var.name).outputs[0]
+    if state.central_next is not None and kind is not None:
+      # One op: the step, the correction and this replica's share of the
+      # central update, under the apply op's name.
+      op_type, arrange = _WITH_CENTRAL[kind]
+      inputs = arrange(data, [
+          aux(f"{ext}/central_var", central_var),
+          aux(f"{ext}/central_prev", state.central_prev),
+          aux(f"{ext}/central_next", state.central_next)], alpha)
+      fused = make(node.name, op_type, inputs + [momentum] + control,
+                   attrs=("T", "use_locking", "use_nesterov"))
+      fused.attr["replica"].i = group
+      fused.attr["stagger"].i = builder.num_groups
+      fused.attr["num_replicas"].i = builder.num_replicas
+      fused.attr["barrier"].s = state.barrier.encode()
+      return [fused]
+    # This task's replica's correction buffer.
+    handle = builder.replica_variable_node(
+        tf.compat.v1.NodeDef(name=node.name + ">tensorbow_correction_var",
+                             device=node.device),
+        "TensorBowReplicaVarHandle", state.correction, aux)
+    correction = handle.name + ":0"
+    central = aux(f"{ext}/central", state.central_value)
+    if state.corrections is None:
+      state.corrections = state.correction.handles()
+      if builder.is_seeded(var.name):
+        # Seeded before any leader needed corrections: made now, at zero.
+        builder.run_before_training(state.correction.set(
+            tf.zeros_like(state.central_value), builder.all_replicas()))
+    step = node.name + ">tensorbow_step"
+    if kind == "sgd":
+      var_in, lr, delta = data
+      nodes = [make(step, _SMA_OPS["sgd_step"][resource],
+                    [var_in, correction, central, alpha, lr, delta] + control)]
+    elif kind == "momentum":
+      var_in, accum, lr, grad, opt_momentum = data
+      nodes = [make(step, _SMA_OPS["momentum_step"][resource],
+                    [var_in, accum, correction, central, alpha, lr, grad,
+                     opt_momentum] + control,
+                    attrs=("T", "use_locking", "use_nesterov"))]
+    else:
+      # Any other optimizer: the correction before its apply op, applied
+      # after it.
+      before = make(node.name + ">tensorbow_correction",
+                    _SMA_OPS["correction"][resource],
+                    [data[0], correction, central, alpha] + control)
+      inner = tf.compat.v1.NodeDef()
+      inner.CopyFrom(node)
+      inner.name = node.name + ">tensorbow_apply"
+      inner.input.append("^" + before.name)
+      nodes = [before, inner,
+               make(step, _SMA_OPS["apply_correction"][resource],
+                    [data[0], correction, "^" + inner.name])]
+    # The leader takes the apply op's name, so what waited for the apply op
+    # (the user's train op, a global step) waits for the central update.
+    leader = make(node.name, _SMA_OPS["leader"][resource], [
+        aux(f"{ext}/central_var", central_var),
+        aux(f"{ext}/central_prev", state.central_prev)
+    ] + [aux(f"{ext}/corrections_{i}", c)
+         for i, c in enumerate(state.corrections)] + [momentum, "^" + step])
+    leader.attr["N"].i = builder.num_replicas
+    leader.attr["barrier"].s = state.barrier.encode()
+    return [handle] + nodes + [leader]
+
+  # ---- The replicas' life cycle --------------------------------------------
+
+  def seed_ops(self, builder, state, value):
+    zeros = tf.zeros_like(value)
+    ops = [tf.raw_ops.AssignVariableOp(resource=state.central_prev,
+                                       value=value)]
+    if state.corrections is not None:
+      ops.append(state.correction.set(zeros, builder.all_replicas()))
+    if state.central_next is not None:
+      ops.append(tf.raw_ops.AssignVariableOp(resource=state.central_next,
+                                             value=zeros))
+    return ops
+
+  def reseed_ops(self, builder, state, central, replicas):
+    if state.corrections is None:
+      return []
+    return [state.correction.set(tf.zeros_like(central), replicas)]
+
+  def skip_ops(self, builder, states, count, replicas):
+    if not states:
+      return []
+    return [tb_ops.library().tensor_bow_set_sma_participants(
+        count, barriers=[s.barrier for s in states])] + [
+            s.correction.set(tf.zeros_like(s.central_value), replicas)
+            for s in states if s.corrections is not None]
+
+  def reset_ops(self, builder, states):
+    if not states:
+      return []
+    return [tb_ops.library().tensor_bow_reset_sma_barriers(
+        barriers=[s.barrier for s in states])]
+
+  def state_parts(self, builder, state):
+    name = state.name
+    parts = [(f"{name}/sma/central_prev", state.central_prev)]
+    if state.central_next is not None:
+      parts.append((f"{name}/sma/central_next", state.central_next))
+    if state.corrections is not None:
+      parts.append(([f"{name}/sma/correction_{r}"
+                     for r in range(builder.num_replicas)], state.correction))
+    return parts
+
+  def state_signature(self, state):
+    return state.corrections is not None
