@@ -267,6 +267,11 @@ class TensorBowSession(compat.SessionInterface):
     if self._runtime is not None:
       self._runtime.clear_task_timings()
 
+  def arena_stats(self):
+    """Per stream group, the counters of the arena its tasks' staged feeds
+    come from (runtime.Runtime.arena_stats); [] before a training run."""
+    return self._runtime.arena_stats() if self._runtime is not None else []
+
 
 def _names(handler):
   """The names a fetch handler's fetches and targets go by."""

@@ -712,3 +712,67 @@ def test_an_algorithm_plugs_in_through_the_seam(use_resource):
       sess.run(m.train, {m.x: X, m.y: Y})
     np.testing.assert_allclose(sess.run(m.w), w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(sess.run(m.b), b, rtol=1e-5, atol=1e-6)
+
+
+def _aligned_rows(rows, cols, offset_bytes):
+  """A float32 [rows, cols] array whose data starts `offset_bytes` past a
+  64-byte boundary."""
+  raw = np.zeros(rows * cols + 64, np.float32)
+  skip = (-raw.ctypes.data % 64 + offset_bytes) // 4
+  return raw[skip:skip + rows * cols].reshape(rows, cols)
+
+
+def test_arena_stages_unaligned_shards_and_stops_growing(monkeypatch):
+  """Each stream group stages the feed shards TensorFlow would copy (not
+  64-byte aligned) in its arena: after the first waves the arena takes no
+  more memory from the system, and a wave leaves nothing in use."""
+  monkeypatch.setenv("TENSORBOW_STREAM_GROUPS", "2")
+  # 16 columns: 64-byte rows, so shards of an aligned batch stay aligned.
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 16], name="x")
+    w = tf.compat.v1.get_variable("w", initializer=np.ones((16, 1),
+                                                           np.float32))
+    loss = tf.reduce_mean(tf.matmul(x, w))
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss)
+    init = tf.compat.v1.global_variables_initializer()
+  aligned = _aligned_rows(8, 16, 0)
+  unaligned = _aligned_rows(8, 16, 4)
+  aligned[:] = unaligned[:] = np.random.RandomState(0).randn(8, 16)
+  with tb.TensorBowSession(graph=graph, replicas=4) as sess:
+    sess.run(init)
+    assert sess.arena_stats() == []
+    sess.run(train, {x: aligned})
+    before = sess.arena_stats()
+    assert len(before) == 2
+    for _ in range(3):
+      sess.run(train, {x: aligned})
+    assert sess.arena_stats() == before  # nothing staged
+    # Warm: until every stream group has staged (which group takes a task
+    # is first come, first served).
+    waves = 0
+    while (waves < 3 or not all(a["num_allocs"] for a in sess.arena_stats())
+          ) and waves < 200:
+      sess.run(train, {x: unaligned})
+      waves += 1
+    warm = sess.arena_stats()
+    for _ in range(20):
+      sess.run(train, {x: unaligned})
+    after = sess.arena_stats()
+    w_tb = sess.run(w)
+  staged = sum(a["num_allocs"] - b["num_allocs"] for a, b in zip(after, warm))
+  # 4 shards a wave, each staged for the computation and the commit.
+  assert staged == 20 * 4 * 2, staged
+  assert all(a["bytes_in_use"] == 0 for a in after)
+  assert all(a["peak_bytes_in_use"] >= 2 * 16 * 4 for a in after
+             if a["num_allocs"])
+  assert ([a["system_allocs"] for a in after] ==
+          [a["system_allocs"] for a in warm])
+  # Staged or not, the same values were trained on.
+  with tb.TensorBowSession(graph=graph, replicas=4) as ref:
+    ref.run(init)
+    for _ in range(4 + waves + 20):
+      ref.run(train, {x: aligned})
+    # Not bit for bit: with resource variables the replicas add to the
+    # next central model in the order they arrive.
+    np.testing.assert_allclose(w_tb, ref.run(w), rtol=1e-6, atol=1e-7)

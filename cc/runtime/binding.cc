@@ -150,12 +150,18 @@ std::vector<Endpoint> ToEndpoints(const py::list& items,
 
 constexpr int kTfInt32 = 3;  // TF_INT32
 
+// A replica's index as fed to its tasks, aligned as TensorFlow wants its
+// fed buffers, so that it is fed without a copy.
+struct alignas(64) ReplicaId {
+  int32_t value;
+};
+
 // One wave's feeds, as HostTensors borrowed from NumPy arrays that the
 // caller keeps alive, and its outputs. With `replica_ids`, replica r's
 // feeds end with the scalar replica_ids[r] (borrowed too).
 struct Wave {
   Wave(const py::list& feeds, const std::vector<int>& dtypes, int batch_feed,
-       const int32_t* replica_ids)
+       const ReplicaId* replica_ids)
       : n(py::len(feeds)), host(n), rows(n, -1), outputs(n) {
     if (batch_feed >= static_cast<int>(dtypes.size())) {
       throw py::value_error("TensorBow: batch_feed is not a feed position");
@@ -175,7 +181,7 @@ struct Wave {
       if (replica_ids != nullptr) {
         HostTensor id;
         id.dtype = kTfInt32;
-        id.data = const_cast<int32_t*>(&replica_ids[r]);
+        id.data = const_cast<int32_t*>(&replica_ids[r].value);
         id.nbytes = sizeof(int32_t);
         host[r].push_back(std::move(id));
       }
@@ -218,8 +224,35 @@ class Runtime {
         scheduler_(num_stream_groups),
         replica_ids_(num_replicas < 1 ? 1 : num_replicas) {
     for (size_t r = 0; r < replica_ids_.size(); ++r) {
-      replica_ids_[r] = static_cast<int32_t>(r);
+      replica_ids_[r].value = static_cast<int32_t>(r);
     }
+    for (int g = 0; g < scheduler_.num_stream_groups(); ++g) {
+      arenas_.push_back(
+          Arena::New("tensorbow_stream_group_" + std::to_string(g)));
+    }
+  }
+
+  ~Runtime() {
+    for (Arena* arena : arenas_) arena->Unref();
+  }
+
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Per stream group, its arena's counters.
+  py::list ArenaStatistics() const {
+    py::list out;
+    for (const Arena* arena : arenas_) {
+      const ArenaStats s = arena->Stats();
+      py::dict d;
+      d["num_allocs"] = s.num_allocs;
+      d["bytes_in_use"] = s.bytes_in_use;
+      d["peak_bytes_in_use"] = s.peak_bytes_in_use;
+      d["system_allocs"] = s.system_allocs;
+      d["system_bytes"] = s.system_bytes;
+      out.append(d);
+    }
+    return out;
   }
 
   int AddCall(const py::list& feeds, const py::list& fetches,
@@ -375,7 +408,8 @@ class Runtime {
         Status s = session_.Run(
             by_group ? calls[stream_group % calls.size()] : calls[r], wave->host[r], kept != nullptr ? (*kept)[r] : none,
             r == 0 ? run_options : other_options, &outputs,
-            want_metadata && r == 0 ? &wave->metadata : nullptr, internal);
+            want_metadata && r == 0 ? &wave->metadata : nullptr, internal,
+            arenas_[stream_group]);
         if (s.ok() && nonfinite != nullptr) {
           for (size_t i = 0; i < outputs.size(); ++i) {
             if (!outputs[i].AllFinite()) {
@@ -406,7 +440,9 @@ class Runtime {
   // Per replica, the computed wave's feeds, for its commit.
   std::vector<std::vector<HostTensor>> pending_host_;
   // 0, 1, ..., L - 1: what replica r's tasks are fed as their index.
-  std::vector<int32_t> replica_ids_;
+  std::vector<ReplicaId> replica_ids_;
+  // Per stream group, where its tasks' staged feeds are allocated.
+  std::vector<Arena*> arenas_;
 };
 
 }  // namespace
@@ -440,6 +476,7 @@ PYBIND11_MODULE(_runtime, m) {
       .def("discard", &Runtime::Discard)
       .def("task_timings", &Runtime::TaskTimings)
       .def("clear_task_timings", &Runtime::ClearTaskTimings)
+      .def("arena_stats", &Runtime::ArenaStatistics)
       .def_property_readonly("num_stream_groups", &Runtime::num_stream_groups)
       .def_static("fetchable_dtypes", &Runtime::fetchable_dtypes);
 }

@@ -1,11 +1,15 @@
 #include "cc/runtime/tf_adapter.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "tensorflow/c/c_api.h"
 #include "tensorflow/c/tf_tstring.h"
+#include "xla/tsl/framework/bfc_allocator.h"
 
 namespace tensorbow {
 namespace runtime {
@@ -18,16 +22,59 @@ struct TfSession::Call {
 
 namespace {
 
+// Eigen's alignment in TensorFlow's build (EIGEN_MAX_ALIGN_BYTES): a fed
+// buffer off it is copied by TF_NewTensor.
+constexpr uintptr_t kAlignment = 64;
+
+// Regions for the BFCAllocator, from the system allocator, counted.
+class SystemRegions : public tsl::SubAllocator {
+ public:
+  SystemRegions() : tsl::SubAllocator({}, {}) {}
+
+  void* Alloc(size_t alignment, size_t num_bytes,
+              size_t* bytes_received) override {
+    alignment = std::max<size_t>(alignment, kAlignment);
+    const size_t n = (num_bytes + alignment - 1) / alignment * alignment;
+    void* p = std::aligned_alloc(alignment, n);
+    if (p != nullptr) {
+      *bytes_received = n;
+      allocs.fetch_add(1);
+      bytes.fetch_add(static_cast<int64_t>(n));
+    }
+    return p;
+  }
+
+  void Free(void* ptr, size_t num_bytes) override {
+    std::free(ptr);
+    bytes.fetch_sub(static_cast<int64_t>(num_bytes));
+  }
+
+  bool SupportsCoalescing() const override { return false; }
+
+  std::atomic<int64_t> allocs{0};
+  std::atomic<int64_t> bytes{0};
+};
+
 void NoDeallocate(void*, size_t, void*) {}
 
 TF_Output ToOutput(const Endpoint& e) {
   return TF_Output{static_cast<TF_Operation*>(e.op), e.index};
 }
 
-// A TF_Tensor over `host`: borrowed memory for plain dtypes (TF copies it
-// only if it is not aligned as Eigen wants), fresh TF_TStrings for strings.
-TF_Tensor* ToTfTensor(const HostTensor& host) {
+// A TF_Tensor over `host`: borrowed memory for plain dtypes, staged in
+// `arena` if it is not aligned as Eigen wants (else TF copies it), fresh
+// TF_TStrings for strings.
+TF_Tensor* ToTfTensor(const HostTensor& host, Arena* arena) {
   const auto dtype = static_cast<TF_DataType>(host.dtype);
+  if (dtype != TF_STRING && arena != nullptr && host.nbytes > 0 &&
+      reinterpret_cast<uintptr_t>(host.data) % kAlignment != 0) {
+    if (void* staged = arena->Allocate(host.nbytes)) {
+      std::memcpy(staged, host.data, host.nbytes);
+      return TF_NewTensor(dtype, host.dims.data(),
+                          static_cast<int>(host.dims.size()), staged,
+                          host.nbytes, &Arena::Deallocate, arena);
+    }
+  }
   if (dtype != TF_STRING) {
     return TF_NewTensor(dtype, host.dims.data(),
                         static_cast<int>(host.dims.size()), host.data,
@@ -74,6 +121,57 @@ TF_Tensor* SolelyOwned(TF_Tensor* t, const std::vector<HostTensor>& feeds) {
 }
 
 }  // namespace
+
+struct Arena::Impl {
+  explicit Impl(const std::string& name)
+      : regions(new SystemRegions),
+        bfc(std::unique_ptr<tsl::SubAllocator>(regions),
+            /*total_memory=*/size_t{1} << 40, name, Options()) {}
+
+  static tsl::BFCAllocator::Options Options() {
+    tsl::BFCAllocator::Options options;
+    options.allow_growth = true;
+    options.allow_retry_on_failure = false;
+    return options;
+  }
+
+  SystemRegions* regions;  // owned by bfc
+  tsl::BFCAllocator bfc;
+  std::atomic<int64_t> refs{1};
+};
+
+Arena::Arena(const std::string& name) : impl_(new Impl(name)) {}
+Arena::~Arena() = default;
+
+Arena* Arena::New(const std::string& name) { return new Arena(name); }
+
+void Arena::Unref() {
+  if (impl_->refs.fetch_sub(1) == 1) delete this;
+}
+
+void* Arena::Allocate(size_t nbytes) {
+  void* p = impl_->bfc.AllocateRaw(kAlignment, nbytes);
+  if (p != nullptr) impl_->refs.fetch_add(1);
+  return p;
+}
+
+void Arena::Deallocate(void* data, size_t, void* arena) {
+  auto* self = static_cast<Arena*>(arena);
+  self->impl_->bfc.DeallocateRaw(data);
+  self->Unref();
+}
+
+ArenaStats Arena::Stats() const {
+  ArenaStats stats;
+  if (auto bfc = impl_->bfc.GetStats()) {
+    stats.num_allocs = bfc->num_allocs;
+    stats.bytes_in_use = bfc->bytes_in_use;
+    stats.peak_bytes_in_use = bfc->peak_bytes_in_use;
+  }
+  stats.system_allocs = impl_->regions->allocs.load();
+  stats.system_bytes = impl_->regions->bytes.load();
+  return stats;
+}
 
 FetchedTensor::FetchedTensor(FetchedTensor&& other) noexcept
     : tensor_(other.tensor_) {
@@ -183,7 +281,8 @@ Status TfSession::Run(int call_id, const std::vector<HostTensor>& feeds,
                       const std::vector<const FetchedTensor*>& tensors,
                       const std::string& run_options,
                       std::vector<FetchedTensor>* outputs,
-                      std::string* run_metadata, size_t internal) const {
+                      std::string* run_metadata, size_t internal,
+                      Arena* arena) const {
   std::shared_ptr<const Call> call;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -202,7 +301,7 @@ Status TfSession::Run(int call_id, const std::vector<HostTensor>& feeds,
   }
   std::vector<TF_Tensor*> inputs;
   inputs.reserve(call->feeds.size());
-  for (const auto& f : feeds) inputs.push_back(ToTfTensor(f));
+  for (const auto& f : feeds) inputs.push_back(ToTfTensor(f, arena));
   const size_t borrowed = inputs.size();
   for (const FetchedTensor* t : tensors) {
     inputs.push_back(static_cast<TF_Tensor*>(t->get()));

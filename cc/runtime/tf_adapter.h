@@ -62,6 +62,40 @@ class FetchedTensor {
   void* tensor_ = nullptr;
 };
 
+// Counters of an Arena.
+struct ArenaStats {
+  int64_t num_allocs = 0;  // buffers served since the arena was made
+  int64_t bytes_in_use = 0;
+  int64_t peak_bytes_in_use = 0;
+  int64_t system_allocs = 0;  // regions taken from the system allocator
+  int64_t system_bytes = 0;  // bytes of those regions held now
+};
+
+// A stream group's allocation arena for the buffers the runtime stages
+// per task (feed shards TensorFlow would otherwise copy because they are
+// not aligned as Eigen wants): TensorFlow's BFCAllocator over regions
+// from the system allocator, which it keeps and reuses. Reference-counted:
+// a staged buffer keeps its arena alive until TensorFlow frees it.
+class Arena {
+ public:
+  static Arena* New(const std::string& name);  // holds one reference
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  void Unref();
+  // A 64-byte aligned buffer, or null; each holds a reference.
+  void* Allocate(size_t nbytes);
+  ArenaStats Stats() const;
+  // A TF_NewTensor deallocator; `arena` is the Arena that allocated it.
+  static void Deallocate(void* data, size_t nbytes, void* arena);
+
+ private:
+  struct Impl;
+  explicit Arena(const std::string& name);
+  ~Arena();
+  std::unique_ptr<Impl> impl_;
+};
+
 class TfSession {
  public:
   // `tf_session` is a TF_Session* that outlives this object.
@@ -77,12 +111,13 @@ class TfSession {
   // without a copy. `run_options` is a serialized RunOptions proto (may be
   // empty); `run_metadata`, if not null, receives a serialized RunMetadata.
   // The last `internal` outputs are left as TensorFlow returned them (to be
-  // fed again); the others are made the caller's alone.
+  // fed again); the others are made the caller's alone. Feeds that are not
+  // aligned are staged in `arena` if given.
   Status Run(int call, const std::vector<HostTensor>& feeds,
              const std::vector<const FetchedTensor*>& tensors,
              const std::string& run_options,
              std::vector<FetchedTensor>* outputs, std::string* run_metadata,
-             size_t internal = 0) const;
+             size_t internal = 0, Arena* arena = nullptr) const;
 
  private:
   struct Call;

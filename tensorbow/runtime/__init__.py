@@ -138,6 +138,13 @@ class Runtime(object):
   def clear_task_timings(self):
     self._impl.clear_task_timings()
 
+  def arena_stats(self):
+    """Per stream group, its arena's counters (a dict): num_allocs (feed
+    buffers staged since the start), bytes_in_use, peak_bytes_in_use,
+    system_allocs (regions taken from the system allocator) and
+    system_bytes (held now)."""
+    return self._impl.arena_stats()
+
 
 def _outputs(result, run_metadata, merge=False):
   """The outputs of a (code, message, outputs, metadata) result; raises
