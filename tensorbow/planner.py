@@ -101,7 +101,8 @@ class Planner(object):
     if self.replicator is None:
       self.replicator = replicate.Replicator(
           self._exec.graph, self._replicas, self.runtime.num_stream_groups,
-          self._algorithm, share_variables=self._replicas == 1)
+          self._algorithm, share_variables=self._replicas == 1,
+          devices=self._cpu_devices())
     rep = self.replicator
     rep.extend(info, fed_names)
     sync = rep.sync_op(info)
@@ -142,6 +143,12 @@ class Planner(object):
     return self._task_plan(fed, batch, tasks, sync_call, central_fetches,
                            rep.user_name, True, info.written,
                            [rep.replica_input] if by_group else [])
+
+  def _cpu_devices(self):
+    """The session's CPU devices, CPU:0 first."""
+    cpus = [d.name for d in self._session.list_devices()
+            if d.device_type == "CPU"]
+    return sorted(cpus, key=lambda n: int(n.rsplit(":", 1)[1]))
 
   def _task_plan(self, fed, batch, tasks, sync_call, central_fetches,
                  user_name, atomic, written=None, replica_feed=()):

@@ -81,10 +81,12 @@ def test_sma_matches_numpy_for_any_replica_count(use_resource, optimizer,
 
 @pytest.mark.parametrize("use_resource", [True, False])
 @pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adagrad"])
+@pytest.mark.parametrize("devices", [1, 2])
 def test_sixteen_replicas_on_two_stream_groups_match_numpy(
-    monkeypatch, use_resource, optimizer):
+    monkeypatch, use_resource, optimizer, devices):
   """The replica pool: 16 replicas' tasks taken by 2 stream groups, each
-  running its own copy of the learning part, first come first served."""
+  running its own copy of the learning part, first come first served;
+  with 2 logical CPU devices, each group's copy on its own."""
   monkeypatch.setenv("TENSORBOW_STREAM_GROUPS", "2")
   replicas, lr, alpha, mu = 16, 0.1, 0.05, 0.7
   rng = np.random.RandomState(16)
@@ -99,8 +101,9 @@ def test_sixteen_replicas_on_two_stream_groups_match_numpy(
   m = build(make, use_resource)
   reference = sma_reference(4, replicas, alpha, mu, lr, momentum,
                             adagrad=optimizer == "adagrad", x=x, y=y)
+  config = tf.compat.v1.ConfigProto(device_count={"CPU": devices})
   with tb.TensorBowSession(graph=m.graph, replicas=replicas, alpha=alpha,
-                           central_momentum=mu) as sess:
+                           central_momentum=mu, config=config) as sess:
     sess.run(m.init)
     for z, loss, _, _ in reference:
       fetched, _ = sess.run([m.loss, m.train], {m.x: x, m.y: y})
@@ -108,9 +111,16 @@ def test_sixteen_replicas_on_two_stream_groups_match_numpy(
       np.testing.assert_allclose(sess.run(m.b), z[1], rtol=1e-5, atol=1e-6)
       np.testing.assert_allclose(fetched, loss, rtol=1e-5)
     timings = [t for t in sess.task_timings() if t.replica >= 0]
-    copies = [op.name for op in sess.execution_graph.get_operations()
+    copies = [op for op in sess.execution_graph.get_operations()
               if op.type in ("TensorBowReplicaVarHandle",
                              "TensorBowReplicaVariable")]
+  for op in copies:
+    group = int(op.name.split("/")[1][len("group_"):])
+    if devices == 1:
+      assert op.device == "", (op.name, op.device)
+    else:
+      assert op.device.endswith(f"/device:CPU:{group}"), (op.name, op.device)
+  copies = [op.name for op in copies]
   assert sorted(set(t.replica for t in timings)) == list(range(replicas))
   assert set(t.stream_group for t in timings) <= {0, 1}
   # One copy of each written variable per stream group, none per replica.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cc/kernels/home_device.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_var.h"
@@ -33,6 +34,23 @@ namespace errors = tensorflow::errors;
 
 std::string ReplicaName(const std::string& var_name, int64_t replica) {
   return absl::StrCat(var_name, "/replica_", replica);
+}
+
+// Sets output `index` to a handle of this device to Var `name`.
+tensorflow::Status OutputHandle(OpKernelContext* ctx, int index,
+                                const std::string& container,
+                                const std::string& name, DataType dtype,
+                                const PartialTensorShape& shape) {
+  tensorflow::AllocatorAttributes attr;
+  attr.set_on_host(true);
+  Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(
+      ctx->allocate_output(index, TensorShape({}), &out, attr));
+  out->scalar<tensorflow::ResourceHandle>()() =
+      tensorflow::MakeResourceHandle<Var>(
+          ctx, container, name,
+          {tensorflow::DtypeAndPartialTensorShape{dtype, shape}});
+  return absl::OkStatus();
 }
 
 // What every replica op knows: the variable, its dtype and the number of
@@ -73,14 +91,13 @@ class ReplicaOpBase : public OpKernel {
     return CheckReplica(*replica);
   }
 
-  // Replica `replica`'s copy, made on first use; the caller unrefs it.
+  // Replica `replica`'s copy, made on first use (at home, and visible
+  // from this device: home_device.h); the caller unrefs it.
   tensorflow::Status Replica(OpKernelContext* ctx, int64_t replica,
                              Var** var) const {
-    ResourceMgr* rm = ctx->resource_manager();
     const DataType dtype = dtype_;
-    TF_RETURN_IF_ERROR(rm->LookupOrCreate<Var>(
-        rm->default_container(), ReplicaName(var_name_, replica), var,
-        [dtype](Var** v) {
+    TF_RETURN_IF_ERROR(LookupOrCreateAtHome<Var>(
+        ctx, ReplicaName(var_name_, replica), var, [dtype](Var** v) {
           *v = new Var(dtype);
           return absl::OkStatus();
         }));
@@ -122,15 +139,9 @@ class ReplicaVarHandleOp : public ReplicaOpBase {
     Var* var = nullptr;
     OP_REQUIRES_OK(ctx, Replica(ctx, replica, &var));
     var->Unref();  // the resource manager keeps it
-    tensorflow::AllocatorAttributes attr;
-    attr.set_on_host(true);
-    Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out, attr));
-    out->scalar<tensorflow::ResourceHandle>()() =
-        tensorflow::MakeResourceHandle<Var>(
-            ctx, ctx->resource_manager()->default_container(),
-            ReplicaName(var_name_, replica),
-            {tensorflow::DtypeAndPartialTensorShape{dtype_, shape_}});
+    OP_REQUIRES_OK(ctx, OutputHandle(
+                            ctx, 0, ctx->resource_manager()->default_container(),
+                            ReplicaName(var_name_, replica), dtype_, shape_));
   }
 };
 
@@ -155,20 +166,13 @@ class ReplicaHandlesOp : public ReplicaOpBase {
   using ReplicaOpBase::ReplicaOpBase;
 
   void Compute(OpKernelContext* ctx) override {
-    tensorflow::AllocatorAttributes attr;
-    attr.set_on_host(true);
     for (int64_t r = 0; r < num_replicas_; ++r) {
       Var* var = nullptr;
       OP_REQUIRES_OK(ctx, Replica(ctx, r, &var));
       var->Unref();
-      Tensor* out = nullptr;
-      OP_REQUIRES_OK(ctx,
-                     ctx->allocate_output(r, TensorShape({}), &out, attr));
-      out->scalar<tensorflow::ResourceHandle>()() =
-          tensorflow::MakeResourceHandle<Var>(
-              ctx, ctx->resource_manager()->default_container(),
-              ReplicaName(var_name_, r),
-              {tensorflow::DtypeAndPartialTensorShape{dtype_, shape_}});
+      OP_REQUIRES_OK(ctx, OutputHandle(
+                              ctx, r, ctx->resource_manager()->default_container(),
+                              ReplicaName(var_name_, r), dtype_, shape_));
     }
   }
 };
@@ -318,7 +322,55 @@ class StackReplicasOp : public ReplicaOpBase {
   }
 };
 
+// A resource variable of the home device (home_device.h) as a handle of
+// this device: for the ops of a stream group pinned to a device of its own
+// that update the central model.
+class DeviceVarHandleOp : public OpKernel {
+ public:
+  explicit DeviceVarHandleOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dtype", &dtype_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shape", &shape_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    ResourceMgr* home = HomeResourceManager(ctx);
+    ResourceMgr* own = ctx->resource_manager();
+    const std::string& home_container =
+        container_.empty() ? home->default_container() : container_;
+    const std::string& own_container =
+        container_.empty() ? own->default_container() : container_;
+    if (own != home) {
+      Var* var = nullptr;
+      OP_REQUIRES_OK(ctx, home->Lookup<Var>(home_container, shared_name_,
+                                            &var));
+      Var* alias = nullptr;
+      OP_REQUIRES_OK(ctx, own->LookupOrCreate<Var>(
+                              own_container, shared_name_, &alias,
+                              [var](Var** r) {
+                                var->Ref();
+                                *r = var;
+                                return absl::OkStatus();
+                              }));
+      alias->Unref();
+      var->Unref();
+    }
+    OP_REQUIRES_OK(ctx, OutputHandle(ctx, 0, own_container, shared_name_,
+                                     dtype_, shape_));
+  }
+
+ private:
+  std::string container_;
+  std::string shared_name_;
+  DataType dtype_;
+  PartialTensorShape shape_;
+};
+
 using tensorflow::DEVICE_CPU;
+REGISTER_KERNEL_BUILDER(
+    Name("TensorBowDeviceVarHandle").Device(DEVICE_CPU).HostMemory("resource"),
+    DeviceVarHandleOp);
 REGISTER_KERNEL_BUILDER(Name("TensorBowReplicaVarHandle")
                             .Device(DEVICE_CPU)
                             .HostMemory("replica")

@@ -13,6 +13,7 @@
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "cc/kernels/home_device.h"
 #include "tensorflow/core/kernels/training_op_helpers.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 
@@ -264,7 +265,9 @@ inline constexpr char kBarrierContainer[] = "tensorbow_sma_barriers";
 inline tensorflow::Status LookupOrCreateBarrier(OpKernelContext* ctx,
                                          const std::string& name,
                                          SmaBarrier** barrier) {
-  return ctx->resource_manager()->LookupOrCreate<SmaBarrier>(
+  // At home: the replicas of a wave count at one barrier whatever device
+  // their stream group runs on.
+  return HomeResourceManager(ctx)->LookupOrCreate<SmaBarrier>(
       kBarrierContainer, name, barrier, [](SmaBarrier** b) {
         *b = new SmaBarrier;
         return absl::OkStatus();

@@ -374,7 +374,7 @@ class ResetSmaBarriersOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     for (const std::string& name : names_) {
       SmaBarrier* barrier = nullptr;
-      if (ctx->resource_manager()
+      if (HomeResourceManager(ctx)
               ->Lookup<SmaBarrier>(kBarrierContainer, name, &barrier)
               .ok()) {
         barrier->Reset();

@@ -26,9 +26,8 @@ Status VariableShape(InferenceContext* c, ShapeHandle* out) {
   return c->MakeShapeFromPartialTensorShape(shape, out);
 }
 
-Status HandleShape(InferenceContext* c) {
-  ShapeHandle unused;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
+// Every output a scalar handle to a variable of attrs dtype and shape.
+Status HandlesShape(InferenceContext* c) {
   tensorflow::DataType dtype;
   TF_RETURN_IF_ERROR(c->GetAttr("dtype", &dtype));
   ShapeHandle shape;
@@ -40,6 +39,13 @@ Status HandleShape(InferenceContext* c) {
                {shape, dtype}});
   }
   return absl::OkStatus();
+}
+
+// As HandlesShape, for an op taking the replica index.
+Status HandleShape(InferenceContext* c) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
+  return HandlesShape(c);
 }
 
 }  // namespace
@@ -87,19 +93,7 @@ REGISTER_OP("TensorBowReplicaHandles")
     .Attr("shape: shape")
     .Attr("num_replicas: int >= 1")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      tensorflow::DataType dtype;
-      TF_RETURN_IF_ERROR(c->GetAttr("dtype", &dtype));
-      ShapeHandle shape;
-      TF_RETURN_IF_ERROR(VariableShape(c, &shape));
-      for (int i = 0; i < c->num_outputs(); ++i) {
-        c->set_output(i, c->Scalar());
-        c->set_output_handle_shapes_and_types(
-            i, std::vector<tensorflow::shape_inference::ShapeAndType>{
-                   {shape, dtype}});
-      }
-      return absl::OkStatus();
-    })
+    .SetShapeFn(HandlesShape)
     .Doc(R"doc(
 The handles of every replica's copy of `var_name`, in replica order.
 )doc");
@@ -138,6 +132,20 @@ REGISTER_OP("TensorBowReplicaMean")
 With `mean`, the mean of every replica's copy of `var_name` (sum in replica
 order, then divided by num_replicas); without it, or for a dtype that is
 not floating point, replica `source`'s copy.
+)doc");
+
+REGISTER_OP("TensorBowDeviceVarHandle")
+    .Output("resource: resource")
+    .Attr("container: string = ''")
+    .Attr("shared_name: string")
+    .Attr("dtype: type")
+    .Attr("shape: shape")
+    .SetIsStateful()
+    .SetShapeFn(HandlesShape)
+    .Doc(R"doc(
+The resource variable `shared_name` of the first CPU device, as a handle of
+the device this op runs on: for a stream group pinned to a device of its
+own. The variable must exist.
 )doc");
 
 REGISTER_OP("TensorBowStackReplicas")

@@ -143,19 +143,25 @@ class SMA(base.Algorithm):
     central_var = builder.graph.get_operation_by_name(var.name).outputs[0]
     if state.central_next is not None and kind is not None:
       # One op: the step, the correction and this replica's share of the
-      # central update, under the apply op's name.
+      # central update, under the apply op's name; the central model's
+      # buffers as handles of the group's device.
+      handles, extra = [], []
+      for role, handle in (("central_var", central_var),
+                           ("central_prev", state.central_prev),
+                           ("central_next", state.central_next)):
+        name, nodes = builder.device_handle(f"{node.name}>tensorbow_{role}",
+                                            handle, aux)
+        handles.append(name)
+        extra += nodes
       op_type, arrange = _WITH_CENTRAL[kind]
-      inputs = arrange(data, [
-          aux(f"{ext}/central_var", central_var),
-          aux(f"{ext}/central_prev", state.central_prev),
-          aux(f"{ext}/central_next", state.central_next)], alpha)
+      inputs = arrange(data, handles, alpha)
       fused = make(node.name, op_type, inputs + [momentum] + control,
                    attrs=("T", "use_locking", "use_nesterov"))
       fused.attr["replica"].i = group
       fused.attr["stagger"].i = builder.num_groups
       fused.attr["num_replicas"].i = builder.num_replicas
       fused.attr["barrier"].s = state.barrier.encode()
-      return [fused]
+      return extra + [fused]
     # This task's replica's correction buffer.
     handle = builder.replica_variable_node(
         tf.compat.v1.NodeDef(name=node.name + ">tensorbow_correction_var",

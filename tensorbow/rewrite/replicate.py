@@ -80,15 +80,22 @@ class Replicator(object):
     share_variables: replicate no variable: the one copy trains the user's
       own variables, as plain training does (L = 1, where the copy only
       brings the faster kernels of `kernels`).
+    devices: per stream group, the device its copy is pinned to, or None
+      (all on the session's default device). An op of a copy that takes a
+      variable from outside it (or from an op that must stay with one)
+      stays unpinned, with that variable.
   """
 
   def __init__(self, graph, num_replicas, num_groups, algorithm,
-               share_variables=False):
+               share_variables=False, devices=None):
     if share_variables and num_replicas != 1:
       raise ValueError("share_variables needs exactly one replica")
     self._graph = graph
     self._num_replicas = num_replicas
     self._num_groups = 1 if share_variables else max(1, num_groups)
+    self._devices = (list(devices[:self._num_groups])
+                     if devices and not share_variables and
+                     len(devices) >= self._num_groups > 1 else None)
     self._share_variables = share_variables
     self._algorithm = algorithm
     with graph.as_default():
@@ -137,6 +144,22 @@ class Replicator(object):
   def is_seeded(self, name):
     """Whether variable `name`'s replicas have a seed op already."""
     return name in self._seeds
+
+  def device_handle(self, name, handle, aux):
+    """(input, NodeDefs) naming resource `handle` (a VarHandleOp's, outside
+    the copies) in a group's copy: as is, or, with the copies pinned to
+    devices, through a node `name` that makes it a handle of the group's
+    device (TensorBowDeviceVarHandle)."""
+    if self._devices is None:
+      return aux(f"__tensorbow__/{name}", handle), []
+    op = handle.op
+    node = tf.compat.v1.NodeDef(name=name, op="TensorBowDeviceVarHandle")
+    node.attr["container"].s = op.get_attr("container")
+    node.attr["shared_name"].s = op.get_attr("shared_name") or op.name.encode()
+    node.attr["dtype"].type = op.get_attr("dtype").as_datatype_enum
+    node.attr["shape"].shape.CopyFrom(
+        tf.TensorShape(op.get_attr("shape")).as_proto())
+    return name + ":0", [node]
 
   def run_before_training(self, op):
     """Runs `op` once, before the next training run."""
@@ -221,9 +244,13 @@ class Replicator(object):
       self._push_orderings(new_ops)
       for g in range(self._num_groups):
         graph_def, input_map = self._group_graph_def(new_ops, local, g)
-        tf.compat.v1.import_graph_def(
-            graph_def, input_map=input_map,
-            name=f"{self._prefix}/group_{g}/")
+        scope = f"{self._prefix}/group_{g}/"
+        with graph.device(self._devices[g] if self._devices else None):
+          tf.compat.v1.import_graph_def(graph_def, input_map=input_map,
+                                        name=scope)
+        if self._devices:
+          _unpin_shared_state([graph.get_operation_by_name(scope + n.name)
+                               for n in graph_def.node])
       self._copied.update(local)
       for op in new_ops:
         if op.type in analysis.VARIABLE_OPS:
@@ -641,6 +668,34 @@ class Replicator(object):
       return tf.group(*updates, name="refresh")
 
     return self._group("refresh", names, build)
+
+
+def _unpin_shared_state(ops):
+  """Clears the device of the ops of a pinned copy `ops` that take a
+  variable (a resource or reference edge) from outside the copy or from an
+  op so cleared, or give one to such an op: TensorFlow keeps the two ends
+  of such an edge on one device."""
+  names = set(op.name for op in ops)
+  unpinned = set()
+
+  def stateful(t):
+    return t.dtype == tf.resource or t.dtype._is_ref_dtype  # pylint: disable=protected-access
+
+  changed = True
+  while changed:
+    changed = False
+    for op in ops:
+      if op.name in unpinned:
+        continue
+      if (any(stateful(t) and (t.op.name not in names or
+                               t.op.name in unpinned) for t in op.inputs) or
+          any(stateful(t) and any(c.name in unpinned for c in t.consumers())
+              for t in op.outputs)):
+        unpinned.add(op.name)
+        changed = True
+  for op in ops:
+    if op.name in unpinned:
+      op._set_device("")  # pylint: disable=protected-access
 
 
 def _flat(name):
