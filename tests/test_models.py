@@ -36,7 +36,7 @@ CASES = {
     "logistic_regression": ((28, 28, 1), 8, 0.01, 8),
     "lenet": ((28, 28, 1), 8, 0.001, 8),
     # Few steps: on 2 cores ResNet-32 is slow, and TensorBow's first
-    # training run rewrites its 6,400-op graph (18,700 ops after).
+    # training run copies its learning part once per stream group.
     "resnet32": ((32, 32, 3), 8, 0.02, 5),
 }
 
