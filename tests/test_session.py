@@ -30,10 +30,12 @@ def sma_reference(waves, num_replicas, alpha, mu, lr, momentum=None,
                         lr, momentum, nesterov, adagrad)
 
 
-def assert_waves_match(m, reference, replicas, alpha, mu, x=X, y=Y):
-  """Trains wave by wave, checking z and the fetched loss against NumPy."""
+def assert_waves_match(m, reference, replicas, alpha, mu, x=X, y=Y,
+                       config=None, inspect=None):
+  """Trains wave by wave, checking z and the fetched loss against NumPy;
+  returns inspect(session) taken before it closes, if given."""
   with tb.TensorBowSession(graph=m.graph, replicas=replicas, alpha=alpha,
-                           central_momentum=mu) as sess:
+                           central_momentum=mu, config=config) as sess:
     sess.run(m.init)
     for z, loss, _, _ in reference:
       # 10 rows over 3 replicas: uneven shards of 4, 3 and 3.
@@ -41,6 +43,7 @@ def assert_waves_match(m, reference, replicas, alpha, mu, x=X, y=Y):
       np.testing.assert_allclose(sess.run(m.w), z[0], rtol=1e-5, atol=1e-6)
       np.testing.assert_allclose(sess.run(m.b), z[1], rtol=1e-5, atol=1e-6)
       np.testing.assert_allclose(fetched, loss, rtol=1e-5)
+    return inspect(sess) if inspect is not None else None
 
 
 @pytest.mark.parametrize("use_resource", [True, False])
@@ -102,18 +105,13 @@ def test_sixteen_replicas_on_two_stream_groups_match_numpy(
   reference = sma_reference(4, replicas, alpha, mu, lr, momentum,
                             adagrad=optimizer == "adagrad", x=x, y=y)
   config = tf.compat.v1.ConfigProto(device_count={"CPU": devices})
-  with tb.TensorBowSession(graph=m.graph, replicas=replicas, alpha=alpha,
-                           central_momentum=mu, config=config) as sess:
-    sess.run(m.init)
-    for z, loss, _, _ in reference:
-      fetched, _ = sess.run([m.loss, m.train], {m.x: x, m.y: y})
-      np.testing.assert_allclose(sess.run(m.w), z[0], rtol=1e-5, atol=1e-6)
-      np.testing.assert_allclose(sess.run(m.b), z[1], rtol=1e-5, atol=1e-6)
-      np.testing.assert_allclose(fetched, loss, rtol=1e-5)
-    timings = [t for t in sess.task_timings() if t.replica >= 0]
-    copies = [op for op in sess.execution_graph.get_operations()
-              if op.type in ("TensorBowReplicaVarHandle",
-                             "TensorBowReplicaVariable")]
+  timings, copies = assert_waves_match(
+      m, reference, replicas, alpha, mu, x, y, config,
+      inspect=lambda sess: (
+          [t for t in sess.task_timings() if t.replica >= 0],
+          [op for op in sess.execution_graph.get_operations()
+           if op.type in ("TensorBowReplicaVarHandle",
+                          "TensorBowReplicaVariable")]))
   for op in copies:
     group = int(op.name.split("/")[1][len("group_"):])
     if devices == 1:
