@@ -10,6 +10,8 @@ finalized user graph trains; closing the session leaves nothing behind.
 """
 import tensorflow as tf
 
+from tensorbow.rewrite import replicate
+
 
 class ExecutionGraph(object):
   """The user's ops, by name, plus TensorBow's.
@@ -65,9 +67,9 @@ class ExecutionGraph(object):
     if op.outputs:
       return op.outputs[0]
     if name not in self._stubs:
-      with self.graph.as_default(), self.graph.control_dependencies([op]):
-        self._stubs[name] = tf.constant(
-            0, name=f"tensorbow/control/{name}")
+      with self.graph.as_default():
+        self._stubs[name] = replicate.after(
+            [op], f"tensorbow/control/{name}", tf.constant(0))
     return self._stubs[name]
 
   def tensor(self, tensor):

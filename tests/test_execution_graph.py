@@ -5,6 +5,10 @@ execution graph: a finalized graph trains and evaluates, sessions leave
 nothing behind in the graph, and `graph_def`, savers and collections see
 the user's ops only. Checked against NumPy's SMA and tf.compat.v1.Session.
 """
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -215,3 +219,42 @@ def test_plain_run_behaves_as_tensorflow(name):
   expected = _outcome(lambda g: tf.compat.v1.Session(graph=g), build, run)
   got = _outcome(_session, build, run)
   assert got == expected
+
+
+# Runs, plain and training, that bring new seeding, refreshing and reading
+# ops into the execution graph after others have run.
+_MUTATION_SCRIPT = """\
+import numpy as np
+import tensorflow.compat.v1 as tf
+import tensorbow as tb
+
+{mode}
+x = tf.placeholder(tf.float32, [None, 3])
+w = tf.get_variable("w", [3, 1])
+loss = tf.reduce_mean(tf.matmul(x, w) ** 2)
+step = tf.train.get_or_create_global_step()
+train = tf.train.MomentumOptimizer(0.1, 0.9).minimize(loss, global_step=step)
+rows = np.ones((4, 3), np.float32)
+with tb.TensorBowSession(replicas=2) as sess:
+  sess.run(tf.global_variables_initializer())
+  sess.run([train, step], {{x: rows}})
+  sess.run(w.assign(w * 2.0))
+  sess.run(train, {{x: rows}})
+  sess.run(tf.global_variables_initializer())
+  sess.run([loss, train], {{x: rows}})
+  print("done")
+"""
+
+
+def test_no_op_is_changed_after_a_session_ran_it(tmp_path, tf_mode_statement):
+  # TensorFlow warns that such a change has no effect and will be an error.
+  script = tmp_path / "mutation.py"
+  script.write_text(_MUTATION_SCRIPT.format(mode=tf_mode_statement))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
+  env["PYTHONPATH"] = (os.path.dirname(os.path.dirname(tb.__file__)) +
+                       os.pathsep + env.get("PYTHONPATH", ""))
+  done = subprocess.run([sys.executable, str(script)], env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "done" in done.stdout
+  assert "after it was run by a session" not in done.stderr

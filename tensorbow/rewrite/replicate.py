@@ -378,9 +378,8 @@ class Replicator(object):
       if op.outputs:
         self._stubs[name] = op.outputs[0]
       else:
-        with self._graph.control_dependencies([op]):
-          self._stubs[name] = tf.constant(
-              0, name=f"{self._prefix}/control/{name}")
+        self._stubs[name] = after([op], f"{self._prefix}/control/{name}",
+                                  tf.constant(0))
     return self._stubs[name]
 
   def constant(self, value, dtype):
@@ -431,8 +430,8 @@ class Replicator(object):
     if self._pending_seed:
       names = tuple(sorted(self._pending_seed))
       self._pending_seed.clear()
-      ops.append(self._group("seed", names, lambda: tf.group(
-          *[self._seeds[n] for n in names], name="seed/group")))
+      ops.append(self._group("seed", names, lambda: after(
+          [self._seeds[n] for n in names], "seed/group")))
     if self._pending_replicas:
       replicas, op = self._replica_seed()
       ops.append(op)
@@ -451,8 +450,11 @@ class Replicator(object):
     def build():
       replicas = tf.compat.v1.placeholder(tf.int32, [None],
                                           name="seed/replicas")
+      # The reads wait for the refresh, which may have run already.
+      ready = (after([refresh], "seed/refreshed", tf.constant(0))
+               if refresh is not None else None)
       with self._graph.control_dependencies(
-          [refresh] if refresh is not None else []):
+          [ready] if ready is not None else []):
         assigns = []
         for name in names:
           central = read(self._graph.get_operation_by_name(name))
@@ -668,6 +670,23 @@ class Replicator(object):
       return tf.group(*updates, name="refresh")
 
     return self._group("refresh", names, build)
+
+
+def after(ops, name, made=None):
+  """`made` (an op or tensor; default a new NoOp) named `name`, run after
+  `ops`.
+
+  Not by `tf.control_dependencies`: that marks its ops with an attribute,
+  a change TensorFlow warns about (and will refuse) for ops a session has
+  run. Only the new op is changed here.
+  """
+  if made is None:
+    made = tf.no_op(name=name)
+  else:
+    made = tf.identity(made, name=name)
+  op = made if isinstance(made, tf.Operation) else made.op
+  op._add_control_inputs(list(ops))  # pylint: disable=protected-access
+  return made
 
 
 def _unpin_shared_state(ops):
