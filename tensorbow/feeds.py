@@ -92,3 +92,27 @@ def merge(values, sizes):
       all(v.ndim >= 1 and v.shape[0] == n for v, n in zip(values, sizes))):
     return np.concatenate(values)
   return first
+
+
+# Ops whose output is a serialized `Summary` (tf.compat.v1.summary).
+SUMMARY_OPS = frozenset([
+    "ScalarSummary", "HistogramSummary", "ImageSummary", "AudioSummary",
+    "AudioSummaryV2", "TensorSummary", "TensorSummaryV2", "MergeSummary"])
+
+
+def merge_summaries(values, sizes):
+  """Merges one summary fetch's per-replica values: each scalar is the
+  shard-weighted mean over the replicas, as a fetched loss is; the other
+  values (histograms, images, ...) are the first replica's."""
+  first = values[0][()]
+  if len(values) == 1:
+    return first
+  protos = [tf.compat.v1.Summary.FromString(v[()]) for v in values]
+  weights = np.asarray(sizes if sizes else [1] * len(values), np.float64)
+  merged = protos[0]
+  for k, value in enumerate(merged.value):
+    if value.WhichOneof("value") == "simple_value":
+      scalars = [p.value[k].simple_value for p in protos]
+      value.simple_value = float(np.dot(weights, scalars) / weights.sum())
+  return merged.SerializeToString()
+

@@ -146,7 +146,9 @@ class Trainer(object):
       if i in central:
         results.append(central[i])
       else:
-        results.append(feeds.merge([o[k] for o in outputs], sizes))
+        merge = (feeds.merge_summaries
+                 if fetched[i].op.type in feeds.SUMMARY_OPS else feeds.merge)
+        results.append(merge([o[k] for o in outputs], sizes))
         k += 1
     return handler.build_results(self, results)
 

@@ -474,21 +474,29 @@ def test_replicas_see_the_fed_rows_once(monkeypatch, use_resource, replicas,
 def test_string_fetches_in_training_run():
   m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
   with m.graph.as_default():
-    summary = tf.compat.v1.summary.scalar("loss", m.loss)
+    scalar = tf.compat.v1.summary.scalar("loss", m.loss)
+    histogram = tf.compat.v1.summary.histogram("pred", m.pred)
+    merged = tf.compat.v1.summary.merge([scalar, histogram])
     text = tf.strings.as_string(m.pred)
+    loss_text = tf.strings.as_string(m.loss)
   with tf.compat.v1.Session(graph=m.graph) as plain:
     plain.run(m.init)
     expected_text = plain.run(text, {m.x: X, m.y: Y})
   with tb.TensorBowSession(graph=m.graph, replicas=2) as sess:
     sess.run(m.init)
-    serialized, texts, _ = sess.run([summary, text, m.train],
-                                    {m.x: X, m.y: Y})
+    serialized, texts, loss_texts, _ = sess.run(
+        [merged, text, loss_text, m.train], {m.x: X, m.y: Y})
   np.testing.assert_array_equal(texts, expected_text)
   # A string scalar is not averaged: it is replica 0's, on its shard.
-  value = tf.compat.v1.Summary.FromString(serialized).value[0]
-  assert value.tag == "loss"
   _, shard_loss = references.least_squares([W0, B0], X[:5], Y[:5])
-  np.testing.assert_allclose(value.simple_value, shard_loss, rtol=1e-5)
+  np.testing.assert_allclose(float(loss_texts), shard_loss, rtol=1e-5)
+  # A summary's scalars are the shard-weighted mean over the replicas, as a
+  # fetched loss is; its histograms, replica 0's.
+  loss_value, pred_value = tf.compat.v1.Summary.FromString(serialized).value
+  assert (loss_value.tag, pred_value.tag) == ("loss", "pred")
+  _, batch_loss = references.least_squares([W0, B0], X, Y)
+  np.testing.assert_allclose(loss_value.simple_value, batch_loss, rtol=1e-5)
+  assert pred_value.histo.num == 5
 
 
 def test_wave_failing_in_one_replica_changes_no_state():
