@@ -22,10 +22,12 @@ if _tf.__version__ != TENSORFLOW_VERSION:
 from tensorbow import algorithms
 from tensorbow import ops
 from tensorbow import runtime
+from tensorbow.monitored import TensorBowSessionCreator
 from tensorbow.session import TensorBowSession
 
 ops.library()
 runtime._extension()  # pylint: disable=protected-access
 
 __version__ = "0.1.0"
-__all__ = ["TensorBowSession", "algorithms", "ops", "runtime"]
+__all__ = ["TensorBowSession", "TensorBowSessionCreator", "algorithms", "ops",
+           "runtime"]

@@ -18,15 +18,19 @@ whose constructor returns:
   graph without training runs it behaves as a plain session, so sessions
   the script opens for evaluation or other graphs need no exception.
 
-The original class is put back when the script ends, however it ends.
+`tf.compat.v1.train.ChiefSessionCreator` is replaced alike, by a
+`TensorBowSessionCreator` with the same options, both under its public
+names and where `MonitoredTrainingSession` and `MonitoredSession` find it:
+monitored sessions train with TensorBow, hooks and all. The originals are
+put back when the script ends, however it ends.
 
 Limitations:
 
-- Only the public API namespaces are patched. TensorFlow's own code that
-  builds sessions from `tensorflow.python.client.session` (for instance
-  `tf.compat.v1.train.MonitoredTrainingSession`, `tf.compat.v1.Session`
-  subclasses inside TensorFlow, Keras's backend session) and
-  `tf.compat.v1.InteractiveSession` still get plain TensorFlow sessions.
+- Only those names are patched. TensorFlow's other code that builds
+  sessions from `tensorflow.python.client.session` (`Supervisor`,
+  `SessionManager` and `WorkerSessionCreator` used directly, Keras's
+  backend session) and `tf.compat.v1.InteractiveSession` still get plain
+  TensorFlow sessions.
 - `TensorBowSession` is not a subclass of `tf.compat.v1.Session`. The
   stand-in answers `isinstance(sess, tf.compat.v1.Session)` with True for
   both kinds of session and forwards class attributes (such as
@@ -46,12 +50,13 @@ import runpy
 import sys
 
 import tensorflow as tf
+from tensorflow.python.training import monitored_session as _monitored_session  # pylint: disable=g-direct-tensorflow-import
 
+from tensorbow import monitored
 from tensorbow import session as tb_session
 
 _API_PREFIX = "tensorflow."
 _PRIVATE_PREFIX = "tensorflow.python."
-_V1_SUFFIX = ".compat.v1"
 
 
 def session_class(original, replicas=2, algorithm="sma", alpha=None,
@@ -106,19 +111,49 @@ def session_class(original, replicas=2, algorithm="sma", alpha=None,
   return Session
 
 
-def _aliases(original):
-  """The loaded `tensorflow...compat.v1` API modules whose `Session` is
-  `original` (`tf.compat.v1`, `tf.compat.v2.compat.v1`, ...).
+def creator_class(original, **options):
+  """A stand-in for `tf.compat.v1.train.ChiefSessionCreator`.
+
+  Args:
+    original: the `ChiefSessionCreator` class being replaced.
+    **options: passed to `TensorBowSession`.
+
+  Returns:
+    A subclass of `TensorBowSessionCreator` (so of `original`) with
+    `original`'s constructor; a creator with a remote `master` makes plain
+    TensorFlow sessions, as the `Session` stand-in does.
+  """
+
+  class ChiefSessionCreator(monitored.TensorBowSessionCreator):
+    """`tf.compat.v1.train.ChiefSessionCreator` as replaced by
+    `tensorbow-run`."""
+
+    def __init__(self, scaffold=None, master="", config=None,
+                 checkpoint_dir=None, checkpoint_filename_with_path=None):
+      super().__init__(scaffold, master, config, checkpoint_dir,
+                       checkpoint_filename_with_path, **options)
+
+    def _get_session_manager(self):
+      if self._master:
+        return original._get_session_manager(self)  # pylint: disable=protected-access
+      return super()._get_session_manager()
+
+  return ChiefSessionCreator
+
+
+def _aliases(name, original):
+  """The loaded TensorFlow API modules whose attribute `name` is `original`
+  (`tf.compat.v1`, `tf.compat.v2.compat.v1`, ...).
 
   They are TensorFlow's module wrappers: setting an attribute on one also
   sets it on the generated module it wraps and refreshes its cache.
   """
   found = []
-  for name, module in list(sys.modules.items()):
-    if (module is None or not name.startswith(_API_PREFIX) or
-        name.startswith(_PRIVATE_PREFIX) or not name.endswith(_V1_SUFFIX)):
+  for module_name, module in list(sys.modules.items()):
+    if (module is None or not module_name.startswith(_API_PREFIX) or
+        module_name.startswith(_PRIVATE_PREFIX)):
       continue
-    if (getattr(module, "Session", None) is original and
+    if (getattr(module, name, None) is original and
         all(m is not module for m in found)):
       found.append(module)
   return found
@@ -127,7 +162,12 @@ def _aliases(original):
 @contextlib.contextmanager
 def patch_session(replicas=2, algorithm="sma", alpha=None,
                   central_momentum=0.9, nonfinite="propagate"):
-  """Replaces `tf.compat.v1.Session` by a TensorBow stand-in, then restores it.
+  """Replaces `tf.compat.v1.Session` and `ChiefSessionCreator` by TensorBow
+  stand-ins, then restores them.
+
+  Besides the public names, TensorFlow's `monitored_session` module gets
+  the creator stand-in: it is what `MonitoredTrainingSession` and a
+  `MonitoredSession` without a `session_creator` use.
 
   Args:
     replicas: passed to `TensorBowSession`.
@@ -137,10 +177,11 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
     nonfinite: passed to `TensorBowSession`.
 
   Yields:
-    The stand-in class (see `session_class`).
+    The `Session` stand-in class (see `session_class`).
 
   Raises:
     RuntimeError: `tf.compat.v1.Session` is already patched.
+    ValueError: for an option out of range.
   """
   # `import tensorflow.compat.v1` loads a new copy of that API module unless
   # one is in sys.modules already; load it now so the script's gets patched.
@@ -149,16 +190,24 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
   if "_tensorbow_original" in vars(original):
     raise RuntimeError("tf.compat.v1.Session is already replaced by "
                        "tensorbow-run's stand-in; patch_session does not nest")
-  stand_in = session_class(original, replicas, algorithm, alpha,
-                           central_momentum, nonfinite)
-  modules = _aliases(original)
+  options = dict(replicas=replicas, algorithm=algorithm, alpha=alpha,
+                 central_momentum=central_momentum, nonfinite=nonfinite)
+  tb_session.check_options(**options)
+  stand_in = session_class(original, **options)
+  creator = _monitored_session.ChiefSessionCreator
+  patches = [(m, "Session", original, stand_in)
+             for m in _aliases("Session", original)]
+  creator_stand_in = creator_class(creator, **options)
+  patches += [(m, "ChiefSessionCreator", creator, creator_stand_in)
+              for m in _aliases("ChiefSessionCreator", creator) +
+              [_monitored_session]]
   try:
-    for module in modules:
-      setattr(module, "Session", stand_in)
+    for module, name, _, new in patches:
+      setattr(module, name, new)
     yield stand_in
   finally:
-    for module in modules:
-      setattr(module, "Session", original)
+    for module, name, old, _ in patches:
+      setattr(module, name, old)
 
 
 def _number(text, kind, accept, accepted):

@@ -54,13 +54,8 @@ class TensorBowSession(compat.SessionInterface):
   def __init__(self, target="", graph=None, config=None, *, replicas=2,
                algorithm="sma", alpha=None, central_momentum=0.9,
                nonfinite="propagate"):
-    if nonfinite not in NONFINITE:
-      raise ValueError(f"nonfinite must be one of {NONFINITE}, got "
-                       f"{nonfinite!r}")
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-      raise ValueError(f"replicas must be an int >= 1, got {replicas!r}")
-    algorithm = algorithms.resolve(algorithm, alpha,
-                                   central_momentum).resolved(replicas)
+    algorithm = check_options(replicas, algorithm, alpha, central_momentum,
+                              nonfinite)
     alpha = getattr(algorithm, "alpha", 1.0 / replicas)
     central_momentum = getattr(algorithm, "central_momentum", 0.9)
     if graph is None:
@@ -271,6 +266,22 @@ class TensorBowSession(compat.SessionInterface):
     """Per stream group, the counters of the arena its tasks' staged feeds
     come from (runtime.Runtime.arena_stats); [] before a training run."""
     return self._runtime.arena_stats() if self._runtime is not None else []
+
+
+def check_options(replicas=2, algorithm="sma", alpha=None,
+                  central_momentum=0.9, nonfinite="propagate"):
+  """Checks `TensorBowSession`'s options; returns the resolved algorithm.
+
+  Raises:
+    ValueError: for an option out of range.
+  """
+  if nonfinite not in NONFINITE:
+    raise ValueError(f"nonfinite must be one of {NONFINITE}, got "
+                     f"{nonfinite!r}")
+  if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+    raise ValueError(f"replicas must be an int >= 1, got {replicas!r}")
+  return algorithms.resolve(algorithm, alpha,
+                            central_momentum).resolved(replicas)
 
 
 def _names(handler):
