@@ -34,6 +34,8 @@ Plan = collections.namedtuple("Plan", [
     "sync_calls",  # with nonfinite="skip": per replica, the synchronisation
                    # taking single variables from it; else None
     "central_fetches",  # fetch positions read from the central model
+    "echoed",  # (fetch position, feed position) of fetches of fed tensors
+               # (a pipeline's element): the whole value fed
     "atomic",  # a phases.Split of every replica's task, or None: run whole
     "commit_calls",  # as calls: runtime call id of the commit
     "described",  # per computed fetch then internal tensor: what it is
@@ -65,9 +67,10 @@ class Planner(object):
     """The user's graph."""
     return self._exec.user_graph
 
-  def plan(self, handler, ops, fed):
+  def plan(self, handler, ops, fed, pulled=frozenset()):
     """The plan of a training run: `handler` and `fed` of the user's graph,
-    `ops` its closure in the execution graph."""
+    `ops` its closure in the execution graph; the fed tensors named in
+    `pulled` come from an input pipeline."""
     fetchable = tb_runtime.fetchable_dtypes()
     for t in handler.fetches():
       if (t.dtype.base_dtype.as_datatype_enum not in fetchable and
@@ -76,9 +79,24 @@ class Planner(object):
             f"TensorBow cannot fetch {t.name} ({t.dtype.name}) in a training "
             "run; fetch it in a plain run")
     fed_names = frozenset(t.name for t in fed)
+    echoed = [(i, [f.name for f in fed].index(t.name))
+              for i, t in enumerate(handler.fetches()) if t.name in fed_names]
     batch = [is_batch_feed(t) for t in fed]
+    whole = [t.name for t, b in zip(fed, batch)
+             if t.name in pulled and not b and t.shape.rank]
+    if whole and self._replicas > 1:
+      # A static batch size is built into the user's graph (the gradient
+      # of a mean divides by it): a shard would train wrongly.
+      tf.compat.v1.logging.warning(
+          "TensorBow: %s come from an input pipeline with a static batch "
+          "size, so every replica trains on the whole element, as with a "
+          "fed tensor of static shape; to split it across the replicas, "
+          "leave the batch size unknown (batch(..., drop_remainder=False))",
+          ", ".join(whole))
     fed = [self._exec.tensor(t) for t in fed]
+    skipped = set(i for i, _ in echoed)
     fetches = [self._exec.tensor(t) for t in handler.fetches()]
+    task_fetches = [t for i, t in enumerate(fetches) if i not in skipped]
     targets = [self._exec.op(op) for op in handler.targets()]
     trainable = analysis.trainable_variable_ops(self.graph)
     if self.runtime is None:
@@ -93,9 +111,10 @@ class Planner(object):
       if info is None:
         # As TensorFlow runs it; split in two only to check for
         # non-finite values before the writes.
-        return self._task_plan(fed, batch, [(list(fetches), list(targets))],
+        return self._task_plan(fed, batch, [(task_fetches, list(targets))],
                                -1, [], lambda name: name,
-                               self._nonfinite != "propagate")
+                               self._nonfinite != "propagate")._replace(
+                                   echoed=echoed)
     else:
       info = analysis.analyse_training(ops, batch_names, trainable)
     if self.replicator is None:
@@ -113,7 +132,7 @@ class Planner(object):
           self.runtime.add_call([], [], [rep.sync_op(info, source=r)])
           for r in range(1, self._replicas)]
     central_fetches = [i for i, t in enumerate(fetches)
-                       if analysis.is_variable_value(t)]
+                       if analysis.is_variable_value(t) and i not in skipped]
 
     def group_tensor(t, g):
       if rep.is_copied(t.op.name):
@@ -128,7 +147,7 @@ class Planner(object):
       return op
 
     replica_fetches = [t for i, t in enumerate(fetches)
-                       if i not in central_fetches]
+                       if i not in central_fetches and i not in skipped]
     # The writes that fetched or targeted value-only ops were ordered
     # after in the user's graph still run (Replicator.orderings_of).
     moved = sorted(set(
@@ -142,7 +161,8 @@ class Planner(object):
     by_group = self._replicas > 1
     return self._task_plan(fed, batch, tasks, sync_call, central_fetches,
                            rep.user_name, True, info.written,
-                           [rep.replica_input] if by_group else [])
+                           [rep.replica_input] if by_group else []
+                           )._replace(echoed=echoed)
 
   def _cpu_devices(self):
     """The session's CPU devices, CPU:0 first."""
@@ -254,7 +274,7 @@ def _new_plan(fed, batch, replicas, by_group, calls, sync_call,
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
               for t in fed],
       replicas=replicas, by_group=by_group, calls=calls, sync_call=sync_call, sync_calls=sync_calls,
-      central_fetches=central_fetches,
+      central_fetches=central_fetches, echoed=[],
       atomic=atomic, commit_calls=commit_calls, described=described,
       snapshot=snapshot)
 

@@ -18,7 +18,9 @@ Route = collections.namedtuple("Route", [
     "order",  # per fed tensor: its position in feed_dict
     "handler",  # TensorFlow's fetch handler
     "signature",  # (fetched tensor names, target names, fed names)
-    "closure",  # (is_training, written variables or None, ops)
+    "closure",  # (is_training, written variables or None, ops, pulled)
+    "pulled",  # a training run's input tensors taken from its pipeline
+               # (tf.data iterators, queues) before the wave, by name
     "fetched",  # tensors and operations the handler fetches or runs
     "cacheable",  # no fetch is fed (the handler then holds a feed value)
 ])
@@ -87,17 +89,26 @@ class Router(object):
       closure = self._closures.get(signature)
       if closure is None:
         fed_names = frozenset(signature[2])
-        ops = analysis.closure(
-            [self._exec.tensor(t).op for t in handler.fetches()] +
-            [self._exec.op(op) for op in handler.targets()], fed_names)
-        closure = (any(analysis.is_apply(op) for op in ops),
-                   analysis.written_variables(ops), ops)
+        roots = ([self._exec.tensor(t).op for t in handler.fetches()] +
+                 [self._exec.op(op) for op in handler.targets()])
+        ops = analysis.closure(roots, fed_names)
+        training = any(analysis.is_apply(op) for op in ops)
+        # A training run's batch from an input pipeline is taken from it
+        # first, then fed as a batch feed would be (DESIGN.md).
+        pulled = tuple(sorted(t.name for op in ops if training and
+                              op.type in analysis.PULLED_INPUT_OPS
+                              for t in op.outputs))
+        if pulled:
+          ops = analysis.closure(roots, fed_names | frozenset(pulled))
+        closure = (training, analysis.written_variables(ops), ops, pulled)
         self._closures[signature] = closure
     order = sorted(range(len(feeds)), key=lambda i: feeds[i][0].name)
     return Route(fed=[feeds[i][0] for i in order], order=order,
                   handler=handler,
                   signature=signature, closure=closure,
                   fetched=handler.fetches() + handler.targets(),
+                  pulled=[self._graph.get_tensor_by_name(n)
+                          for n in closure[3]],
                   cacheable=cacheable)
 
 

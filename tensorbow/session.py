@@ -222,7 +222,7 @@ class TensorBowSession(compat.SessionInterface):
     A Saver's save or restore also saves or restores the replicas' state
     beside the checkpoint.
     """
-    _, written, ops = route.closure
+    _, written, ops, _ = route.closure
     handler = route.handler
     feeds = {t.name: v for t, v in zip(route.fed, fed_values)}
     self._trainer.refresh()

@@ -107,11 +107,20 @@ class Trainer(object):
   def train(self, route, fed_values, options, run_metadata):
     """A wave over `route`'s plan; `fed_values` in the order of route.fed."""
     handler = route.handler
+    if route.pulled:
+      # One element of the pipeline per wave, taken outside the lock: the
+      # runs that fill a queue are plain runs of this session. At the end
+      # of the pipeline OutOfRangeError propagates, nothing written.
+      self._check_open()
+      fed_values = list(fed_values) + self._session.run(
+          list(route.closure[3]), options=options)
     with self._lock:
       self._check_open()
       plan = self.plans.get(route.signature)
       if plan is None:
-        plan = self._planner.plan(handler, route.closure[2], route.fed)
+        plan = self._planner.plan(handler, route.closure[2],
+                                  route.fed + route.pulled,
+                                  frozenset(route.closure[3]))
         self.plans[route.signature] = plan
       values = feeds.check(plan, fed_values, self._replicas)
       shards = feeds.shard(plan, values)
@@ -133,6 +142,8 @@ class Trainer(object):
         central_values = self._session.run(
             [fetched[i].name for i in plan.central_fetches])
         central = dict(zip(plan.central_fetches, central_values))
+      for i, j in plan.echoed:
+        central[i] = values[j]
     sizes = ([len(s) for s in shards[plan.batch_feed]]
              if plan.batch_feed >= 0 else None)
     if committed is not None and not all(committed):

@@ -23,11 +23,17 @@ _OTHER_WRITES = frozenset(["StridedSliceAssign", "ResourceStridedSliceAssign",
                            "CountUpTo", "ResourceCountUpTo"])
 # Ops through which a variable (ref or handle) reaches the op using it.
 _PASS_THROUGH = frozenset(["Identity", "RefIdentity"])
-# Input ops whose state a replica cannot copy; batches must come as feeds.
-_UNSUPPORTED_INPUT_OPS = frozenset([
-    "IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional",
+# Input ops a training run takes its batch from before the wave: their
+# outputs are then fed to the replicas, sharded, as a batch feed is.
+PULLED_INPUT_OPS = frozenset([
+    "IteratorGetNext", "IteratorGetNextSync",
     "QueueDequeue", "QueueDequeueV2", "QueueDequeueMany",
     "QueueDequeueManyV2", "QueueDequeueUpTo", "QueueDequeueUpToV2",
+])
+# Input ops whose state a replica cannot copy (not reached when an op
+# above comes first).
+_UNSUPPORTED_INPUT_OPS = frozenset([
+    "IteratorGetNextAsOptional",
     "ReaderRead", "ReaderReadV2", "ReaderReadUpTo", "ReaderReadUpToV2",
 ])
 
@@ -127,8 +133,8 @@ def analyse_training(ops, batch_feed_names, trainable=None):
       raise tf.errors.UnimplementedError(
           None, op,
           f"TensorBow cannot train through op '{op.name}' (type {op.type}): "
-          "each replica needs its own batch, so training inputs must be "
-          "fed through placeholders in feed_dict")
+          "each replica needs its own batch; feed it, or take it from a "
+          "tf.data iterator's get_next() or a queue's dequeue")
     if not is_write(op):
       continue
     var = variable_of(op.inputs[0]) if op.inputs else None

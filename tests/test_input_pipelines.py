@@ -1,0 +1,223 @@
+"""Training runs whose batch comes from an input pipeline (DESIGN.md 2.4).
+
+A `tf.data` iterator's `get_next()` or a queue's dequeue in a training run
+is taken once per wave, before it, and its element split across the
+replicas as a fed batch would be. The model is least squares trained by
+gradient descent: the central model follows the NumPy SMA reference over
+the pipeline's batches in order (tests/references.py).
+"""
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tensorbow
+
+import references
+
+LR, REPLICAS, BATCH = 0.1, 4, 8
+RNG = np.random.RandomState(5)
+X = RNG.randn(40, 3).astype(np.float32)
+Y = RNG.randn(40, 1).astype(np.float32)
+W0 = np.array([[0.5], [-0.3], [0.8]], np.float32)
+
+
+def batches(x=X, y=Y, size=BATCH):
+  return [(x[i:i + size], y[i:i + size]) for i in range(0, len(x), size)]
+
+
+def sma(data, replicas=REPLICAS, w0=W0):
+  """Per wave (central w, fetched loss) of SMA over `data`'s batches."""
+  return [(params[0], loss) for params, loss, _, _ in references.sma(
+      [w0], data, replicas, alpha=1.0 / replicas, mu=0.9, lr=LR)]
+
+
+def model(x, y):
+  w = tf.compat.v1.get_variable("w", initializer=W0)
+  loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+  train = tf.compat.v1.train.GradientDescentOptimizer(LR).minimize(loss)
+  return w, loss, train
+
+
+def train_epoch(sess, loss, train, w):
+  """Trains until the pipeline ends; returns the losses. The run that hits
+  the end must change nothing."""
+  losses = []
+  while True:
+    before = sess.run(w)
+    try:
+      losses.append(sess.run([loss, train])[0])
+    except tf.errors.OutOfRangeError:
+      np.testing.assert_array_equal(sess.run(w), before)
+      return losses
+
+
+def test_one_shot_iterator_trains_as_the_fed_batches_would():
+  with tf.Graph().as_default():
+    dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(BATCH)
+    x, y = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    w, loss, train = model(x, y)
+    with tensorbow.TensorBowSession(replicas=REPLICAS) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      losses = train_epoch(sess, loss, train, w)
+      final = sess.run(w)
+      # Still at the end: every later run raises too.
+      with pytest.raises(tf.errors.OutOfRangeError):
+        sess.run(train)
+  waves = sma(batches())
+  assert len(losses) == len(waves) == 5
+  np.testing.assert_allclose(losses, [l for _, l in waves], rtol=1e-5)
+  np.testing.assert_allclose(final, waves[-1][0], rtol=1e-5, atol=1e-6)
+
+
+def test_initializable_iterator_trains_epoch_after_epoch():
+  with tf.Graph().as_default():
+    features = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    labels = tf.compat.v1.placeholder(tf.float32, [None, 1])
+    dataset = tf.data.Dataset.from_tensor_slices((features, labels))
+    iterator = tf.compat.v1.data.make_initializable_iterator(
+        dataset.batch(BATCH))
+    x, y = iterator.get_next()
+    w, loss, train = model(x, y)
+    losses = []
+    with tensorbow.TensorBowSession(replicas=REPLICAS) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      for _ in range(2):
+        sess.run(iterator.initializer, {features: X, labels: Y})
+        losses += train_epoch(sess, loss, train, w)
+      final = sess.run(w)
+  waves = sma(batches() * 2)
+  np.testing.assert_allclose(losses, [l for _, l in waves], rtol=1e-5)
+  np.testing.assert_allclose(final, waves[-1][0], rtol=1e-5, atol=1e-6)
+
+
+def test_reinitializable_iterator_trains_and_evaluates():
+  with tf.Graph().as_default():
+    train_data = tf.data.Dataset.from_tensor_slices((X, Y)).batch(BATCH)
+    test_data = tf.data.Dataset.from_tensor_slices(
+        (X[:12] * 2, Y[:12])).batch(12)
+    iterator = tf.compat.v1.data.Iterator.from_structure(
+        tf.compat.v1.data.get_output_types(train_data),
+        tf.compat.v1.data.get_output_shapes(train_data))
+    x, y = iterator.get_next()
+    w, loss, train = model(x, y)
+    with tensorbow.TensorBowSession(replicas=REPLICAS) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      sess.run(iterator.make_initializer(train_data))
+      losses = train_epoch(sess, loss, train, w)
+      sess.run(iterator.make_initializer(test_data))
+      test_loss = sess.run(loss)  # a plain run: the central model
+      final = sess.run(w)
+  waves = sma(batches())
+  np.testing.assert_allclose(losses, [l for _, l in waves], rtol=1e-5)
+  r = X[:12] * 2 @ final - Y[:12]
+  np.testing.assert_allclose(test_loss, 0.5 * np.mean(r ** 2), rtol=1e-5)
+
+
+def test_queue_dequeue_trains_as_the_fed_batches_would():
+  with tf.Graph().as_default():
+    queue = tf.queue.FIFOQueue(64, [tf.float32, tf.float32],
+                               shapes=[[3], [1]])
+    enqueue = queue.enqueue_many((X, Y))
+    x, y = queue.dequeue_up_to(BATCH)
+    w, loss, train = model(x, y)
+    with tensorbow.TensorBowSession(replicas=REPLICAS) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      sess.run(enqueue)
+      sess.run(queue.close())
+      losses = train_epoch(sess, loss, train, w)
+      final = sess.run(w)
+  waves = sma(batches())
+  np.testing.assert_allclose(losses, [l for _, l in waves], rtol=1e-5)
+  np.testing.assert_allclose(final, waves[-1][0], rtol=1e-5, atol=1e-6)
+
+
+def test_static_batch_size_gives_every_replica_the_whole_element():
+  # With drop_remainder the batch size is part of the graph (the gradient
+  # of the mean divides by it), so the element is not split: every replica
+  # trains on all of it, as with a fed tensor of static shape.
+  with tf.Graph().as_default():
+    dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(
+        BATCH, drop_remainder=True)
+    x, y = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    assert x.shape.as_list() == [BATCH, 3]
+    w, loss, train = model(x, y)
+    with tensorbow.TensorBowSession(replicas=REPLICAS) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      losses = train_epoch(sess, loss, train, w)
+      final = sess.run(w)
+  # Each replica's shard is the whole batch: the batch repeated L times.
+  waves = sma([(np.tile(bx, (REPLICAS, 1)), np.tile(by, (REPLICAS, 1)))
+               for bx, by in batches()])
+  np.testing.assert_allclose(losses, [l for _, l in waves], rtol=1e-5)
+  np.testing.assert_allclose(final, waves[-1][0], rtol=1e-5, atol=1e-6)
+
+
+def test_fetching_the_element_returns_it_whole():
+  with tf.Graph().as_default():
+    dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(BATCH)
+    x, y = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    _, _, train = model(x, y)
+    with tensorbow.TensorBowSession(replicas=REPLICAS) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      for bx, by in batches()[:2]:
+        got_x, got_y, _ = sess.run([x, y, train])
+        np.testing.assert_array_equal(got_x, bx)
+        np.testing.assert_array_equal(got_y, by)
+
+
+def test_too_small_last_element_changes_nothing():
+  # 36 rows in batches of 8: the last element has 4 rows, one per replica;
+  # with 5 replicas it is refused, as a fed batch would be.
+  with tf.Graph().as_default():
+    dataset = tf.data.Dataset.from_tensor_slices((X[:36], Y[:36])).batch(
+        BATCH)
+    x, y = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    w, loss, train = model(x, y)
+    with tensorbow.TensorBowSession(replicas=5) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      for _ in range(4):
+        sess.run(train)
+      before = sess.run(w)
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match="at least one row per replica"):
+        sess.run([loss, train])
+      np.testing.assert_array_equal(sess.run(w), before)
+
+
+def test_queue_runner_feeds_training_runs_that_wait_for_it():
+  with tf.Graph().as_default():
+    queue = tf.queue.FIFOQueue(16, [tf.float32, tf.float32],
+                               shapes=[[3], [1]])
+    runner = tf.compat.v1.train.QueueRunner(
+        queue, [queue.enqueue_many((X, Y))])
+    x, y = queue.dequeue_up_to(BATCH)
+    w, loss, train = model(x, y)
+    close = queue.close(cancel_pending_enqueues=True)
+    sess = tensorbow.TensorBowSession(replicas=REPLICAS)
+    sess.run(tf.compat.v1.global_variables_initializer())
+    coord = tf.train.Coordinator()
+    threads = runner.create_threads(sess, coord=coord)
+    losses = []
+    # The first wave waits inside TensorFlow for the runner's enqueues, which
+    # are plain runs of the same session.
+    trainer = threading.Thread(
+        target=lambda: losses.extend(sess.run([loss, train])[0]
+                                     for _ in range(10)), daemon=True)
+    trainer.start()
+    time.sleep(0.5)
+    for thread in threads:
+      thread.start()
+    trainer.join(60)
+    finished = not trainer.is_alive()
+    coord.request_stop()
+    sess.run(close)
+    coord.join(threads, stop_grace_period_secs=10)
+    final = sess.run(w)
+    sess.close()
+  assert finished, "the training run blocked the queue runner"
+  waves = sma(batches() * 2)
+  np.testing.assert_allclose(losses, [l for _, l in waves], rtol=1e-5)
+  np.testing.assert_allclose(final, waves[-1][0], rtol=1e-5, atol=1e-6)
