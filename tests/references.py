@@ -70,3 +70,74 @@ def sma(params, batches, replicas, alpha, mu, lr, momentum=None,
             if losses else float("nan"))
     out.append(([p.copy() for p in z], loss, models, accums))
   return out
+
+
+def embedding_regression(params, ids, ys):
+  """Gradients of 0.5 * mean((sum(E[ids] * v, 1) - ys) ** 2) for params
+  [E, v] (E's as a dense array, zero off the rows in `ids`), the rows in
+  `ids`, and that loss."""
+  table, v = params
+  r = table[ids] @ v - ys
+  grad_table = np.zeros_like(table)
+  np.add.at(grad_table, ids, np.outer(r, v) / len(ids))
+  return [grad_table, table[ids].T @ r / len(ids)], np.unique(ids), \
+      0.5 * float(np.mean(r ** 2))
+
+
+def sma_embedding(params, batches, replicas, alpha, mu, optimizer, lr,
+                  algorithm="sma", momentum=0.9, beta1=0.9, beta2=0.999,
+                  epsilon=1e-8):
+  """SMA (DESIGN.md) in float64 of the embedding regression above, one
+  (ids, y) per wave, each replica stepping with TF1's sparse update of the
+  table and dense update of v.
+
+  `optimizer`: "gd", "momentum" (the accumulator changes on the looked-up
+  rows only, as SparseApplyMomentum's) or "adam" (TF1's sparse Adam: both
+  moments decay on every row, the gradient adds to the looked-up rows).
+
+  Returns:
+    Per wave: (central params, the fetched loss).
+  """
+  z = [np.asarray(p, np.float64) for p in params]
+  z_prev = [p.copy() for p in z]
+  models = [[p.copy() for p in z] for _ in range(replicas)]
+  slots = [[[np.zeros_like(p) for p in z] for _ in range(2)]
+           for _ in range(replicas)]
+  out = []
+  for t, (ids, y) in enumerate(batches, start=1):
+    shards = zip(np.array_split(np.asarray(ids), replicas),
+                 np.array_split(np.asarray(y, np.float64), replicas))
+    corrections = [np.zeros_like(p) for p in z]
+    losses = []
+    for j, (shard_ids, ys) in enumerate(shards):
+      grads, rows, loss = embedding_regression(models[j], shard_ids, ys)
+      losses.append((loss, len(ys)))
+      for k, g in enumerate(grads):
+        sparse = k == 0
+        c = alpha * (models[j][k] - z[k]) if algorithm == "sma" else 0.0
+        first, second = slots[j][0][k], slots[j][1][k]
+        if optimizer == "gd":
+          step = lr * g
+        elif optimizer == "momentum":
+          touched = rows if sparse else slice(None)
+          first[touched] = momentum * first[touched] + g[touched]
+          step = np.zeros_like(g)
+          step[touched] = lr * first[touched]
+        else:
+          first *= beta1
+          second *= beta2
+          touched = rows if sparse else slice(None)
+          first[touched] += (1 - beta1) * g[touched]
+          second[touched] += (1 - beta2) * g[touched] ** 2
+          lr_t = lr * np.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
+          step = lr_t * first / (np.sqrt(second) + epsilon)
+        models[j][k] = models[j][k] - step - c
+        corrections[k] = corrections[k] + c
+    if algorithm == "sma":
+      z, z_prev = [z[k] + corrections[k] + mu * (z[k] - z_prev[k])
+                   for k in range(len(z))], z
+    else:
+      z = [p.copy() for p in models[0]]
+    loss = sum(l * n for l, n in losses) / sum(n for _, n in losses)
+    out.append(([p.copy() for p in z], loss))
+  return out

@@ -122,7 +122,9 @@ class SMA(base.Algorithm):
         f"{scope}/barrier")
 
   def apply_nodes(self, builder, state, node, var, group, aux):
-    dtype = tf.as_dtype(node.attr["T"].type)
+    # "T" for the apply ops; "dtype" for the resource writes of sparse
+    # updates (analysis.is_apply).
+    dtype = tf.as_dtype(node.attr["T" if "T" in node.attr else "dtype"].type)
     data = [i for i in node.input if not i.startswith("^")]
     control = [i for i in node.input if i.startswith("^")]
     resource = var.type == "VarHandleOp"
@@ -135,8 +137,9 @@ class SMA(base.Algorithm):
     def make(name, op_type, inputs, attrs=("T", "use_locking")):
       out = tf.compat.v1.NodeDef(name=name, op=op_type, device=node.device)
       out.input.extend(inputs)
+      out.attr["T"].type = dtype.as_datatype_enum
       for a in attrs:
-        if a in node.attr:
+        if a in node.attr and a != "T":
           out.attr[a].CopyFrom(node.attr[a])
       return out
 

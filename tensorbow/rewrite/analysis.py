@@ -38,8 +38,24 @@ _UNSUPPORTED_INPUT_OPS = frozenset([
 ])
 
 
+# Writes by which a tf.compat.v1.train optimizer updates a variable whose
+# gradient is sparse (IndexedSlices) without an apply op: GradientDescent
+# scatters, Adam assigns. Such a write counts as its variable's apply op
+# when made in that variable's "update_<name>" scope of the optimizer's
+# apply_gradients (the slots' writes there do not).
+_SPARSE_UPDATES = frozenset([
+    "ScatterSub", "ScatterAdd", "ResourceScatterSub", "ResourceScatterAdd",
+    "AssignSub", "AssignSubVariableOp"])
+
+
 def is_apply(op):
-  return op.type.startswith(_APPLY_PREFIXES)
+  """Whether `op` is an optimizer's update of a variable (see above)."""
+  if op.type.startswith(_APPLY_PREFIXES):
+    return True
+  if op.type not in _SPARSE_UPDATES:
+    return False
+  var = variable_of(op.inputs[0])
+  return var is not None and f"update_{var.name}/" in op.name
 
 
 def is_write(op):
@@ -152,6 +168,12 @@ def analyse_training(ops, batch_feed_names, trainable=None):
             f"TensorBow cannot train variable '{var.name}': it is updated "
             "by more than one apply op in the same run")
       model_vars.append(var.name)
+      if not op.type.startswith(_APPLY_PREFIXES):
+        # Its slots are the variables written to compute the update.
+        for w in closure([t.op for t in op.inputs[1:]], frozenset()):
+          slot = variable_of(w.inputs[0]) if is_write(w) else None
+          if slot is not None and slot.name not in slot_vars:
+            slot_vars.append(slot.name)
       for t in op.inputs[1:]:
         # Slots are passed as variables; values (Adam's beta powers) are not.
         if not (t.dtype == tf.resource or t.dtype != t.dtype.base_dtype):
