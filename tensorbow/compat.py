@@ -101,3 +101,43 @@ def extend_session(session):
 def fetches_fed(handler):
   """Whether a fetch handler fetches a fed tensor (it returns the fed value)."""
   return len(handler._final_fetches) != len(handler._fetches)  # pylint: disable=protected-access
+
+
+def make_callable(run, fetches, feed_list, accept_options):
+  """As `tf.compat.v1.Session.make_callable`, over a session's `run`."""
+  feed_list = list(feed_list or [])
+
+  def call(*args, **kwargs):
+    if len(args) != len(feed_list):
+      raise TypeError(f"expected {len(feed_list)} feed values, got "
+                      f"{len(args)}")
+    options = run_metadata = None
+    if accept_options:
+      options = kwargs.pop("options", None)
+      run_metadata = kwargs.pop("run_metadata", None)
+    if kwargs:
+      raise TypeError(f"unexpected keyword arguments: {sorted(kwargs)}")
+    return run(fetches, dict(zip(feed_list, args)), options, run_metadata)
+
+  return call
+
+
+def callable_from_options(run, callable_options):
+  """As `tf.compat.v1.Session._make_callable_from_options`: a callable
+  taking the feeds' values in order (and `run_metadata=`), returning the
+  fetches' values as a list."""
+  feeds = list(callable_options.feed)
+  fetches = list(callable_options.fetch)
+  targets = list(callable_options.target)
+  options = (callable_options.run_options
+             if callable_options.HasField("run_options") else None)
+
+  def call(*args, run_metadata=None):
+    if len(args) != len(feeds):
+      raise TypeError(f"expected {len(feeds)} feed values, got {len(args)}")
+    values = run(fetches + targets, dict(zip(feeds, args)), options,
+                 run_metadata)
+    return values[:len(fetches)]
+
+  return call
+

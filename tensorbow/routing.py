@@ -72,6 +72,23 @@ class Router(object):
         raise ValueError(f"Tensor {t.name} may not be fed.")
     return route, [values[i] for i in route.order]
 
+  def refuse_training(self, handler, fed_names, what):
+    """Raises if `handler`'s fetches, fed `fed_names`, take a training step:
+    `what` (partial_run) would take it as plain TensorFlow, unreplicated.
+
+    Raises:
+      tf.errors.UnimplementedError: naming the first apply op.
+    """
+    ops = analysis.closure(
+        [self._exec.tensor(t).op for t in handler.fetches()] +
+        [self._exec.op(op) for op in handler.targets()], frozenset(fed_names))
+    for op in ops:
+      if analysis.is_apply(op):
+        raise tf.errors.UnimplementedError(
+            None, None,
+            f"TensorBow cannot take a training step in {what}: the fetches "
+            f"run optimizer op '{op.name}'; take it with run()")
+
   def _route(self, fetches, feeds):
     """Classifies a run fed `feeds` ([(tensor, value)]): its _Route."""
     # Without the fed values unless a fetch is fed: a cached route must not

@@ -63,6 +63,7 @@ class TensorBowSession(compat.SessionInterface):
     self._graph = graph
     # TensorBow's ops go into a graph of the session's own (execution.py).
     self._exec = execution.ExecutionGraph(graph)
+    self._config = config
     self._session = compat.PlainSession(target=target,
                                         graph=self._exec.graph, config=config)
     self._replicas = replicas
@@ -148,12 +149,17 @@ class TensorBowSession(compat.SessionInterface):
     self.close()
 
   def partial_run_setup(self, fetches, feeds=None):
-    """As `tf.compat.v1.Session.partial_run_setup` (plain runs only)."""
+    """As `tf.compat.v1.Session.partial_run_setup`, for plain runs.
+
+    Raises:
+      tf.errors.UnimplementedError: the fetches take a training step.
+    """
     self._sync()
     handler = compat.fetch_handler(self.graph, fetches, {})
     feeds = [self.graph.as_graph_element(f, allow_tensor=True,
                                          allow_operation=False).name
              for f in tf.nest.flatten(feeds or [])]
+    self._router.refuse_training(handler, feeds, "partial_run")
     return self._session.partial_run_setup(_names(handler), feeds)
 
   def partial_run(self, handle, fetches, feed_dict=None):
@@ -172,22 +178,11 @@ class TensorBowSession(compat.SessionInterface):
     As `tf.compat.v1.Session.make_callable`; training runs are sharded and
     merged as by `run`.
     """
-    feed_list = list(feed_list or [])
+    return compat.make_callable(self.run, fetches, feed_list, accept_options)
 
-    def call(*args, **kwargs):
-      if len(args) != len(feed_list):
-        raise TypeError(f"expected {len(feed_list)} feed values, got "
-                        f"{len(args)}")
-      options = run_metadata = None
-      if accept_options:
-        options = kwargs.pop("options", None)
-        run_metadata = kwargs.pop("run_metadata", None)
-      if kwargs:
-        raise TypeError(f"unexpected keyword arguments: {sorted(kwargs)}")
-      return self.run(fetches, dict(zip(feed_list, args)), options,
-                      run_metadata)
-
-    return call
+  def _make_callable_from_options(self, callable_options):
+    """As `tf.compat.v1.Session`'s: a callable from a `CallableOptions`."""
+    return compat.callable_from_options(self.run, callable_options)
 
   def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
     """Runs `fetches` as `tf.compat.v1.Session.run` does.

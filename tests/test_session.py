@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
 
 import tensorbow as tb
 
@@ -339,6 +340,48 @@ def test_make_callable():
       assert none is None
       np.testing.assert_allclose(fetched, loss, rtol=1e-5)
     np.testing.assert_allclose(sess.run(m.w), reference[-1][0][0], rtol=1e-5)
+
+
+def test_callable_from_options_trains_and_evaluates():
+  # TensorFlow's own code (Keras's backend) builds callables this way.
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  reference = sma_reference(2, 2, 0.5, 0.9, 0.1)
+  options = config_pb2.CallableOptions()
+  options.feed.extend([m.x.name, m.y.name])
+  options.fetch.append(m.loss.name)
+  options.target.append(m.train.name)
+  config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=2)
+  with tb.TensorBowSession(graph=m.graph, replicas=2, config=config) as sess:
+    assert sess._config is config  # pylint: disable=protected-access
+    sess.run(m.init)
+    step = sess._make_callable_from_options(options)  # pylint: disable=protected-access
+    for z, loss, _, _ in reference:
+      fetched = step(X, Y)
+      assert len(fetched) == 1
+      np.testing.assert_allclose(fetched[0], loss, rtol=1e-5)
+    np.testing.assert_allclose(sess.run(m.w), reference[-1][0][0], rtol=1e-5)
+    with pytest.raises(TypeError, match="expected 2 feed values, got 1"):
+      step(X)
+
+
+def test_partial_run_refuses_a_training_step_and_runs_plain_ones():
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  with m.graph.as_default():
+    doubled = m.loss * 2.0
+  with tb.TensorBowSession(graph=m.graph, replicas=2) as sess:
+    sess.run(m.init)
+    with pytest.raises(tf.errors.UnimplementedError,
+                       match="training step in partial_run: the fetches run "
+                       "optimizer op 'GradientDescent/update_w/"):
+      sess.partial_run_setup([m.loss, m.train], [m.x, m.y])
+    np.testing.assert_array_equal(sess.run(m.w), W0)
+    # A plain partial run, in two steps, as with TensorFlow.
+    handle = sess.partial_run_setup([m.loss, doubled], [m.x, m.y])
+    loss = sess.partial_run(handle, m.loss, {m.x: X, m.y: Y})
+    np.testing.assert_allclose(sess.partial_run(handle, doubled), 2 * loss,
+                               rtol=1e-6)
+    _, expected = references.least_squares([W0, B0], X, Y)
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
 
 
 def test_saver_checkpoint_restores_into_tf_session(tmp_path):
