@@ -130,12 +130,17 @@ class Trainer(object):
       # Before the wave: an interrupt after it must still leave the
       # user-named slots to be refreshed.
       self._needs_refresh = True
-      if plan.atomic is not None:
-        outputs, committed = self._atomic_wave(plan, per_replica, options,
-                                               run_metadata)
-      else:
-        outputs, committed = self._whole_wave(plan, per_replica, options,
-                                              run_metadata), None
+      try:
+        if plan.atomic is not None:
+          outputs, committed = self._atomic_wave(plan, per_replica, options,
+                                                 run_metadata)
+        else:
+          outputs, committed = self._whole_wave(plan, per_replica, options,
+                                                run_metadata), None
+      except tf.errors.OpError as e:
+        if self._replicator is None:
+          raise
+        raise self._replicator.user_error(e, self._planner.graph) from None
       fetched = handler.fetches()
       central = {}
       if plan.central_fetches:

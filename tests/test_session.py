@@ -835,3 +835,28 @@ def test_arena_stages_unaligned_shards_and_stops_growing(monkeypatch):
     # Not bit for bit: with resource variables the replicas add to the
     # next central model in the order they arrive.
     np.testing.assert_allclose(w_tb, ref.run(w), rtol=1e-6, atol=1e-7)
+
+
+def test_training_error_names_the_users_op_and_line():
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    checked = tf.debugging.check_numerics(x, "bad input")
+    w = tf.compat.v1.get_variable("w", initializer=W0)
+    loss = tf.reduce_mean(tf.matmul(checked, w))
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    init = tf.compat.v1.global_variables_initializer()
+  bad = X.copy()
+  bad[-1, 0] = np.nan
+  with tb.TensorBowSession(graph=graph, replicas=2) as sess:
+    sess.run(init)
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+      sess.run(train, {x: bad})
+    np.testing.assert_array_equal(sess.run(w), W0)
+  error = info.value
+  # As tf.compat.v1.Session raises it: the user's op, and where it was made.
+  assert error.op is checked.op
+  assert "tensorbow/" not in error.message
+  assert f"Detected at node '{checked.op.name}'" in error.message
+  assert "test_session.py" in error.message
+  assert "bad input" in error.message

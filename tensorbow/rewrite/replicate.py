@@ -22,9 +22,11 @@ Copies are made incrementally: a later training run with a different
 closure copies only the operations not yet copied.
 """
 import contextlib
+import re
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import error_interpolation  # pylint: disable=g-direct-tensorflow-import
 
 from tensorbow import ops as tb_ops
 from tensorbow.rewrite import analysis
@@ -501,6 +503,25 @@ class Replicator(object):
     _, _, rest = name[len(head):].partition("/")
     return rest.replace(">", "/")
 
+  def user_error(self, error, graph):
+    """`error` as TensorFlow's `Session.run` would raise it for the user's
+    op: the copies' names made the user's, `op` and `node_def` the user's
+    op in `graph`, and the message interpolated with where that op was
+    made ("Detected at node ... defined at")."""
+    pattern = re.compile(
+        re.escape(self._prefix) + r"/group_\d+/([^\s:{}'\"]+)")
+    message = pattern.sub(lambda m: m.group(1).replace(">", "/"),
+                          error.message)
+    op = None
+    for name in _NODE_TAG.findall(message):
+      try:
+        op = graph.get_operation_by_name(name)
+        break
+      except KeyError:
+        continue
+    message = error_interpolation.interpolate_graph(message, graph)
+    return type(error)(op.node_def if op is not None else None, op, message)
+
   # ---- TensorBow's own state, for checkpoints -------------------------------
 
   def _state_of(self, name):
@@ -715,6 +736,10 @@ def _unpin_shared_state(ops):
   for op in ops:
     if op.name in unpinned:
       op._set_device("")  # pylint: disable=protected-access
+
+
+# How TensorFlow's error messages name a node.
+_NODE_TAG = re.compile(r"\{\{node ([^}]+)\}\}")
 
 
 def _flat(name):
