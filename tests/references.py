@@ -59,17 +59,22 @@ def sma(params, batches, replicas, alpha, mu, lr, momentum=None,
                   else lr * accums[j][k])
         models[j][k] = models[j][k] - step - c
         corrections[k] = corrections[k] + c
-    if algorithm == "sma":
-      z, z_prev = [z[k] + corrections[k] + mu * (z[k] - z_prev[k])
-                   for k in range(len(z))], z
-    else:
-      z = [p.copy() for p in models[0]]
+    z, z_prev = central_update(z, z_prev, corrections, mu, models, algorithm)
     for j in skipped:
       models[j] = [p.copy() for p in z]
     loss = (sum(l * n for l, n in losses) / sum(n for _, n in losses)
             if losses else float("nan"))
     out.append(([p.copy() for p in z], loss, models, accums))
   return out
+
+
+def central_update(z, z_prev, corrections, mu, models, algorithm):
+  """(new central model, previous one) after a wave: SMA's update from the
+  replicas' corrections, or with "none" replica 0's model."""
+  if algorithm == "sma":
+    return [z[k] + corrections[k] + mu * (z[k] - z_prev[k])
+            for k in range(len(z))], z
+  return [p.copy() for p in models[0]], z_prev
 
 
 def embedding_regression(params, ids, ys):
@@ -133,11 +138,7 @@ def sma_embedding(params, batches, replicas, alpha, mu, optimizer, lr,
           step = lr_t * first / (np.sqrt(second) + epsilon)
         models[j][k] = models[j][k] - step - c
         corrections[k] = corrections[k] + c
-    if algorithm == "sma":
-      z, z_prev = [z[k] + corrections[k] + mu * (z[k] - z_prev[k])
-                   for k in range(len(z))], z
-    else:
-      z = [p.copy() for p in models[0]]
+    z, z_prev = central_update(z, z_prev, corrections, mu, models, algorithm)
     loss = sum(l * n for l, n in losses) / sum(n for _, n in losses)
     out.append(([p.copy() for p in z], loss))
   return out
