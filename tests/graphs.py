@@ -11,18 +11,21 @@ Model = collections.namedtuple(
     "Model", "graph x y w b pred loss train init step")
 
 
-def build(optimizer, use_resource=True, global_step=False):
+def build(optimizer, use_resource=True, global_step=False,
+          dtype=tf.float32):
   """Least squares (weights W0, bias B0) trained by `optimizer()`, in a new
-  graph; returns a Model of its tensors and ops (step: the global step, or
-  None)."""
+  graph, in `dtype`; returns a Model of its tensors and ops (step: the
+  global step, or None)."""
   graph = tf.Graph()
   with graph.as_default():
-    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
-    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
-    w = tf.compat.v1.get_variable("w", initializer=W0,
-                                  use_resource=use_resource)
-    b = tf.compat.v1.get_variable("b", initializer=B0,
-                                  use_resource=use_resource)
+    x = tf.compat.v1.placeholder(dtype, [None, 3], name="x")
+    y = tf.compat.v1.placeholder(dtype, [None, 1], name="y")
+    w = tf.compat.v1.get_variable(
+        "w", initializer=W0.astype(dtype.as_numpy_dtype),
+        use_resource=use_resource)
+    b = tf.compat.v1.get_variable(
+        "b", initializer=B0.astype(dtype.as_numpy_dtype),
+        use_resource=use_resource)
     pred = tf.matmul(x, w) + b
     loss = 0.5 * tf.reduce_mean(tf.square(pred - y))
     step = (tf.compat.v1.train.get_or_create_global_step()

@@ -1,10 +1,11 @@
 """Tests of TensorBow's SMA ops (cc/ops/sma_ops.cc, cc/kernels/sma_ops.cc).
 
 Every op is run in graph mode, in a graph and session of its own, and its
-results are compared with a NumPy reference computed in the same dtype and
-with the kernels' order of operations. Each op is tried on resource
-variables and on reference variables, in float32 and float64, on a tiny, a
-small and a large shape (the large one is split across the intra-op thread
+results are compared with a NumPy reference computed with the kernels'
+order of operations, in the kernels' arithmetic (float32 for float16 and
+bfloat16). Each op is tried on resource variables and on reference
+variables, in float16, bfloat16, float32 and float64, on a tiny, a small
+and a large shape (the large one is split across the intra-op thread
 pool by the kernels' parallelFor), and run twice in a row with different
 inputs, so that state carried between runs (var, accum, correction,
 central_prev) is checked too.
@@ -42,7 +43,9 @@ from tensorbow import ops as tb_ops
 tf1 = tf.compat.v1
 
 
-DTYPES = [np.float32, np.float64]
+BFLOAT16 = tf.bfloat16.as_numpy_dtype
+DTYPES = [np.float16, BFLOAT16, np.float32, np.float64]
+DTYPE_IDS = ["f16", "bf16", "f32", "f64"]
 SHAPES = [(1,), (3, 4), (1000, 300)]
 # (variable kind, use_locking).
 KINDS = [("resource", False), ("resource", True), ("ref", False),
@@ -50,7 +53,16 @@ KINDS = [("resource", False), ("resource", True), ("ref", False),
 KIND_IDS = ["resource", "resource-locked", "ref", "ref-locked"]
 
 
+def _wide(dtype):
+  """The type the kernels compute `dtype` in: float32 for half precision."""
+  return np.float32 if dtype in (np.float16, BFLOAT16) else dtype
+
+
 def _tol(dtype):
+  if dtype == np.float16:  # one rounding apart at most
+    return dict(rtol=1e-3, atol=1e-3)
+  if dtype == BFLOAT16:
+    return dict(rtol=8e-3, atol=8e-3)
   if dtype == np.float32:
     return dict(rtol=1e-6, atol=1e-6)
   return dict(rtol=1e-12, atol=1e-12)
@@ -59,7 +71,8 @@ def _tol(dtype):
 def _assert_close(actual, expected, dtype):
   assert actual.dtype == dtype
   assert actual.shape == expected.shape
-  np.testing.assert_allclose(actual, expected, **_tol(dtype))
+  np.testing.assert_allclose(actual.astype(np.float64),
+                             expected.astype(np.float64), **_tol(dtype))
 
 
 def _rand(rng, shape, dtype, low=-1.0, high=1.0):
@@ -119,28 +132,40 @@ def _graph_error_message(excinfo):
   return str(excinfo.value)
 
 
-# ---- NumPy references (same dtype, same order of operations as kernels) ----
+# ---- NumPy references (the kernels' order of operations, in _wide(dtype),
+# rounded to the variable's dtype where the kernels store) -----------------
+
+
+def _widened(*values):
+  wide = _wide(values[0].dtype)
+  return [np.asarray(v).astype(wide) for v in values]
 
 
 def _np_gd(w, z, alpha, lr, g):
-  c = alpha * (w - z)
-  return w - lr * g - c, c
+  dtype = w.dtype
+  w, z, alpha, lr, g = _widened(w, z, alpha, lr, g)
+  c = (alpha * (w - z)).astype(dtype)
+  return (w - lr * g - c.astype(w.dtype)).astype(dtype), c
 
 
 def _np_momentum(w, a, z, alpha, lr, g, m, nesterov):
-  c = alpha * (w - z)
+  dtype = w.dtype
+  w, a, z, alpha, lr, g, m = _widened(w, a, z, alpha, lr, g, m)
+  c = (alpha * (w - z)).astype(dtype)
   a = m * a + g
   if nesterov:
     step = lr * g + lr * m * a
   else:
     step = lr * a
-  return w - step - c, a, c
+  return ((w - step - c.astype(w.dtype)).astype(dtype), a.astype(dtype), c)
 
 
 def _np_central(z, zp, corrections, m):
-  s = functools.reduce(lambda acc, c: acc + c, corrections,
+  dtype = z.dtype
+  z, zp, m = _widened(z, zp, m)
+  s = functools.reduce(lambda acc, c: acc + c.astype(z.dtype), corrections,
                        np.zeros_like(z))
-  return z + s + m * (z - zp), z
+  return (z + s + m * (z - zp)).astype(dtype), z.astype(dtype)
 
 
 # ---- Values ------------------------------------------------------------------
@@ -148,7 +173,7 @@ def _np_central(z, zp, corrections, m):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("kind,use_locking", KINDS, ids=KIND_IDS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_apply_sma_gradient_descent(dtype, kind, use_locking, shape):
   rng = np.random.default_rng(1)
   w0 = _rand(rng, shape, dtype)
@@ -186,7 +211,7 @@ def test_apply_sma_gradient_descent(dtype, kind, use_locking, shape):
 @pytest.mark.parametrize("nesterov", [False, True], ids=["plain", "nesterov"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("kind,use_locking", KINDS, ids=KIND_IDS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_apply_sma_momentum(dtype, kind, use_locking, shape, nesterov):
   rng = np.random.default_rng(2)
   w0 = _rand(rng, shape, dtype)
@@ -228,7 +253,7 @@ def test_apply_sma_momentum(dtype, kind, use_locking, shape, nesterov):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("kind,use_locking", KINDS, ids=KIND_IDS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_sma_correction(dtype, kind, use_locking, shape):
   rng = np.random.default_rng(3)
   w0 = _rand(rng, shape, dtype)
@@ -250,13 +275,14 @@ def test_sma_correction(dtype, kind, use_locking, shape):
       sess.run(op, {z_ph: z, alpha_ph: alpha})
       w_val, c_val = sess.run([w, c])
       # correction is overwritten each run, var is left alone.
-      _assert_close(c_val, alpha * (w0 - z), dtype)
+      expected = alpha.astype(_wide(dtype)) * (w0.astype(_wide(dtype)) - z)
+      _assert_close(c_val, expected.astype(dtype), dtype)
       np.testing.assert_array_equal(w_val, w0)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("kind,use_locking", KINDS, ids=KIND_IDS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_apply_sma_correction(dtype, kind, use_locking, shape):
   rng = np.random.default_rng(4)
   w0 = _rand(rng, shape, dtype)
@@ -272,7 +298,7 @@ def test_apply_sma_correction(dtype, kind, use_locking, shape):
     sess.run(init)
     for _ in range(2):
       out = sess.run(op)
-      w_ref = w_ref - c0
+      w_ref = (w_ref.astype(_wide(dtype)) - c0).astype(dtype)
       w_val, c_val = sess.run([w, c])
       _assert_close(w_val, w_ref, dtype)
       np.testing.assert_array_equal(c_val, c0)  # correction is only read
@@ -296,7 +322,7 @@ def test_apply_sma_correction_wrapper_resource_form():
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("kind,use_locking", KINDS, ids=KIND_IDS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_apply_sma_central(dtype, kind, use_locking, shape, n):
   rng = np.random.default_rng(5)
   z0 = _rand(rng, shape, dtype)
@@ -326,8 +352,28 @@ def test_apply_sma_central(dtype, kind, use_locking, shape, n):
         _assert_close(out, z_ref, dtype)
 
 
+@pytest.mark.parametrize("kind", ["resource", "ref"])
+@pytest.mark.parametrize("dtype", [np.float16, BFLOAT16], ids=["f16", "bf16"])
+def test_half_precision_central_update_sums_in_float32(dtype, kind):
+  """A correction smaller than the rounding step of a running sum in the
+  variable's dtype survives: the sum is float32's."""
+  big = 2048.0  # half's and bfloat16's spacing there is 2 and 16
+  corrections = [np.full([5], v, dtype) for v in (big, 0.75, -big)]
+  g = tf.Graph()
+  with g.as_default():
+    z, z_in = _variable(kind, "central", np.zeros([5], dtype))
+    _, zp_in = _resource("central_prev", np.zeros([5], dtype))
+    op = _central_op(kind, z_in, zp_in, [tf.constant(c) for c in corrections],
+                     tf.constant(0.0, dtype), False)
+    init = tf1.global_variables_initializer()
+  with _session(g) as sess:
+    sess.run(init)
+    sess.run(op)
+    np.testing.assert_array_equal(sess.run(z), np.full([5], 0.75, dtype))
+
+
 @pytest.mark.parametrize("nesterov", [False, True], ids=["plain", "nesterov"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_fused_ops_match_unfused_tensorflow_ops(dtype, nesterov):
   """The fused ops equal sma_correction + TF's own apply op +
   apply_sma_correction, on resource variables."""
@@ -583,7 +629,7 @@ def test_uninitialised_var(op_name, kind, use_locking):
         sess.run(op)
 
 
-@pytest.mark.parametrize("bad_dtype", [np.int32, np.float16])
+@pytest.mark.parametrize("bad_dtype", [np.int32, np.complex64])
 @pytest.mark.parametrize("kind", ["resource", "ref"])
 @pytest.mark.parametrize("op_name", UNINIT_OPS)
 def test_unsupported_dtype_rejected_at_graph_construction(op_name, kind,
@@ -597,8 +643,8 @@ def test_unsupported_dtype_rejected_at_graph_construction(op_name, kind,
     z = tf.zeros(shape, bad_dtype)
     one = tf.constant(1, bad_dtype)
     with pytest.raises(TypeError,
-                       match="not in list of allowed values: float32, "
-                       "float64"):
+                       match="not in list of allowed values: float16, "
+                       "bfloat16, float32, float64"):
       if op_name == "gd":
         tb_ops.apply_sma_gradient_descent(w_in, c_in, z, one, one, z)
       elif op_name == "momentum":

@@ -21,6 +21,7 @@
 namespace tensorbow {
 namespace {
 
+using Eigen::Index;
 using tensorflow::DataType;
 using tensorflow::OpKernel;
 using tensorflow::OpKernelConstruction;
@@ -220,16 +221,27 @@ class SetReplicasOp : public ReplicaOpBase {
   bool stacked_ = false;
 };
 
-template <typename T>
-void Accumulate(const Tensor& value, bool first, Tensor* sum) {
-  auto out = sum->flat<T>();
-  auto in = value.flat<T>();
-  if (first) {
-    out = in;
-  } else {
-    out += in;
+// The replicas' mean, summed in W (float for half precision) and rounded
+// once.
+template <typename T, typename W = T>
+class MeanOf {
+ public:
+  void Add(const Tensor& value) {
+    auto in = value.flat<T>();
+    if (sum_.empty()) sum_.assign(in.size(), W(0));
+    for (Index i = 0; i < in.size(); ++i) sum_[i] += static_cast<W>(in(i));
   }
-}
+
+  void Write(int64_t count, Tensor* out) const {
+    auto o = out->flat<T>();
+    for (Index i = 0; i < o.size(); ++i) {
+      o(i) = static_cast<T>(sum_[i] / static_cast<W>(count));
+    }
+  }
+
+ private:
+  std::vector<W> sum_;
+};
 
 class ReplicaMeanOp : public ReplicaOpBase {
  public:
@@ -238,20 +250,33 @@ class ReplicaMeanOp : public ReplicaOpBase {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    const bool floating =
-        dtype_ == tensorflow::DT_FLOAT || dtype_ == tensorflow::DT_DOUBLE;
-    if (!mean_ || !floating || num_replicas_ == 1) {
-      int64_t source = 0;
-      OP_REQUIRES_OK(ctx, ReplicaInput(ctx, 0, &source));
-      Var* var = nullptr;
-      OP_REQUIRES_OK(ctx, Replica(ctx, source, &var));
-      tensorflow::core::ScopedUnref unref(var);
-      tsl::tf_shared_lock lock(*var->mu());
-      Tensor value;
-      OP_REQUIRES_OK(ctx, Value(var, source, &value));
-      ctx->set_output(0, tensorflow::tensor::DeepCopy(value));
-      return;
+    switch (mean_ && num_replicas_ > 1 ? dtype_ : tensorflow::DT_INVALID) {
+      case tensorflow::DT_HALF:
+        return Mean<MeanOf<Eigen::half, float>>(ctx);
+      case tensorflow::DT_BFLOAT16:
+        return Mean<MeanOf<Eigen::bfloat16, float>>(ctx);
+      case tensorflow::DT_FLOAT:
+        return Mean<MeanOf<float>>(ctx);
+      case tensorflow::DT_DOUBLE:
+        return Mean<MeanOf<double>>(ctx);
+      default:
+        break;
     }
+    int64_t source = 0;
+    OP_REQUIRES_OK(ctx, ReplicaInput(ctx, 0, &source));
+    Var* var = nullptr;
+    OP_REQUIRES_OK(ctx, Replica(ctx, source, &var));
+    tensorflow::core::ScopedUnref unref(var);
+    tsl::tf_shared_lock lock(*var->mu());
+    Tensor value;
+    OP_REQUIRES_OK(ctx, Value(var, source, &value));
+    ctx->set_output(0, tensorflow::tensor::DeepCopy(value));
+  }
+
+ private:
+  template <typename Sum>
+  void Mean(OpKernelContext* ctx) {
+    Sum sum;
     Tensor* out = nullptr;
     for (int64_t r = 0; r < num_replicas_; ++r) {
       Var* var = nullptr;
@@ -268,21 +293,11 @@ class ReplicaMeanOp : public ReplicaOpBase {
                       name(), ": the replicas of '", var_name_,
                       "' differ in shape: ", out->shape().DebugString(),
                       " and ", value.shape().DebugString()));
-      if (dtype_ == tensorflow::DT_FLOAT) {
-        Accumulate<float>(value, r == 0, out);
-      } else {
-        Accumulate<double>(value, r == 0, out);
-      }
+      sum.Add(value);
     }
-    if (dtype_ == tensorflow::DT_FLOAT) {
-      out->flat<float>() = out->flat<float>() / static_cast<float>(num_replicas_);
-    } else {
-      out->flat<double>() =
-          out->flat<double>() / static_cast<double>(num_replicas_);
-    }
+    sum.Write(num_replicas_, out);
   }
 
- private:
   bool mean_ = true;
 };
 

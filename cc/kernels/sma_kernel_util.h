@@ -33,6 +33,29 @@ namespace errors = tensorflow::errors;
 
 namespace functor {
 
+// The type the SMA arithmetic is done in: half-precision variables are
+// widened to float on load and rounded once on store, so an update is
+// never lost to a half-precision intermediate.
+template <typename T>
+struct Wide {
+  using type = T;
+};
+template <>
+struct Wide<Eigen::half> {
+  using type = float;
+};
+template <>
+struct Wide<Eigen::bfloat16> {
+  using type = float;
+};
+template <typename T>
+using WideT = typename Wide<T>::type;
+
+template <typename T>
+inline WideT<T> Widen(T x) {
+  return static_cast<WideT<T>>(x);
+}
+
 // Cost of one element for Eigen's parallelFor: loads, stores, cycles.
 template <typename T>
 Eigen::TensorOpCost ElementCost(int loads, int stores, int cycles) {

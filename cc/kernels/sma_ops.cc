@@ -38,11 +38,12 @@ struct ApplySmaGradientDescent<CPUDevice, T> {
 
   static void Step(T* __restrict__ w, T* __restrict__ c,
                    const T* __restrict__ z, const T* __restrict__ g,
-                   Index n, T alpha, T lr) {
+                   Index n, T alpha_t, T lr_t) {
+    const WideT<T> alpha = Widen(alpha_t), lr = Widen(lr_t);
     for (Index i = 0; i < n; ++i) {
-      const T ci = alpha * (w[i] - z[i]);
+      const T ci = static_cast<T>(alpha * (Widen(w[i]) - Widen(z[i])));
       c[i] = ci;
-      w[i] = w[i] - lr * g[i] - ci;
+      w[i] = static_cast<T>(Widen(w[i]) - lr * Widen(g[i]) - Widen(ci));
     }
   }
 };
@@ -73,14 +74,18 @@ struct ApplySmaMomentum<CPUDevice, T> {
   template <bool kNesterov>
   static void Step(T* __restrict__ w, T* __restrict__ a, T* __restrict__ c,
                    const T* __restrict__ z, const T* __restrict__ g, Index n,
-                   T alpha, T lr, T momentum) {
+                   T alpha_t, T lr_t, T momentum_t) {
+    using W = WideT<T>;
+    const W alpha = Widen(alpha_t), lr = Widen(lr_t);
+    const W momentum = Widen(momentum_t);
     for (Index i = 0; i < n; ++i) {
-      const T ci = alpha * (w[i] - z[i]);
+      const T ci = static_cast<T>(alpha * (Widen(w[i]) - Widen(z[i])));
       c[i] = ci;
-      const T ai = momentum * a[i] + g[i];
-      a[i] = ai;
-      const T step = kNesterov ? lr * g[i] + lr * momentum * ai : lr * ai;
-      w[i] = w[i] - step - ci;
+      const W gi = Widen(g[i]);
+      const W ai = momentum * Widen(a[i]) + gi;
+      a[i] = static_cast<T>(ai);
+      const W step = kNesterov ? lr * gi + lr * momentum * ai : lr * ai;
+      w[i] = static_cast<T>(Widen(w[i]) - step - Widen(ci));
     }
   }
 };
@@ -99,8 +104,11 @@ struct SmaCorrection<CPUDevice, T> {
   }
 
   static void Step(const T* __restrict__ w, T* __restrict__ c,
-                   const T* __restrict__ z, Index n, T alpha) {
-    for (Index i = 0; i < n; ++i) c[i] = alpha * (w[i] - z[i]);
+                   const T* __restrict__ z, Index n, T alpha_t) {
+    const WideT<T> alpha = Widen(alpha_t);
+    for (Index i = 0; i < n; ++i) {
+      c[i] = static_cast<T>(alpha * (Widen(w[i]) - Widen(z[i])));
+    }
   }
 };
 
@@ -116,7 +124,9 @@ struct ApplySmaCorrection<CPUDevice, T> {
   }
 
   static void Step(T* __restrict__ w, const T* __restrict__ c, Index n) {
-    for (Index i = 0; i < n; ++i) w[i] -= c[i];
+    for (Index i = 0; i < n; ++i) {
+      w[i] = static_cast<T>(Widen(w[i]) - Widen(c[i]));
+    }
   }
 };
 
@@ -141,22 +151,25 @@ struct ApplySmaCentral<CPUDevice, T> {
   // momentum term, so each loop is a simple vectorisable one.
   static void Step(T* __restrict__ z, T* __restrict__ zp,
                    const std::vector<const T*>& cs, Index offset, Index n,
-                   T momentum) {
+                   T momentum_t) {
+    using W = WideT<T>;
+    const W momentum = Widen(momentum_t);
     constexpr Index kBlock = 1024;
-    T sum[kBlock];
+    W sum[kBlock];
     for (Index b = 0; b < n; b += kBlock) {
       const Index m = std::min(kBlock, n - b);
       const T* __restrict__ c0 = cs[0] + offset + b;
-      for (Index i = 0; i < m; ++i) sum[i] = c0[i];
+      for (Index i = 0; i < m; ++i) sum[i] = Widen(c0[i]);
       for (size_t j = 1; j < cs.size(); ++j) {
         const T* __restrict__ cj = cs[j] + offset + b;
-        for (Index i = 0; i < m; ++i) sum[i] += cj[i];
+        for (Index i = 0; i < m; ++i) sum[i] += Widen(cj[i]);
       }
       T* __restrict__ zb = z + b;
       T* __restrict__ zpb = zp + b;
       for (Index i = 0; i < m; ++i) {
         const T zi = zb[i];
-        zb[i] = zi + sum[i] + momentum * (zi - zpb[i]);
+        zb[i] = static_cast<T>(Widen(zi) + sum[i] +
+                               momentum * (Widen(zi) - Widen(zpb[i])));
         zpb[i] = zi;
       }
     }
@@ -450,6 +463,8 @@ REGISTER_KERNEL_BUILDER(Name("TensorBowSetSmaParticipants")
                               .TypeConstraint<T>("T"),                   \
                           ApplySmaCentralLeaderOp<T>);
 
+TENSORBOW_REGISTER_CPU(Eigen::half)
+TENSORBOW_REGISTER_CPU(Eigen::bfloat16)
 TENSORBOW_REGISTER_CPU(float)
 TENSORBOW_REGISTER_CPU(double)
 

@@ -20,7 +20,13 @@ from tensorbow import ops as tb_ops
 from tensorbow.algorithms import base
 from tensorbow.rewrite import replicate
 
-_FLOAT_TYPES = (tf.float32.as_datatype_enum, tf.float64.as_datatype_enum)
+_FLOAT_TYPES = tuple(t.as_datatype_enum for t in (
+    tf.float16, tf.bfloat16, tf.float32, tf.float64))
+# Half-precision variables are updated in float32 arithmetic (the kernels
+# widen on load and round once on store), and their central update sums
+# the replicas' corrections in float32, in the leader: the fused ops would
+# add each replica's share to a buffer of the variable's own dtype.
+_FUSABLE_TYPES = (tf.float32.as_datatype_enum, tf.float64.as_datatype_enum)
 
 # The optimizers' apply ops that SMA fuses with its correction, by type.
 _FUSED_KINDS = {
@@ -109,7 +115,7 @@ class SMA(base.Algorithm):
     if dtype.as_datatype_enum not in _FLOAT_TYPES:
       raise tf.errors.UnimplementedError(
           None, var_op,
-          f"TensorBow's SMA supports float32 and float64 model variables; "
+          f"TensorBow's SMA supports floating-point model variables; "
           f"'{var_op.name}' is {dtype.name}")
     scope = f"{builder.prefix}/sma/{var_op.name}"
     return _State(
@@ -118,7 +124,8 @@ class SMA(base.Algorithm):
         replicate.resource(f"{scope}/central_prev", dtype, shape),
         tf.identity(replicate.read(var_op), name=f"{scope}/central"),
         (replicate.resource(f"{scope}/central_next", dtype, shape)
-         if var_op.type == "VarHandleOp" else None),
+         if var_op.type == "VarHandleOp" and
+         dtype.as_datatype_enum in _FUSABLE_TYPES else None),
         f"{scope}/barrier")
 
   def apply_nodes(self, builder, state, node, var, group, aux):
