@@ -83,7 +83,7 @@ class Router(object):
         [self._exec.tensor(t).op for t in handler.fetches()] +
         [self._exec.op(op) for op in handler.targets()], frozenset(fed_names))
     for op in ops:
-      if analysis.is_apply(op):
+      if analysis.trains(op):
         raise tf.errors.UnimplementedError(
             None, None,
             f"TensorBow cannot take a training step in {what}: the fetches "
@@ -109,7 +109,7 @@ class Router(object):
         roots = ([self._exec.tensor(t).op for t in handler.fetches()] +
                  [self._exec.op(op) for op in handler.targets()])
         ops = analysis.closure(roots, fed_names)
-        training = any(analysis.is_apply(op) for op in ops)
+        training = any(analysis.trains(op) for op in ops)
         # A training run's batch from an input pipeline is taken from it
         # first, then fed as a batch feed would be (DESIGN.md).
         pulled = tuple(sorted(t.name for op in ops if training and

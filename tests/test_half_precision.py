@@ -6,7 +6,8 @@ round once on store; tests/test_sma_ops.py checks the kernels to the
 rounding). Here whole sessions are checked against the float64 NumPy
 reference, within the dtype's precision, and at one replica against
 tf.compat.v1.Session, exactly. Mixed precision (float32 variables, float16
-arithmetic) with a fixed loss scale trains as without it.
+arithmetic) with a fixed loss scale trains as without it; a dynamic loss
+scale's conditional step is refused, naming it, with nothing changed.
 """
 import numpy as np
 import pytest
@@ -141,3 +142,17 @@ def test_fixed_loss_scale_trains_as_the_reference():
     np.testing.assert_allclose(got, unscaled, rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(got, want, rtol=5e-3, atol=5e-3)
 
+
+def test_dynamic_loss_scale_is_refused_with_nothing_changed():
+  model = _mixed_precision("dynamic")
+  x, y = _rounded(BATCHES, tf.float16)[0]
+  with tb.TensorBowSession(graph=model.graph, replicas=REPLICAS) as sess:
+    sess.run(model.init)
+    before = sess.run(tf1.global_variables())
+    with pytest.raises(tf.errors.UnimplementedError,
+                       match="fixed loss scale"):
+      sess.run(model.train, {model.x: x, model.y: y})
+    for got, want in zip(sess.run(tf1.global_variables()), before):
+      np.testing.assert_array_equal(got, want)
+    # The session still evaluates.
+    assert np.isfinite(sess.run(model.loss, {model.x: x, model.y: y}))

@@ -62,6 +62,53 @@ def is_write(op):
   return op.type.startswith(_WRITE_PREFIXES) or op.type in _OTHER_WRITES
 
 
+# Ops that run functions of the graph's library: control flow v2 (what
+# tf.cond and tf.while_loop build without disable_v2_behavior) and calls.
+_FUNCTION_CALLS = frozenset([
+    "If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase",
+    "PartitionedCall", "StatefulPartitionedCall"])
+
+
+def called_op_types(op):
+  """The op types in the functions `op` runs, nested calls included; empty
+  for an op that runs none."""
+  graph = op.graph
+  if op.type not in _FUNCTION_CALLS and not graph._is_function(op.type):  # pylint: disable=protected-access
+    return set()
+  names = [op.type] if graph._is_function(op.type) else []  # pylint: disable=protected-access
+  names += _function_names(op.node_def)
+  types, seen = set(), set()
+  while names:
+    name = names.pop()
+    if name in seen:
+      continue
+    seen.add(name)
+    function = graph._get_function(name)  # pylint: disable=protected-access
+    if function is None:
+      continue
+    for node in function.definition.node_def:
+      types.add(node.op)
+      names += _function_names(node)
+      if graph._is_function(node.op):  # pylint: disable=protected-access
+        names.append(node.op)
+  return types
+
+
+def _function_names(node_def):
+  for attr in node_def.attr.values():
+    if attr.HasField("func"):
+      yield attr.func.name
+    elif attr.HasField("list"):
+      yield from (f.name for f in attr.list.func)
+
+
+def trains(op):
+  """Whether running `op` takes an optimizer step: an apply op, or an op
+  running a function that holds one."""
+  return is_apply(op) or any(
+      t.startswith(_APPLY_PREFIXES) for t in called_op_types(op))
+
+
 def variable_of(tensor):
   """The variable op behind a ref or resource tensor, or None."""
   op = tensor.op
@@ -70,6 +117,15 @@ def variable_of(tensor):
   if op.type in VARIABLE_OPS or op.type in REPLICA_VARIABLE_OPS:
     return op
   return None
+
+
+def _through_control_flow(tensor):
+  """Whether a variable reaches `tensor` through control flow v1's ops."""
+  op = tensor.op
+  while op.type in _PASS_THROUGH and op.inputs:
+    op = op.inputs[0].op
+  return op.type in ("Switch", "RefSwitch", "Enter", "RefEnter", "Merge",
+                     "RefMerge")
 
 
 def is_variable_value(tensor):
@@ -151,9 +207,28 @@ def analyse_training(ops, batch_feed_names, trainable=None):
           f"TensorBow cannot train through op '{op.name}' (type {op.type}): "
           "each replica needs its own batch; feed it, or take it from a "
           "tf.data iterator's get_next() or a queue's dequeue")
+    writes_inside = sorted(t for t in called_op_types(op)
+                           if t.startswith(_WRITE_PREFIXES) or
+                           t in _OTHER_WRITES)
+    if writes_inside:
+      raise tf.errors.UnimplementedError(
+          None, op,
+          f"TensorBow cannot train through op '{op.name}' (type {op.type}): "
+          f"it writes variables inside a function ({', '.join(writes_inside)})"
+          "; an optimizer step under tf.cond, tf.while_loop or a function "
+          "(a dynamic loss scale's conditional step is one) is not "
+          "supported: take the step unconditionally, e.g. with a fixed loss "
+          "scale")
     if not is_write(op):
       continue
     var = variable_of(op.inputs[0]) if op.inputs else None
+    if var is None and _through_control_flow(op.inputs[0]):
+      raise tf.errors.UnimplementedError(
+          None, op,
+          f"TensorBow cannot train op '{op.name}' (type {op.type}): it "
+          "writes a variable under tf.cond or tf.while_loop (a dynamic loss "
+          "scale's conditional step is one), which is not supported: take "
+          "the step unconditionally, e.g. with a fixed loss scale")
     if var is None:
       raise tf.errors.UnimplementedError(
           None, op,
