@@ -269,8 +269,8 @@ def _new_plan(fed, batch, replicas, by_group, calls, sync_call,
   return Plan(
       feeds=fed, names=[t.name for t in fed], batch=batch,
       batch_feed=batch.index(True) if any(batch) else -1,
-      dtypes=[t.dtype.as_datatype_enum for t in fed],
-      np_dtypes=[t.dtype.as_numpy_dtype for t in fed],
+      dtypes=[t.dtype.base_dtype.as_datatype_enum for t in fed],
+      np_dtypes=[t.dtype.base_dtype.as_numpy_dtype for t in fed],
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
               for t in fed],
       replicas=replicas, by_group=by_group, calls=calls, sync_call=sync_call, sync_calls=sync_calls,
