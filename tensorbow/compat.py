@@ -7,6 +7,7 @@ its C++ runtime needs. A TensorFlow upgrade touches this file only.
 """
 from tensorflow.python.client import session as _tf_session
 from tensorflow.python.framework import errors_impl as _errors_impl
+from tensorflow.python.framework import sparse_tensor as _sparse_tensor
 from tensorflow.python.framework import stack as _stack
 from tensorflow.python.util import nest as _nest
 
@@ -67,6 +68,12 @@ def feed_items(graph, feed_dict):
             f"Cannot interpret feed_dict key as Tensor: {e.args[0]}") from None
       items.append((tensor, subvalue))
   return items
+
+
+def sparse_feed_keys(feed_dict):
+  """The SparseTensor keys of a feed_dict (tuple keys flattened)."""
+  return [k for k in _nest.flatten_dict_items(feed_dict or {})
+          if isinstance(k, _sparse_tensor.SparseTensor)]
 
 
 def session_handle(session):

@@ -70,6 +70,14 @@ class Router(object):
     for t in route.fed:
       if not graph.is_feedable(t):
         raise ValueError(f"Tensor {t.name} may not be fed.")
+    sparse = compat.sparse_feed_keys(feed_dict) if route.closure[0] else ()
+    if sparse:
+      raise tf.errors.UnimplementedError(
+          None, None,
+          "TensorBow cannot split a SparseTensor feed across replicas "
+          f"(fed: {sparse[0].indices.op.name}, {sparse[0].values.op.name}, "
+          f"{sparse[0].dense_shape.op.name}) in a training run: feed the "
+          "batch dense")
     return route, [values[i] for i in route.order]
 
   def refuse_training(self, handler, fed_names, what):

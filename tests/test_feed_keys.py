@@ -1,5 +1,7 @@
 """Feed keys other than placeholders in a training run: a variable (its
-value replaced for the run, as tf.compat.v1.Session does)."""
+value replaced for the run, as tf.compat.v1.Session does) and a
+SparseTensor (refused: its rows cannot be split yet), never a silent
+plain TensorFlow step."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -65,3 +67,28 @@ def test_variable_as_feed_key_trains_with_the_fed_value(use_resource):
   np.testing.assert_allclose(one[0], plain[0], rtol=1e-6)
   np.testing.assert_allclose(one[1][0], plain[1][0], rtol=1e-6)
 
+
+def test_sparse_tensor_feed_is_refused_in_training_and_kept_elsewhere():
+  graph = tf.Graph()
+  with graph.as_default():
+    sparse = tf1.sparse_placeholder(tf.float32, shape=[None, 3])
+    y = tf1.placeholder(tf.float32, [None, 1])
+    w = tf1.get_variable("w", initializer=np.full([3, 1], 0.5, np.float32))
+    pred = tf.sparse.sparse_dense_matmul(sparse, w)
+    loss = 0.5 * tf.reduce_mean(tf.square(pred - y))
+    train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    init = tf1.global_variables_initializer()
+  rows, cols = np.nonzero(X > 0)
+  value = tf1.SparseTensorValue(np.stack([rows, cols], 1), X[rows, cols],
+                                X.shape)
+  feed = {sparse: value, y: Y}
+  with tf1.Session(graph=graph) as sess:
+    sess.run(init)
+    expected = sess.run(loss, feed)
+  with tb.TensorBowSession(graph=graph, replicas=4) as sess:
+    sess.run(init)
+    with pytest.raises(tf.errors.UnimplementedError, match="SparseTensor"):
+      sess.run([loss, train], feed)
+    np.testing.assert_array_equal(sess.run(w),
+                                  np.full([3, 1], 0.5, np.float32))
+    np.testing.assert_allclose(sess.run(loss, feed), expected, rtol=1e-6)
