@@ -540,6 +540,8 @@ def test_string_fetches_in_training_run():
   _, batch_loss = references.least_squares([W0, B0], X, Y)
   np.testing.assert_allclose(loss_value.simple_value, batch_loss, rtol=1e-5)
   assert pred_value.histo.num == 5
+  np.testing.assert_allclose(pred_value.histo.sum, np.sum(X[:5] @ W0 + B0),
+                             rtol=1e-5)
 
 
 def test_wave_failing_in_one_replica_changes_no_state():

@@ -119,6 +119,7 @@ class Replicator(object):
     self._groups = {}  # (purpose, variable names) -> op, built once
     self._constants = {}
     self._replica = None
+    self._histogram_size = None  # made with the first histogram copied
     self._fast_kernels = kernels.enabled()
 
   @property
@@ -321,11 +322,42 @@ class Replicator(object):
         for extra in self._algorithm.apply_nodes(
             self, self._states[var.name], node, var, group, aux):
           graph_def.node.add().CopyFrom(extra)
+      elif op.type == "HistogramSummary":
+        for out in self._first_replica_only(node, aux):
+          graph_def.node.add().CopyFrom(out)
       else:
         faster = kernels.substitute(node, op) if self._fast_kernels else None
         for out in faster or [node]:
           graph_def.node.add().CopyFrom(out)
     return graph_def, input_map
+
+  def _first_replica_only(self, node, aux):
+    """A HistogramSummary NodeDef taking its values from the first replica
+    only, the others an empty tensor: a fetched summary keeps the first
+    replica's histograms (feeds.merge_summaries), and the others would
+    compute theirs for nothing."""
+    if self._histogram_size is None:
+      with self._building():
+        self._histogram_size = tf.where(
+            tf.equal(self.replica_input, 0), [-1], [0],
+            name="histogram_size")
+    dtype = node.attr["T"].type
+    flat = tf.compat.v1.NodeDef(name=node.name + ">tensorbow_flat",
+                                op="Reshape", device=node.device)
+    flat.input.extend([node.input[1], aux(
+        "__tensorbow__/minus_one", self.constant(np.array([-1]), tf.int32))])
+    flat.attr["T"].type = dtype
+    flat.attr["Tshape"].type = tf.int32.as_datatype_enum
+    first = tf.compat.v1.NodeDef(name=node.name + ">tensorbow_values",
+                                 op="Slice", device=node.device)
+    first.input.extend([
+        flat.name + ":0",
+        aux("__tensorbow__/zero", self.constant(np.array([0]), tf.int32)),
+        aux("__tensorbow__/histogram_size", self._histogram_size)])
+    first.attr["T"].type = dtype
+    first.attr["Index"].type = tf.int32.as_datatype_enum
+    node.input[1] = first.name + ":0"
+    return [flat, first, node]
 
   def _push_orderings(self, new_ops):
     """Decides, for ops about to be copied, which waits on writes move.
