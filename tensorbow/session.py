@@ -35,9 +35,9 @@ class TensorBowSession(compat.SessionInterface):
     config: as for `tf.compat.v1.Session`.
     replicas: L, the number of model replicas (learners), >= 1.
     algorithm: an instance from `tensorbow.algorithms` or its name: "sma"
-      (synchronous model averaging) or "none" (independent replicas; the
-      central model is replica 0's, for measuring the cost of
-      synchronisation).
+      (synchronous model averaging), "easgd" (elastic averaging) or "none"
+      (independent replicas; the central model is replica 0's, for
+      measuring the cost of synchronisation).
     alpha: the SMA correction factor; None means 1 / replicas (or give it
       to `algorithms.SMA`).
     central_momentum: the momentum of the central model, in [0, 1).

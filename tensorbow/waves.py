@@ -41,6 +41,7 @@ class Trainer(object):
     self.plans = {}  # training-run signature -> planner.Plan
     self._needs_refresh = False
     self._loaded_state = None  # replica state restored with a checkpoint
+    self._waves = 0  # training runs completed
 
   @property
   def _runtime(self):
@@ -126,6 +127,9 @@ class Trainer(object):
       shards = feeds.shard(plan, values)
       if self._replicator is not None:
         self._seed_replicas()
+        prepare = self._replicator.wave_run(self._waves + 1)
+        if prepare is not None:
+          self._session.run(*prepare)
       per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
       # Before the wave: an interrupt after it must still leave the
       # user-named slots to be refreshed.
@@ -141,6 +145,7 @@ class Trainer(object):
         if self._replicator is None:
           raise
         raise self._replicator.user_error(e, self._planner.graph) from None
+      self._waves += 1
       fetched = handler.fetches()
       central = {}
       if plan.central_fetches:

@@ -18,7 +18,8 @@ def sma(params, batches, replicas, alpha, mu, lr, momentum=None,
         nesterov=False, adagrad=False, algorithm="sma"):
   """SMA (DESIGN.md) in float64 over `batches`, one (x, y) per wave.
 
-  The optimizer is SGD, momentum SGD (`momentum` set) or Adagrad
+  `alpha` is one factor or one per wave (EASGD's: 0 between its
+  communication waves). The optimizer is SGD, momentum SGD (`momentum` set) or Adagrad
   (`adagrad`, TF1's initial accumulator 0.1). With algorithm "none" the
   replicas train alone and the central model is replica 0's. A replica
   whose gradient is not finite is left out of its wave's central update
@@ -29,13 +30,15 @@ def sma(params, batches, replicas, alpha, mu, lr, momentum=None,
     the replicas that stepped), every replica's params, their optimizer
     accumulators).
   """
+  alphas = (list(alpha) if isinstance(alpha, (list, tuple))
+            else [alpha] * len(batches))
   z = [np.asarray(p, np.float64) for p in params]
   z_prev = [p.copy() for p in z]
   models = [[p.copy() for p in z] for _ in range(replicas)]
   accums = [[np.full_like(p, 0.1 if adagrad else 0.0) for p in z]
             for _ in range(replicas)]
   out = []
-  for x, y in batches:
+  for (x, y), alpha in zip(batches, alphas):
     shards = zip(np.array_split(np.asarray(x, np.float64), replicas),
                  np.array_split(np.asarray(y, np.float64), replicas))
     corrections = [np.zeros_like(p) for p in z]
@@ -103,6 +106,8 @@ def sma_embedding(params, batches, replicas, alpha, mu, optimizer, lr,
   Returns:
     Per wave: (central params, the fetched loss).
   """
+  alphas = (list(alpha) if isinstance(alpha, (list, tuple))
+            else [alpha] * len(batches))
   z = [np.asarray(p, np.float64) for p in params]
   z_prev = [p.copy() for p in z]
   models = [[p.copy() for p in z] for _ in range(replicas)]

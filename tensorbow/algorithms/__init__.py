@@ -11,6 +11,7 @@ algorithm keeps; sma.py holds SMA's.
 
 
 from tensorbow.algorithms.base import Algorithm
+from tensorbow.algorithms.easgd import EASGD
 from tensorbow.algorithms.sma import SMA
 
 
@@ -22,7 +23,7 @@ class Independent(Algorithm):
   model_from_replica = True
 
 
-_BY_NAME = {"sma": SMA, "none": Independent}
+_BY_NAME = {"sma": SMA, "easgd": EASGD, "none": Independent}
 NAMES = tuple(_BY_NAME)
 
 
@@ -48,4 +49,9 @@ def resolve(algorithm, alpha=None, central_momentum=0.9):
     raise ValueError(f"algorithm must be one of {NAMES} or an instance from "
                      f"tensorbow.algorithms, got {algorithm!r}")
   sma = SMA(alpha, central_momentum)  # checks them whatever the algorithm
+  if algorithm == "easgd":
+    if central_momentum != 0.9:
+      raise ValueError("easgd has no central momentum: give alpha and "
+                       "period to tensorbow.algorithms.EASGD")
+    return EASGD(alpha)
   return sma if algorithm == "sma" else _BY_NAME[algorithm]()

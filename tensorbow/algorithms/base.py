@@ -75,6 +75,18 @@ class Algorithm(object):
     del builder, states, count, replicas
     return []
 
+  def wave_value(self, wave):
+    """What `wave_ops` are fed before training run `wave` (counted from 1
+    over the session's completed training runs), or None: nothing to
+    run."""
+    del wave
+    return None
+
+  def wave_ops(self, builder, states, value):
+    """Ops preparing the coming wave, fed `value` (a float64 scalar)."""
+    del builder, states, value
+    return []
+
   def reset_ops(self, builder, states):
     """Ops restarting the synchronisation after a wave that did not
     finish."""

@@ -110,6 +110,12 @@ class SMA(base.Algorithm):
 
   # ---- The copies --------------------------------------------------------
 
+  def alpha_tensor(self, builder, state, dtype):
+    """The correction factor the replicas' steps on `state`'s variable
+    read."""
+    del state
+    return builder.constant(self.alpha, dtype)
+
   def variable_state(self, builder, var_op):
     dtype, shape = replicate.dtype_and_shape(var_op)
     if dtype.as_datatype_enum not in _FLOAT_TYPES:
@@ -137,7 +143,7 @@ class SMA(base.Algorithm):
     resource = var.type == "VarHandleOp"
     kind = _FUSED_KINDS.get(node.op)  # None: any other optimizer
     ext = f"__tensorbow__/{var.name}"
-    alpha = aux(f"{ext}/alpha", builder.constant(self.alpha, dtype))
+    alpha = aux(f"{ext}/alpha", self.alpha_tensor(builder, state, dtype))
     momentum = aux(f"{ext}/momentum",
                    builder.constant(self.central_momentum, dtype))
 

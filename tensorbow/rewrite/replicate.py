@@ -527,6 +527,22 @@ class Replicator(object):
     return ops, {count: remaining,
                  replicas: np.array(sorted(skipped), np.int32)}
 
+  def wave_run(self, wave):
+    """(fetches, feed_dict) preparing training run `wave` (counted from 1),
+    or None if the algorithm has nothing to do for it."""
+    value = self._algorithm.wave_value(wave)
+    if value is None or not self._states:
+      return None
+    names = tuple(sorted(self._states))
+
+    def build():
+      fed = tf.compat.v1.placeholder(tf.float64, [], name="wave_value")
+      return fed, self._algorithm.wave_ops(
+          self, [self._states[n] for n in names], fed)
+
+    fed, ops = self._group("wave", self._state_key(names), build)
+    return (ops, {fed: value}) if ops else None
+
   def user_name(self, name):
     """The user's name of the op or tensor a group's copy `name` copies."""
     head = f"{self._prefix}/group_"

@@ -1,0 +1,70 @@
+"""Elastic averaging SGD (Zhang, Choromanska and LeCun, 2015), synchronous.
+
+On a communication wave (the `period`-th, 2·`period`-th, ... training
+run) replica j steps with
+
+    w_j = OPT_j(w_j, g_j) - alpha (w_j - z),    z += alpha sum_j (w_j - z)
+
+(old values on the right); between them the replicas train alone. That is
+SMA's update without central momentum, its correction factor alpha on a
+communication wave and 0 otherwise; so EASGD is built as SMA, its factor
+read from a variable set before each wave when the period is above 1.
+"""
+import tensorflow as tf
+
+from tensorbow.algorithms import sma
+from tensorbow.rewrite import replicate
+
+
+class EASGD(sma.SMA):
+  """Elastic averaging, synchronous form.
+
+  Args:
+    alpha: the elastic force, in (0, 1]; None means 0.9 / replicas.
+    period: the replicas communicate every `period`-th training run.
+
+  Raises:
+    ValueError: for an argument out of range.
+  """
+
+  name = "easgd"
+
+  def __init__(self, alpha=None, period=1):
+    super().__init__(alpha, central_momentum=0.0)
+    if isinstance(period, bool) or int(period) != period or period < 1:
+      raise ValueError(f"period must be an int >= 1, got {period!r}")
+    self.period = int(period)
+
+  def __repr__(self):
+    return f"EASGD(alpha={self.alpha!r}, period={self.period!r})"
+
+  def resolved(self, replicas):
+    if self.alpha is not None:
+      return self
+    return EASGD(0.9 / replicas, self.period)
+
+  def variable_state(self, builder, var_op):
+    state = super().variable_state(builder, var_op)
+    state.alpha = None
+    if self.period > 1:
+      dtype, _ = replicate.dtype_and_shape(var_op)
+      handle = replicate.resource(
+          f"{builder.prefix}/easgd/{var_op.name}/alpha", dtype, [])
+      state.alpha = (handle, tf.raw_ops.ReadVariableOp(resource=handle,
+                                                       dtype=dtype))
+    return state
+
+  def alpha_tensor(self, builder, state, dtype):
+    if state.alpha is None:
+      return super().alpha_tensor(builder, state, dtype)
+    return state.alpha[1]
+
+  def wave_value(self, wave):
+    if self.period == 1:
+      return None
+    return self.alpha if wave % self.period == 0 else 0.0
+
+  def wave_ops(self, builder, states, value):
+    return [tf.raw_ops.AssignVariableOp(
+        resource=s.alpha[0], value=tf.cast(value, s.alpha[1].dtype))
+            for s in states if s.alpha is not None]

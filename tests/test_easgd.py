@@ -1,0 +1,85 @@
+"""EASGD (tensorbow/algorithms/easgd.py) against its NumPy reference.
+
+The synchronous form of elastic averaging is SMA without central momentum
+whose correction factor is alpha on a communication wave (every
+`period`-th training run) and 0 between them: tests/references.py's SMA
+with one alpha per wave. Uneven shards (18 rows over 4 replicas), 4
+replicas on 2 stream groups, resource and reference variables, SGD,
+momentum and Adagrad.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tensorbow as tb
+
+import graphs
+import references
+
+tf1 = tf.compat.v1
+LR, MOMENTUM, REPLICAS, WAVES = 0.1, 0.9, 4, 6
+RNG = np.random.RandomState(8)
+BATCHES = [(RNG.randn(18, 3).astype(np.float32),
+            RNG.randn(18, 1).astype(np.float32)) for _ in range(WAVES)]
+OPTIMIZERS = {
+    "sgd": (lambda: tf1.train.GradientDescentOptimizer(LR), {}),
+    "momentum": (lambda: tf1.train.MomentumOptimizer(LR, MOMENTUM),
+                 {"momentum": MOMENTUM}),
+    "adagrad": (lambda: tf1.train.AdagradOptimizer(LR), {"adagrad": True}),
+}
+
+
+def _train(model, algorithm):
+  with tb.TensorBowSession(graph=model.graph, replicas=REPLICAS,
+                           algorithm=algorithm) as sess:
+    sess.run(model.init)
+    losses = [sess.run([model.loss, model.train], {model.x: x, model.y: y})[0]
+              for x, y in BATCHES]
+    assert sess.task_timings()
+    return losses, sess.run([model.w, model.b])
+
+
+@pytest.mark.parametrize("use_resource", [True, False],
+                         ids=["resource", "ref"])
+@pytest.mark.parametrize("period", [1, 2, 3])
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_easgd_trains_as_the_numpy_reference(optimizer, period, use_resource):
+  make, options = OPTIMIZERS[optimizer]
+  alpha = 0.2
+  model = graphs.build(make, use_resource)
+  losses, params = _train(model, tb.algorithms.EASGD(alpha, period))
+  alphas = [alpha if k % period == 0 else 0.0 for k in range(1, WAVES + 1)]
+  expected = references.sma([graphs.W0, graphs.B0], BATCHES, REPLICAS,
+                            alphas, 0.0, LR, **options)
+  for (z, loss, _, _), got in zip(expected, losses):
+    np.testing.assert_allclose(got, loss, rtol=1e-5)
+  for got, want in zip(params, expected[-1][0]):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_easgd_by_name_takes_the_session_alpha_and_its_default():
+  model = graphs.build(OPTIMIZERS["sgd"][0])
+  with tb.TensorBowSession(graph=model.graph, replicas=REPLICAS,
+                           algorithm="easgd") as sess:
+    sess.run(model.init)
+    for x, y in BATCHES[:3]:
+      sess.run(model.train, {model.x: x, model.y: y})
+    params = sess.run([model.w, model.b])
+  expected = references.sma([graphs.W0, graphs.B0], BATCHES[:3], REPLICAS,
+                            0.9 / REPLICAS, 0.0, LR)
+  for got, want in zip(params, expected[-1][0]):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  assert tb.algorithms.EASGD().resolved(3) == tb.algorithms.EASGD(0.3, 1)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(period=0), "period"), (dict(period=1.5), "period"),
+    (dict(alpha=0.0), "alpha"), (dict(alpha=1.5), "alpha")])
+def test_easgd_rejects_arguments_out_of_range(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    tb.algorithms.EASGD(**kwargs)
+
+
+def test_easgd_by_name_has_no_central_momentum():
+  with pytest.raises(ValueError, match="central momentum"):
+    tb.TensorBowSession(algorithm="easgd", central_momentum=0.5)
