@@ -79,3 +79,15 @@ class ExecutionGraph(object):
   def op(self, op):
     """This graph's op named as the user's `op`."""
     return self.graph.get_operation_by_name(op.name)
+
+  def user_error(self, error):
+    """`error`, raised by an op of this graph, as TensorFlow's `Session.run`
+    would raise it: its `op` and `node_def` the user's op of that name."""
+    op = error.op
+    if not isinstance(op, tf.Operation) or op.graph is not self.graph:
+      return error
+    try:
+      user_op = self.user_graph.get_operation_by_name(op.name)
+    except KeyError:
+      return error
+    return type(error)(user_op.node_def, user_op, error.message)

@@ -234,7 +234,7 @@ class TensorBowSession(compat.SessionInterface):
       if isinstance(e.op, tf.Operation):
         written = analysis.written_variables(ops, failed_op=e.op)
       self._trainer.reseed(written)
-      raise
+      raise self._exec.user_error(e) from None
     except BaseException:
       # Interrupted, maybe after some writes.
       self._trainer.reseed(written)

@@ -862,3 +862,27 @@ def test_training_error_names_the_users_op_and_line():
   assert f"Detected at node '{checked.op.name}'" in error.message
   assert "test_session.py" in error.message
   assert "bad input" in error.message
+
+
+def test_plain_run_error_is_the_users_op():
+  """As TensorFlow's session tests check it (testErrorPayload,
+  testErrorBasedOn): the error's op is the user's, with its original op."""
+  graph = tf.Graph()
+  with graph.as_default():
+    a = tf.constant(0.0, shape=[2, 3])
+    with graph._original_op(a.op):  # pylint: disable=protected-access
+      b = tf.identity(a, name="id")
+    with graph._original_op(b.op):  # pylint: disable=protected-access
+      c = tf.compat.v1.placeholder(tf.float32)
+  errors = []
+  for make in (tf.compat.v1.Session, tb.TensorBowSession):
+    with make(graph=graph) as sess:
+      with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        sess.run(c)
+      errors.append(info.value)
+  for error in errors:
+    assert error.op is c.op
+    assert error.op._original_op is b.op  # pylint: disable=protected-access
+    assert error.node_def.name == c.op.name
+  assert errors[1].error_code == errors[0].error_code
+
