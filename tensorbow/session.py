@@ -91,7 +91,8 @@ class TensorBowSession(compat.SessionInterface):
 
   @property
   def graph_def(self):
-    return self._graph.as_graph_def()
+    infer = self._config is not None and self._config.graph_options.infer_shapes
+    return self._graph.as_graph_def(add_shapes=infer)
 
   @property
   def execution_graph(self):

@@ -886,3 +886,13 @@ def test_plain_run_error_is_the_users_op():
     assert error.node_def.name == c.op.name
   assert errors[1].error_code == errors[0].error_code
 
+
+@pytest.mark.parametrize("infer", [False, True])
+def test_graph_def_infers_shapes_as_configured(infer):
+  config = tf.compat.v1.ConfigProto(
+      graph_options=tf.compat.v1.GraphOptions(infer_shapes=infer))
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.constant([[1, 2]])
+  with tb.TensorBowSession(graph=graph, config=config) as sess:
+    assert ("_output_shapes" in sess.graph_def.node[0].attr) == infer
