@@ -120,7 +120,8 @@ class Planner(object):
     if self.replicator is None:
       self.replicator = replicate.Replicator(
           self._exec.graph, self._replicas, self.runtime.num_stream_groups,
-          self._algorithm, share_variables=self._replicas == 1,
+          self._algorithm,
+          share_variables=self._replicas == 1 or self._algorithm.shares_model,
           devices=self._cpu_devices())
     rep = self.replicator
     rep.extend(info, fed_names)
@@ -159,8 +160,11 @@ class Planner(object):
               [group_op(op, g) for op in targets])
              for g in range(rep.num_groups)]
     by_group = self._replicas > 1
+    # A shared model's tasks each apply their step when they finish: one
+    # TensorFlow run per task, not a computation and a commit.
     return self._task_plan(fed, batch, tasks, sync_call, central_fetches,
-                           rep.user_name, True, info.written,
+                           rep.user_name, not self._algorithm.shares_model,
+                           info.written,
                            [rep.replica_input] if by_group else []
                            )._replace(echoed=echoed)
 

@@ -10,6 +10,7 @@ algorithm keeps; sma.py holds SMA's.
 """
 
 
+from tensorbow.algorithms.asgd import ASGD
 from tensorbow.algorithms.base import Algorithm
 from tensorbow.algorithms.easgd import EASGD
 from tensorbow.algorithms.sma import SMA
@@ -23,7 +24,7 @@ class Independent(Algorithm):
   model_from_replica = True
 
 
-_BY_NAME = {"sma": SMA, "easgd": EASGD, "none": Independent}
+_BY_NAME = {"sma": SMA, "easgd": EASGD, "asgd": ASGD, "none": Independent}
 NAMES = tuple(_BY_NAME)
 
 

@@ -25,6 +25,9 @@ class Algorithm(object):
   # The central model is replica 0's, copied on refresh, rather than
   # maintained by the algorithm.
   model_from_replica = False
+  # The replicas' tasks train the central model itself: nothing is
+  # replicated, and each task's step lands as soon as the task finishes.
+  shares_model = False
 
   def __eq__(self, other):
     return type(self) is type(other) and vars(self) == vars(other)

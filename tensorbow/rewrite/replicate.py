@@ -79,9 +79,10 @@ class Replicator(object):
     num_replicas: L.
     num_groups: stream groups: the copies of the learning part.
     algorithm: the session's `algorithms.Algorithm`, resolved for L.
-    share_variables: replicate no variable: the one copy trains the user's
-      own variables, as plain training does (L = 1, where the copy only
-      brings the faster kernels of `kernels`).
+    share_variables: replicate no variable: the copies train the user's
+      own variables, as plain training does (L = 1, where the one copy
+      only brings the faster kernels of `kernels`; or an algorithm whose
+      tasks share the model, `Algorithm.shares_model`).
     devices: per stream group, the device its copy is pinned to, or None
       (all on the session's default device). An op of a copy that takes a
       variable from outside it (or from an op that must stay with one)
@@ -90,11 +91,10 @@ class Replicator(object):
 
   def __init__(self, graph, num_replicas, num_groups, algorithm,
                share_variables=False, devices=None):
-    if share_variables and num_replicas != 1:
-      raise ValueError("share_variables needs exactly one replica")
     self._graph = graph
     self._num_replicas = num_replicas
-    self._num_groups = 1 if share_variables else max(1, num_groups)
+    self._num_groups = (1 if share_variables and num_replicas == 1 else
+                        max(1, num_groups))
     self._devices = (list(devices[:self._num_groups])
                      if devices and not share_variables and
                      len(devices) >= self._num_groups > 1 else None)
