@@ -67,6 +67,10 @@ class Planner(object):
     """The user's graph."""
     return self._exec.user_graph
 
+  @property
+  def algorithm(self):
+    return self._algorithm
+
   def plan(self, handler, ops, fed, pulled=frozenset()):
     """The plan of a training run: `handler` and `fed` of the user's graph,
     `ops` its closure in the execution graph; the fed tensors named in
@@ -117,6 +121,15 @@ class Planner(object):
                                    echoed=echoed)
     else:
       info = analysis.analyse_training(ops, batch_names, trainable)
+      if self._algorithm.averages_gradients:
+        sparse = [n for n in info.apply_ops if not analysis.is_dense_apply(
+            self._exec.graph.get_operation_by_name(n))]
+        if sparse:
+          raise tf.errors.UnimplementedError(
+              None, None,
+              f"TensorBow's {self._algorithm.name} averages the replicas' "
+              f"gradients, which a sparse update ('{sparse[0]}') does not "
+              "allow")
     if self.replicator is None:
       self.replicator = replicate.Replicator(
           self._exec.graph, self._replicas, self.runtime.num_stream_groups,

@@ -1,7 +1,8 @@
 """`tensorbow-run`: runs an unmodified TF1 script on `TensorBowSession`.
 
-    tensorbow-run [--replicas N] [--algorithm sma|none] [--alpha A]
-                  [--central_momentum M] [--nonfinite propagate|raise|skip]
+    tensorbow-run [--replicas N] [--algorithm sma|easgd|ssgd|asgd|none]
+                  [--alpha A] [--central_momentum M]
+                  [--nonfinite propagate|raise|skip]
                   script.py [script args...]
 
 The script runs in this process (`runpy.run_path`, as `__main__`, with

@@ -35,10 +35,10 @@ class TensorBowSession(compat.SessionInterface):
     config: as for `tf.compat.v1.Session`.
     replicas: L, the number of model replicas (learners), >= 1.
     algorithm: an instance from `tensorbow.algorithms` or its name: "sma"
-      (synchronous model averaging), "easgd" (elastic averaging), "asgd"
-      (asynchronous SGD over the shared model) or "none" (independent
-      replicas; the central model is replica 0's, for measuring the cost
-      of synchronisation).
+      (synchronous model averaging), "easgd" (elastic averaging), "ssgd"
+      (synchronous SGD), "asgd" (asynchronous SGD over the shared model)
+      or "none" (independent replicas; the central model is replica 0's,
+      for measuring the cost of synchronisation).
     alpha: the SMA correction factor; None means 1 / replicas (or give it
       to `algorithms.SMA`).
     central_momentum: the momentum of the central model, in [0, 1).
@@ -282,6 +282,9 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
   if resolved.shares_model and nonfinite != "propagate":
     raise ValueError(f"algorithm {resolved.name!r} applies each task's step "
                      "when it finishes: nonfinite must be 'propagate'")
+  if resolved.averages_gradients and nonfinite == "skip":
+    raise ValueError(f"algorithm {resolved.name!r} averages every replica's "
+                     "gradients: nonfinite cannot be 'skip'")
   return resolved
 
 

@@ -122,6 +122,13 @@ class Trainer(object):
         plan = self._planner.plan(handler, route.closure[2],
                                   route.fed + route.pulled,
                                   frozenset(route.closure[3]))
+        if (self._planner.algorithm.averages_gradients and
+            self._replicas > 1 and plan.atomic is None):
+          raise tf.errors.UnimplementedError(
+              None, None,
+              f"TensorBow's {self._planner.algorithm.name} needs a training "
+              "run whose writes can run after its computation; in this one "
+              "a write waits on a computed op through a control dependency")
         self.plans[route.signature] = plan
       values = feeds.check(plan, fed_values, self._replicas)
       shards = feeds.shard(plan, values)
@@ -227,6 +234,10 @@ class Trainer(object):
                         "central model", what)
         committed = [not where for where in nonfinite]
         self._skip_replicas(bad, plan.replicas - len(bad))
+      if self._planner.algorithm.averages_gradients:
+        sizes = ([len(values[plan.batch_feed]) for values in per_replica]
+                 if plan.batch_feed >= 0 else [1] * plan.replicas)
+        runtime.average_kept(np.asarray(sizes, np.float64) / sum(sizes))
     except BaseException:
       # Nothing was written: the wave is dropped.
       runtime.discard()

@@ -337,7 +337,7 @@ def test_nonfinite_reaches_the_session():
     (["--alpha", "1.5", "x.py"], "--alpha: must be in (0, 1], got 1.5"),
     (["--central_momentum", "1", "x.py"],
      "--central_momentum: must be in [0, 1), got 1"),
-    (["--algorithm", "ssgd", "x.py"], "invalid choice: 'ssgd'"),
+    (["--algorithm", "lars", "x.py"], "invalid choice: 'lars'"),
     (["--nonfinite", "ignore", "x.py"], "invalid choice: 'ignore'"),
 ])
 def test_bad_arguments_exit_2(capsys, argv, message):

@@ -8,6 +8,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -149,6 +151,13 @@ std::vector<Endpoint> ToEndpoints(const py::list& items,
 }
 
 constexpr int kTfInt32 = 3;  // TF_INT32
+constexpr int kTfFloat = 1;  // TF_FLOAT
+constexpr int kTfDouble = 2;  // TF_DOUBLE
+
+template <typename T>
+void Accumulate(const T* values, double weight, std::vector<double>* sum) {
+  for (size_t i = 0; i < sum->size(); ++i) (*sum)[i] += weight * values[i];
+}
 
 // A replica's index as fed to its tasks, aligned as TensorFlow wants its
 // fed buffers, so that it is fed without a copy.
@@ -348,6 +357,65 @@ class Runtime {
     return wave.Result(status);
   }
 
+  // Between the phases of a synchronous-SGD wave: every floating-point
+  // tensor Compute kept becomes, for every replica, the mean over the
+  // replicas weighted by `weights` (which sum to 1), summed in double.
+  // Other tensors must be equal across the replicas.
+  void AverageKept(const std::vector<double>& weights) {
+    if (pending_.empty() || weights.size() != pending_.size()) {
+      throw py::value_error("TensorBow: AverageKept needs a computed wave");
+    }
+    const size_t n = pending_.size();
+    for (size_t k = 0; k < pending_[0].size(); ++k) {
+      const FetchedTensor& first = pending_[0][k];
+      const int dtype = first.dtype();
+      const std::vector<int64_t> dims = first.dims();
+      for (size_t r = 1; r < n; ++r) {
+        if (pending_[r][k].dtype() != dtype || pending_[r][k].dims() != dims) {
+          throw py::value_error(
+              "TensorBow: the replicas computed tensors of different shapes "
+              "for their update (a sparse gradient?); they cannot be "
+              "averaged");
+        }
+      }
+      if (dtype != kTfFloat && dtype != kTfDouble) {
+        for (size_t r = 1; r < n; ++r) {
+          if (pending_[r][k].nbytes() != first.nbytes() ||
+              std::memcmp(pending_[r][k].data(), first.data(),
+                          first.nbytes()) != 0) {
+            throw py::value_error(
+                "TensorBow: the replicas computed different non-floating "
+                "tensors for their update; they cannot be averaged");
+          }
+        }
+        continue;
+      }
+      const size_t count =
+          first.nbytes() / (dtype == kTfFloat ? sizeof(float) : sizeof(double));
+      std::vector<double> sum(count, 0.0);
+      for (size_t r = 0; r < n; ++r) {
+        if (dtype == kTfFloat) {
+          Accumulate(static_cast<const float*>(pending_[r][k].data()),
+                     weights[r], &sum);
+        } else {
+          Accumulate(static_cast<const double*>(pending_[r][k].data()),
+                     weights[r], &sum);
+        }
+      }
+      for (size_t r = 0; r < n; ++r) {
+        // A fresh tensor: the fetched one may share a feed's buffer.
+        FetchedTensor mean = FetchedTensor::Allocate(dtype, dims);
+        if (dtype == kTfFloat) {
+          std::copy(sum.begin(), sum.end(), static_cast<float*>(mean.data()));
+        } else {
+          std::copy(sum.begin(), sum.end(),
+                    static_cast<double*>(mean.data()));
+        }
+        pending_[r][k] = std::move(mean);
+      }
+    }
+  }
+
   // Forgets what Compute kept.
   void Discard() {
     pending_.clear();
@@ -473,6 +541,7 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("sync_call"),
            py::arg("run_options"), py::arg("other_options"),
            py::arg("want_metadata"))
+      .def("average_kept", &Runtime::AverageKept, py::arg("weights"))
       .def("discard", &Runtime::Discard)
       .def("task_timings", &Runtime::TaskTimings)
       .def("clear_task_timings", &Runtime::ClearTaskTimings)

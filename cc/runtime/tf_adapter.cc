@@ -253,6 +253,16 @@ bool FetchedTensor::AllFinite() const {
   }
 }
 
+FetchedTensor FetchedTensor::Allocate(int dtype,
+                                      const std::vector<int64_t>& dims) {
+  int64_t count = 1;
+  for (int64_t d : dims) count *= d;
+  const auto type = static_cast<TF_DataType>(dtype);
+  return FetchedTensor(TF_AllocateTensor(
+      type, dims.data(), static_cast<int>(dims.size()),
+      static_cast<size_t>(count) * TF_DataTypeSize(type)));
+}
+
 void* FetchedTensor::Release() {
   void* t = tensor_;
   tensor_ = nullptr;

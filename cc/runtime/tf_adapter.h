@@ -54,6 +54,10 @@ class FetchedTensor {
   // The TF_Tensor, still owned by this object.
   void* get() const { return tensor_; }
 
+  // A new tensor of `dtype` (a TF_DataType of fixed size) and `dims`,
+  // its elements uninitialised.
+  static FetchedTensor Allocate(int dtype, const std::vector<int64_t>& dims);
+
   // Hands the TF_Tensor to the caller, who frees it with Delete().
   void* Release();
   static void Delete(void* tf_tensor);

@@ -24,7 +24,19 @@ class Independent(Algorithm):
   model_from_replica = True
 
 
-_BY_NAME = {"sma": SMA, "easgd": EASGD, "asgd": ASGD, "none": Independent}
+class SSGD(Algorithm):
+  """Synchronous SGD: every replica's optimizer step takes the gradients
+  of all replicas, averaged weighted by shard size, so the replicas and
+  the central model (replica 0's) stay equal: training on the whole batch,
+  as MirroredStrategy and Horovod do."""
+
+  name = "ssgd"
+  model_from_replica = True
+  averages_gradients = True
+
+
+_BY_NAME = {"sma": SMA, "easgd": EASGD, "asgd": ASGD, "ssgd": SSGD,
+            "none": Independent}
 NAMES = tuple(_BY_NAME)
 
 

@@ -28,6 +28,9 @@ class Algorithm(object):
   # The replicas' tasks train the central model itself: nothing is
   # replicated, and each task's step lands as soon as the task finishes.
   shares_model = False
+  # The replicas' updates are made of the shard-weighted mean of what
+  # they computed (runtime.Runtime.average_kept), so they stay equal.
+  averages_gradients = False
 
   def __eq__(self, other):
     return type(self) is type(other) and vars(self) == vars(other)

@@ -58,6 +58,12 @@ def is_apply(op):
   return var is not None and f"update_{var.name}/" in op.name
 
 
+def is_dense_apply(op):
+  """Whether apply op `op` takes a dense gradient of its whole variable."""
+  return (op.type.startswith(("Apply", "ResourceApply")) and
+          op.type not in _SPARSE_UPDATES)
+
+
 def is_write(op):
   return op.type.startswith(_WRITE_PREFIXES) or op.type in _OTHER_WRITES
 

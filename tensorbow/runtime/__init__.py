@@ -127,6 +127,14 @@ class Runtime(object):
         calls, by_group, list(commit), sync_call, options, others,
         run_metadata is not None), run_metadata, merge=True)
 
+  def average_kept(self, weights):
+    """Between `compute` and `commit`: every floating-point tensor kept for
+    the commit becomes, for every replica, the mean over the replicas
+    weighted by `weights` (summing to 1). Raises ValueError, keeping the
+    wave, if a kept tensor differs in shape across the replicas or is not
+    floating-point and differs."""
+    self._impl.average_kept([float(w) for w in weights])
+
   def discard(self):
     """Forgets what `compute` kept: the wave is not committed."""
     self._impl.discard()
