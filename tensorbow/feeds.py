@@ -47,13 +47,30 @@ def check(plan, fed, replicas):
           f"({replicas} replicas); got {_described(rows)}")
   return values
 
-def shard(plan, values):
-  """Per feed, one array per replica: batch feeds split, others whole."""
+def shard_sizes(rows, shares):
+  """Rows per replica for `rows` rows in proportion to `shares`: at least
+  one each, the rest rounded down and handed out by largest remainder
+  (equal shares give numpy.array_split's sizes)."""
+  shares = np.asarray(shares, np.float64)
+  n = len(shares)
+  exact = (rows - n) * shares / shares.sum()
+  sizes = np.floor(exact).astype(np.int64) + 1
+  left = rows - int(sizes.sum())
+  order = np.argsort(-(exact - np.floor(exact)), kind="stable")
+  sizes[order[:left]] += 1
+  return [int(s) for s in sizes]
+
+
+def shard(plan, values, sizes=None):
+  """Per feed, one array per replica: batch feeds split (into `sizes`
+  rows, or numpy.array_split's), others whole."""
   n = plan.replicas
   shards = []
   for array, is_batch in zip(values, plan.batch):
     if is_batch and n > 1:
-      shards.append([_contiguous(s) for s in np.array_split(array, n)])
+      parts = (np.split(array, np.cumsum(sizes)[:-1]) if sizes is not None
+               else np.array_split(array, n))
+      shards.append([_contiguous(s) for s in parts])
     else:
       shards.append([_contiguous(array)] * n)
   return shards

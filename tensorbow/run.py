@@ -1,6 +1,7 @@
 """`tensorbow-run`: runs an unmodified TF1 script on `TensorBowSession`.
 
-    tensorbow-run [--replicas N] [--algorithm sma|easgd|ssgd|asgd|none]
+    tensorbow-run [--replicas N]
+                  [--algorithm sma|easgd|ssgd|asgd|adaptive|none]
                   [--alpha A] [--central_momentum M]
                   [--nonfinite propagate|raise|skip]
                   script.py [script args...]

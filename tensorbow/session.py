@@ -36,9 +36,10 @@ class TensorBowSession(compat.SessionInterface):
     replicas: L, the number of model replicas (learners), >= 1.
     algorithm: an instance from `tensorbow.algorithms` or its name: "sma"
       (synchronous model averaging), "easgd" (elastic averaging), "ssgd"
-      (synchronous SGD), "asgd" (asynchronous SGD over the shared model)
-      or "none" (independent replicas; the central model is replica 0's,
-      for measuring the cost of synchronisation).
+      (synchronous SGD), "asgd" (asynchronous SGD over the shared model),
+      "adaptive" (Adaptive SGD) or "none" (independent replicas; the
+      central model is replica 0's, for measuring the cost of
+      synchronisation).
     alpha: the SMA correction factor; None means 1 / replicas (or give it
       to `algorithms.SMA`).
     central_momentum: the momentum of the central model, in [0, 1).

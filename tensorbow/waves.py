@@ -42,6 +42,7 @@ class Trainer(object):
     self._needs_refresh = False
     self._loaded_state = None  # replica state restored with a checkpoint
     self._waves = 0  # training runs completed
+    self._shares = None  # per replica, its share of a batch (adapts_shards)
 
   @property
   def _runtime(self):
@@ -131,10 +132,18 @@ class Trainer(object):
               "a write waits on a computed op through a control dependency")
         self.plans[route.signature] = plan
       values = feeds.check(plan, fed_values, self._replicas)
-      shards = feeds.shard(plan, values)
+      algorithm = self._planner.algorithm
+      sizes = None
+      if algorithm.adapts_shards and plan.batch_feed >= 0:
+        if self._shares is None:
+          self._shares = algorithm.first_shares(plan.replicas)
+        sizes = feeds.shard_sizes(len(values[plan.batch_feed]), self._shares)
+      shards = feeds.shard(plan, values, sizes)
+      sizes = (sizes or [len(s) for s in shards[plan.batch_feed]]
+               if plan.batch_feed >= 0 else [1] * plan.replicas)
       if self._replicator is not None:
         self._seed_replicas()
-        prepare = self._replicator.wave_run(self._waves + 1)
+        prepare = self._replicator.wave_run(self._waves + 1, sizes)
         if prepare is not None:
           self._session.run(*prepare)
       per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
@@ -153,6 +162,8 @@ class Trainer(object):
           raise
         raise self._replicator.user_error(e, self._planner.graph) from None
       self._waves += 1
+      if self._replicator is not None:
+        self._after_wave(plan, sizes)
       fetched = handler.fetches()
       central = {}
       if plan.central_fetches:
@@ -179,6 +190,22 @@ class Trainer(object):
         results.append(merge([o[k] for o in outputs], sizes))
         k += 1
     return handler.build_results(self, results)
+
+  def _after_wave(self, plan, sizes):
+    """The algorithm's work after a completed wave: new shares from the
+    wave's task times, a merge."""
+    algorithm = self._planner.algorithm
+    if algorithm.adapts_shards and self._shares is not None:
+      timings = self._runtime.task_timings()[-4 * plan.replicas:]
+      last = max(t.wave for t in timings)
+      times = np.zeros(plan.replicas)
+      for t in timings:
+        if t.wave == last and t.replica >= 0:
+          times[t.replica] += t.end - t.start
+      self._shares = algorithm.next_shares(self._shares, times)
+    merge = self._replicator.merge_run(self._waves, sizes)
+    if merge is not None:
+      self._session.run(*merge)
 
   def _whole_wave(self, plan, per_replica, options, run_metadata):
     """A wave of tasks that compute and write in one TensorFlow run."""

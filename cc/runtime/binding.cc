@@ -9,9 +9,13 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <typeinfo>
 #include <vector>
@@ -238,6 +242,19 @@ class Runtime {
     for (int g = 0; g < scheduler_.num_stream_groups(); ++g) {
       arenas_.push_back(
           Arena::New("tensorbow_stream_group_" + std::to_string(g)));
+    }
+    // For tests of algorithms that adapt to replicas of unequal speed on a
+    // machine whose stream groups are equally fast:
+    // TENSORBOW_TEST_SLOW_REPLICA="<replica>:<milliseconds>" delays that
+    // replica's learning tasks (their computation) by a fixed time.
+    if (const char* slow = std::getenv("TENSORBOW_TEST_SLOW_REPLICA")) {
+      int replica = -1;
+      double ms = 0;
+      if (std::sscanf(slow, "%d:%lf", &replica, &ms) == 2 && ms > 0) {
+        slow_replica_ = replica;
+        slow_delay_ = std::chrono::microseconds(
+            static_cast<int64_t>(ms * 1000));
+      }
     }
   }
 
@@ -471,7 +488,10 @@ class Runtime {
     std::vector<TaskScheduler::Task> tasks(wave->n);
     for (size_t r = 0; r < wave->n; ++r) {
       if (!commit.empty() && !commit[r]) continue;
-      tasks[r] = [&, r](int stream_group) {
+      tasks[r] = [&, r, phase](int stream_group) {
+        if (static_cast<int>(r) == slow_replica_ && phase == 0) {
+          std::this_thread::sleep_for(slow_delay_);
+        }
         auto& outputs = wave->outputs[r];
         Status s = session_.Run(
             by_group ? calls[stream_group % calls.size()] : calls[r], wave->host[r], kept != nullptr ? (*kept)[r] : none,
@@ -501,6 +521,8 @@ class Runtime {
   }
 
   std::vector<std::string> abi_ids_;
+  int slow_replica_ = -1;  // TENSORBOW_TEST_SLOW_REPLICA
+  std::chrono::microseconds slow_delay_{0};
   TfSession session_;
   TaskScheduler scheduler_;
   // Per replica, the tensors a computed wave keeps for its commit.

@@ -10,6 +10,7 @@ algorithm keeps; sma.py holds SMA's.
 """
 
 
+from tensorbow.algorithms.adaptive import Adaptive
 from tensorbow.algorithms.asgd import ASGD
 from tensorbow.algorithms.base import Algorithm
 from tensorbow.algorithms.easgd import EASGD
@@ -36,7 +37,7 @@ class SSGD(Algorithm):
 
 
 _BY_NAME = {"sma": SMA, "easgd": EASGD, "asgd": ASGD, "ssgd": SSGD,
-            "none": Independent}
+            "adaptive": Adaptive, "none": Independent}
 NAMES = tuple(_BY_NAME)
 
 

@@ -12,6 +12,7 @@ The builder offers the algorithm: `graph`, `prefix`, `num_replicas`,
 replicated, aux)`, `all_replicas()`, `is_seeded(name)` and
 `run_before_training(op)`.
 """
+import numpy as np
 
 
 class Algorithm(object):
@@ -31,6 +32,8 @@ class Algorithm(object):
   # The replicas' updates are made of the shard-weighted mean of what
   # they computed (runtime.Runtime.average_kept), so they stay equal.
   averages_gradients = False
+  # The shard sizes follow the replicas' task times (next_shares).
+  adapts_shards = False
 
   def __eq__(self, other):
     return type(self) is type(other) and vars(self) == vars(other)
@@ -81,17 +84,38 @@ class Algorithm(object):
     del builder, states, count, replicas
     return []
 
-  def wave_value(self, wave):
+  def wave_value(self, wave, sizes):
     """What `wave_ops` are fed before training run `wave` (counted from 1
-    over the session's completed training runs), or None: nothing to
-    run."""
-    del wave
+    over the session's completed training runs) whose replicas' shards
+    have `sizes` rows, or None: nothing to run."""
+    del wave, sizes
     return None
 
   def wave_ops(self, builder, states, value):
-    """Ops preparing the coming wave, fed `value` (a float64 scalar)."""
+    """Ops preparing the coming wave, fed `value` (float64)."""
     del builder, states, value
     return []
+
+  def merge_value(self, wave, sizes):
+    """What `merge_ops` are fed after training run `wave`, or None."""
+    del wave, sizes
+    return None
+
+  def merge_ops(self, builder, states, value):
+    """Ops run after a wave, fed `value` (float64)."""
+    del builder, states, value
+    return []
+
+  # ---- Shards --------------------------------------------------------------
+
+  def first_shares(self, replicas):
+    """Each replica's share of a batch, before any wave."""
+    return np.full(replicas, 1.0 / replicas)
+
+  def next_shares(self, shares, times):
+    """The shares after a wave whose replicas' tasks took `times`."""
+    del times
+    return shares
 
   def reset_ops(self, builder, states):
     """Ops restarting the synchronisation after a wave that did not

@@ -59,7 +59,8 @@ class EASGD(sma.SMA):
       return super().alpha_tensor(builder, state, dtype)
     return state.alpha[1]
 
-  def wave_value(self, wave):
+  def wave_value(self, wave, sizes):
+    del sizes
     if self.period == 1:
       return None
     return self.alpha if wave % self.period == 0 else 0.0

@@ -527,20 +527,31 @@ class Replicator(object):
     return ops, {count: remaining,
                  replicas: np.array(sorted(skipped), np.int32)}
 
-  def wave_run(self, wave):
+  def wave_run(self, wave, sizes):
     """(fetches, feed_dict) preparing training run `wave` (counted from 1),
-    or None if the algorithm has nothing to do for it."""
-    value = self._algorithm.wave_value(wave)
+    whose replicas' shards have `sizes` rows, or None if the algorithm has
+    nothing to do for it."""
+    return self._algorithm_run(
+        "wave", self._algorithm.wave_value(wave, sizes),
+        self._algorithm.wave_ops)
+
+  def merge_run(self, wave, sizes):
+    """(fetches, feed_dict) to run after training run `wave`, or None."""
+    return self._algorithm_run(
+        "merge", self._algorithm.merge_value(wave, sizes),
+        self._algorithm.merge_ops)
+
+  def _algorithm_run(self, purpose, value, make_ops):
     if value is None or not self._states:
       return None
     names = tuple(sorted(self._states))
 
     def build():
-      fed = tf.compat.v1.placeholder(tf.float64, [], name="wave_value")
-      return fed, self._algorithm.wave_ops(
-          self, [self._states[n] for n in names], fed)
+      fed = tf.compat.v1.placeholder(tf.float64, None,
+                                     name=f"{purpose}_value")
+      return fed, make_ops(self, [self._states[n] for n in names], fed)
 
-    fed, ops = self._group("wave", self._state_key(names), build)
+    fed, ops = self._group(purpose, self._state_key(names), build)
     return (ops, {fed: value}) if ops else None
 
   def user_name(self, name):
@@ -686,6 +697,10 @@ class Replicator(object):
 
   def replicated_variables(self):
     return sorted(self._seeds)
+
+  def replicas_of(self, name):
+    """The Replicated copies of variable op `name`."""
+    return self._replicated[name]
 
   def reseed(self, names=None):
     """Replicas of variables `names` (None: all) are to be re-seeded from
