@@ -728,7 +728,7 @@ def test_algorithm_instances_reject_bad_arguments():
   with pytest.raises(ValueError, match="not both"):
     tb.TensorBowSession(algorithm=tb.algorithms.SMA(), alpha=0.5)
   with pytest.raises(ValueError, match="algorithm must be one of"):
-    tb.TensorBowSession(algorithm="ssgd")
+    tb.TensorBowSession(algorithm="lars")
   assert repr(tb.algorithms.SMA(alpha=0.5)) == (
       "SMA(alpha=0.5, central_momentum=0.9)")
   assert tb.algorithms.SMA(alpha=0.5) == tb.algorithms.SMA(0.5, 0.9)
