@@ -196,7 +196,9 @@ class Trainer(object):
     wave's task times, a merge."""
     algorithm = self._planner.algorithm
     if algorithm.adapts_shards and self._shares is not None:
-      timings = self._runtime.task_timings()[-4 * plan.replicas:]
+      # A learning task has at most two phases; a wave may end with a
+      # synchronisation task.
+      timings = self._runtime.task_timings(last=2 * plan.replicas + 1)
       last = max(t.wave for t in timings)
       times = np.zeros(plan.replicas)
       for t in timings:

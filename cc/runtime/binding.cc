@@ -439,9 +439,14 @@ class Runtime {
     pending_host_.clear();
   }
 
-  py::list TaskTimings() const {
+  // The latest `last` timings, or all of them if `last` is 0.
+  py::list TaskTimings(size_t last) const {
+    const std::vector<TaskTiming> timings = scheduler_.Timings();
+    const size_t first =
+        last == 0 || last >= timings.size() ? 0 : timings.size() - last;
     py::list out;
-    for (const TaskTiming& t : scheduler_.Timings()) {
+    for (size_t i = first; i < timings.size(); ++i) {
+      const TaskTiming& t = timings[i];
       out.append(py::make_tuple(t.wave, t.replica, t.stream_group, t.rows,
                                 t.phase, t.start_ns * 1e-9, t.end_ns * 1e-9));
     }
@@ -565,7 +570,7 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("want_metadata"))
       .def("average_kept", &Runtime::AverageKept, py::arg("weights"))
       .def("discard", &Runtime::Discard)
-      .def("task_timings", &Runtime::TaskTimings)
+      .def("task_timings", &Runtime::TaskTimings, py::arg("last") = 0)
       .def("clear_task_timings", &Runtime::ClearTaskTimings)
       .def("arena_stats", &Runtime::ArenaStatistics)
       .def_property_readonly("num_stream_groups", &Runtime::num_stream_groups)

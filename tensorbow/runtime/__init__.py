@@ -139,9 +139,10 @@ class Runtime(object):
     """Forgets what `compute` kept: the wave is not committed."""
     self._impl.discard()
 
-  def task_timings(self):
-    """TaskTiming of every task run so far (the latest 16384)."""
-    return [TaskTiming(*t) for t in self._impl.task_timings()]
+  def task_timings(self, last=None):
+    """TaskTiming of every task run so far (the latest 16384), or of the
+    latest `last`."""
+    return [TaskTiming(*t) for t in self._impl.task_timings(last or 0)]
 
   def clear_task_timings(self):
     self._impl.clear_task_timings()
