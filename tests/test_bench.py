@@ -257,3 +257,22 @@ def test_sma_op_time_pairs_its_rounds(tmp_path):
   applies = sorted(n[2] for n in none)
   assert result["median_ms"]["none"]["apply_ops"] == pytest.approx(
       (applies[2] + applies[3]) / 2)
+
+
+def test_tuned_tta_grids_and_medians():
+  from benchmarks import tuned_tta  # pylint: disable=g-import-not-at-top
+  args = tuned_tta.parse_args([])
+  tf_grid, tb_grid = tuned_tta.grids(args)
+  assert len(tf_grid) == 4 * 4 and len(tb_grid) == 3 * 3 * 5 * 4
+  config = dict(session="tensorbow", replicas=4, algorithm="asgd",
+                batch_size=8, learning_rate=0.01)
+  runs = [dict(config, reached=True, wall_time=10.0, epochs=2.0,
+               log_path="a"),
+          dict(config, reached=False, wall_time=5.0, epochs=9.0,
+               log_path="b"),
+          dict(config, reached=True, wall_time=20.0, epochs=3.0,
+               log_path="c")]
+  (summary,) = tuned_tta.summarize(runs)
+  # A run that missed the target counts as infinitely slow.
+  assert summary["median_time"] == 20.0 and summary["reached"] == 2
+  assert summary["median_epochs"] == 3.0 and summary["median_log"] == "c"

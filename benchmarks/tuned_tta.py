@@ -1,0 +1,220 @@
+"""Time to accuracy with the same tuning effort for both sessions.
+
+    PYTHONPATH=. .venv/bin/python -m benchmarks.tuned_tta \
+        --model logistic_regression --target 0.84 \
+        --out benchmarks/results/tuned_tta_logistic_regression
+
+Protocol (the defaults are #16's grid):
+
+1. The grids. TensorFlow: batch {16, 32, 64, 128} x learning rate.
+   TensorBow: per-replica batch {4, 8, 16} x L {2, 4, 8} x algorithm
+   {sma, easgd, ssgd, asgd, adaptive} x learning rate. Learning rates
+   {0.005, 0.01, 0.02, 0.05} on both sides; every other setting is the
+   algorithm's default.
+2. Screening, identical for both sides: successive halving. Every
+   configuration of a side trains from scratch for the first rung's budget
+   of epochs (`--rungs`, default 1/8, 1/4, 1/2) and is scored by the test
+   accuracy of its central model then; the best third (at least
+   `--finalists`) goes on to the next rung's budget, again from scratch.
+   Seed 0 throughout.
+3. Finals: the best `--finalists` of each side after the last rung train
+   to `--target` test accuracy (evaluated four times an epoch, at most
+   `--max_epochs`), once per seed (`--seeds`, default 0, 1, 2). A
+   configuration's time is the median over its seeds (a run that misses
+   the target counts as infinitely slow); each side's best is its
+   finalist with the least median time; the ratio is TensorBow's best
+   over TensorFlow's.
+
+Writes tuned_tta.json (every screening score and final run), tuned_tta.md
+and tuned_tta.png (test accuracy against time and epochs of the median run
+of each side's best).
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import tensorflow as tf
+
+from benchmarks.suite import harness
+from models import data as tb_data
+from models import plot
+from models import training
+
+
+def _list(kind):
+  return lambda text: [kind(v) for v in text.split(",") if v]
+
+
+def parse_args(argv):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--model", default="lenet")
+  p.add_argument("--target", type=float, default=0.9)
+  p.add_argument("--tf_batch_sizes", type=_list(int), default=[16, 32, 64, 128])
+  p.add_argument("--tensorbow_batch_sizes", type=_list(int), default=[4, 8, 16])
+  p.add_argument("--replicas", type=_list(int), default=[2, 4, 8])
+  p.add_argument("--algorithms", type=_list(str),
+                 default=["sma", "easgd", "ssgd", "asgd", "adaptive"])
+  p.add_argument("--learning_rates", type=_list(float),
+                 default=[0.005, 0.01, 0.02, 0.05])
+  p.add_argument("--rungs", type=_list(float), default=[0.125, 0.25, 0.5])
+  p.add_argument("--finalists", type=int, default=3)
+  p.add_argument("--seeds", type=_list(int), default=[0, 1, 2])
+  p.add_argument("--max_epochs", type=float, default=10)
+  p.add_argument("--out", default="benchmarks/results/tuned_tta")
+  return p.parse_args(argv)
+
+
+def grids(args):
+  """(TensorFlow's configurations, TensorBow's), as dicts."""
+  tf_grid = [dict(session="tf", replicas=1, algorithm=None, batch_size=b,
+                  learning_rate=lr)
+             for b in args.tf_batch_sizes for lr in args.learning_rates]
+  tb_grid = [dict(session="tensorbow", replicas=r, algorithm=a, batch_size=b,
+                  learning_rate=lr)
+             for b in args.tensorbow_batch_sizes for r in args.replicas
+             for a in args.algorithms for lr in args.learning_rates]
+  return tf_grid, tb_grid
+
+
+def name(config):
+  if config["session"] == "tf":
+    return f"tf b{config['batch_size']} lr {config['learning_rate']}"
+  return (f"tensorbow {config['algorithm']} L={config['replicas']} "
+          f"b{config['batch_size']} lr {config['learning_rate']}")
+
+
+def train(model, config, dataset, seed, epochs, target=None):
+  """One run of `config`: training.train's dict."""
+  run = training.Config(
+      session=config["session"], replicas=config["replicas"],
+      algorithm=config["algorithm"] or "sma",
+      batch_size=config["batch_size"],
+      learning_rate=config["learning_rate"], epochs=epochs,
+      target_accuracy=target, data="fashion_mnist",
+      log_dir=f"/tmp/tensorbow_tuned_tta/{model}", seed=seed)
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.compat.v1.set_random_seed(seed)
+    net = harness.load_model(model).build(
+        dataset.train_images.shape[1:], dataset.num_classes,
+        config["learning_rate"])
+  return training.train(net, dataset, run, model, verbose=False)
+
+
+def screen(model, configs, rungs, finalists, dataset, log):
+  """Successive halving; returns (per rung [(config, accuracy)], the
+  survivors of the last rung, best first)."""
+  history, alive = [], list(configs)
+  for budget in rungs:
+    scored = []
+    for config in alive:
+      result = train(model, config, dataset, seed=0, epochs=budget)
+      scored.append((config, result["test_accuracy"]))
+      log(f"  rung {budget}: {name(config)}: {result['test_accuracy']:.4f} "
+          f"({result['wall_time']:.1f} s)")
+    scored.sort(key=lambda s: -s[1])
+    history.append([dict(config, accuracy=a) for config, a in scored])
+    alive = [c for c, _ in scored[:max(finalists, math.ceil(len(scored) / 3))]]
+  return history, alive[:finalists]
+
+
+def finals(model, configs, seeds, target, max_epochs, dataset, log):
+  rows = []
+  for config in configs:
+    for seed in seeds:
+      result = train(model, config, dataset, seed, max_epochs, target)
+      reached = result["stop_reason"] == "target_accuracy"
+      rows.append(dict(config, seed=seed, reached=reached,
+                       epochs=result["epochs"],
+                       wall_time=result["wall_time"],
+                       test_accuracy=result["test_accuracy"],
+                       log_path=result["log_path"]))
+      log(f"  final: {name(config)} seed {seed}: "
+          f"{result['test_accuracy']:.4f} after {result['epochs']:.2f} "
+          f"epochs, {result['wall_time']:.1f} s ({result['stop_reason']})")
+  return rows
+
+
+def summarize(rows):
+  """Per configuration: median time and epochs over its seeds."""
+  by_config = {}
+  for row in rows:
+    by_config.setdefault(name(row), []).append(row)
+  out = []
+  for label, runs in by_config.items():
+    times = [r["wall_time"] if r["reached"] else math.inf for r in runs]
+    median_time = statistics.median(times)
+    median_run = sorted(runs, key=lambda r: (
+        r["wall_time"] if r["reached"] else math.inf))[len(runs) // 2]
+    out.append(dict(name=label, session=runs[0]["session"],
+                    reached=sum(r["reached"] for r in runs), runs=len(runs),
+                    median_time=median_time,
+                    median_epochs=statistics.median(r["epochs"] for r in runs),
+                    median_log=median_run["log_path"]))
+  return sorted(out, key=lambda s: s["median_time"])
+
+
+def markdown(result):
+  lines = [f"Target {result['target']} on Fashion-MNIST, "
+           f"{result['model']}; screening rungs {result['rungs']} epochs.",
+           "", "| configuration | reached | median time (s) | "
+           "median epochs |", "| --- | --- | --- | --- |"]
+  for s in result["summary"]:
+    time_text = ("missed" if math.isinf(s["median_time"])
+                 else f"{s['median_time']:.1f}")
+    lines.append(f"| {s['name']} | {s['reached']}/{s['runs']} | "
+                 f"{time_text} | {s['median_epochs']:.2f} |")
+  ratio = result["ratio"]
+  lines += ["", "TensorBow best / TensorFlow best (median time): " +
+            (f"{ratio:.2f}" if ratio is not None else "n/a")]
+  return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  tf.compat.v1.disable_eager_execution()
+  log = lambda text: print(text, file=sys.stderr, flush=True)
+  start = time.time()
+  dataset = tb_data.load_dataset("fashion_mnist")
+  tf_grid, tb_grid = grids(args)
+  result = dict(model=args.model, target=args.target, rungs=args.rungs,
+                seeds=args.seeds, machine=harness.machine(),
+                command="python -m benchmarks.tuned_tta " + " ".join(
+                    sys.argv[1:] if argv is None else argv))
+  best = {}
+  for side, grid in (("tf", tf_grid), ("tensorbow", tb_grid)):
+    log(f"{side}: screening {len(grid)} configurations")
+    history, chosen = screen(args.model, grid, args.rungs, args.finalists,
+                             dataset, log)
+    result[f"screening_{side}"] = history
+    log(f"{side}: finals of {[name(c) for c in chosen]}")
+    result[f"finals_{side}"] = finals(args.model, chosen, args.seeds,
+                                      args.target, args.max_epochs, dataset,
+                                      log)
+    summary = summarize(result[f"finals_{side}"])
+    result.setdefault("summary", []).extend(summary)
+    best[side] = summary[0]
+  result["best_tf"], result["best_tensorbow"] = best["tf"], best["tensorbow"]
+  finite = all(math.isfinite(b["median_time"]) for b in best.values())
+  result["ratio"] = (best["tensorbow"]["median_time"] /
+                     best["tf"]["median_time"] if finite else None)
+  result["seconds_taken"] = round(time.time() - start, 1)
+  os.makedirs(args.out, exist_ok=True)
+  base = os.path.join(args.out, "tuned_tta")
+  with open(base + ".json", "w") as f:
+    json.dump(result, f, indent=1, default=str)
+  table = markdown(result)
+  with open(base + ".md", "w") as f:
+    f.write(table)
+  plot.plot_logs([best["tf"]["median_log"], best["tensorbow"]["median_log"]],
+                 base + ".png", title=f"{args.model}: best of each side")
+  print(table)
+  return result
+
+
+if __name__ == "__main__":
+  main()
