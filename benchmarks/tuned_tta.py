@@ -65,7 +65,18 @@ def parse_args(argv):
   p.add_argument("--seeds", type=_list(int), default=[0, 1, 2])
   p.add_argument("--max_epochs", type=float, default=10)
   p.add_argument("--out", default="benchmarks/results/tuned_tta")
+  p.add_argument("--screen_only", action="store_true",
+                 help="stop after screening both sides")
+  p.add_argument("--resume", action="store_true",
+                 help="keep the stages OUT/tuned_tta.json already holds "
+                 "(run with the same settings) and run only the others")
   return p.parse_args(argv)
+
+
+# The settings a resumed run must share with the one it continues.
+_SETTINGS = ("model", "target", "tf_batch_sizes", "tensorbow_batch_sizes",
+             "replicas", "algorithms", "learning_rates", "rungs", "finalists",
+             "seeds", "max_epochs")
 
 
 def grids(args):
@@ -181,32 +192,55 @@ def main(argv=None):
   start = time.time()
   dataset = tb_data.load_dataset("fashion_mnist")
   tf_grid, tb_grid = grids(args)
-  result = dict(model=args.model, target=args.target, rungs=args.rungs,
-                seeds=args.seeds, machine=harness.machine(),
-                command="python -m benchmarks.tuned_tta " + " ".join(
-                    sys.argv[1:] if argv is None else argv))
-  best = {}
+  settings = {k: getattr(args, k) for k in _SETTINGS}
+  os.makedirs(args.out, exist_ok=True)
+  base = os.path.join(args.out, "tuned_tta")
+  result = dict(settings, machine=harness.machine(), commands=[])
+  if args.resume and os.path.exists(base + ".json"):
+    with open(base + ".json") as f:
+      result = json.load(f)
+    differ = {k: (result.get(k), v) for k, v in settings.items()
+              if result.get(k) != v}
+    if differ:
+      raise SystemExit(f"{base}.json was run with other settings "
+                       f"(there, here): {differ}")
+  result["commands"].append("python -m benchmarks.tuned_tta " + " ".join(
+      sys.argv[1:] if argv is None else argv))
+  result.setdefault("seconds_taken", 0.0)
+
+  def save():
+    result["seconds_taken"] += round(time.time() - start, 1)
+    with open(base + ".json", "w") as f:
+      json.dump(result, f, indent=1, default=str)
+
   for side, grid in (("tf", tf_grid), ("tensorbow", tb_grid)):
-    log(f"{side}: screening {len(grid)} configurations")
-    history, chosen = screen(args.model, grid, args.rungs, args.finalists,
-                             dataset, log)
-    result[f"screening_{side}"] = history
-    log(f"{side}: finals of {[name(c) for c in chosen]}")
-    result[f"finals_{side}"] = finals(args.model, chosen, args.seeds,
-                                      args.target, args.max_epochs, dataset,
-                                      log)
-    summary = summarize(result[f"finals_{side}"])
-    result.setdefault("summary", []).extend(summary)
-    best[side] = summary[0]
+    if f"screening_{side}" not in result:
+      log(f"{side}: screening {len(grid)} configurations")
+      result[f"screening_{side}"], _ = screen(
+          args.model, grid, args.rungs, args.finalists, dataset, log)
+      save()
+      start = time.time()
+  if args.screen_only:
+    return result
+  best = {}
+  for side in ("tf", "tensorbow"):
+    chosen = [{k: c[k] for k in grids(args)[0][0]}
+              for c in result[f"screening_{side}"][-1][:args.finalists]]
+    if f"finals_{side}" not in result:
+      log(f"{side}: finals of {[name(c) for c in chosen]}")
+      result[f"finals_{side}"] = finals(args.model, chosen, args.seeds,
+                                        args.target, args.max_epochs,
+                                        dataset, log)
+      save()
+      start = time.time()
+    best[side] = summarize(result[f"finals_{side}"])[0]
+  result["summary"] = (summarize(result["finals_tf"]) +
+                       summarize(result["finals_tensorbow"]))
   result["best_tf"], result["best_tensorbow"] = best["tf"], best["tensorbow"]
   finite = all(math.isfinite(b["median_time"]) for b in best.values())
   result["ratio"] = (best["tensorbow"]["median_time"] /
                      best["tf"]["median_time"] if finite else None)
-  result["seconds_taken"] = round(time.time() - start, 1)
-  os.makedirs(args.out, exist_ok=True)
-  base = os.path.join(args.out, "tuned_tta")
-  with open(base + ".json", "w") as f:
-    json.dump(result, f, indent=1, default=str)
+  save()
   table = markdown(result)
   with open(base + ".md", "w") as f:
     f.write(table)
