@@ -1,6 +1,6 @@
 """`tensorbow-run`: runs an unmodified TF1 script on `TensorBowSession`.
 
-    tensorbow-run [--replicas N]
+    tensorbow-run [--replicas N|auto]
                   [--algorithm sma|easgd|ssgd|asgd|adaptive|none]
                   [--alpha A] [--central_momentum M]
                   [--nonfinite propagate|raise|skip]
@@ -223,7 +223,9 @@ def _number(text, kind, accept, accepted):
 
 
 def _replicas(text):
-  return _number(text, int, lambda v: v >= 1, "an int >= 1")
+  if text == "auto":
+    return text
+  return _number(text, int, lambda v: v >= 1, "an int >= 1 or 'auto'")
 
 
 def _alpha(text):

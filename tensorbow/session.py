@@ -14,16 +14,19 @@ import threading
 import tensorflow as tf
 
 from tensorbow import algorithms
+from tensorbow import autotune
 from tensorbow import checkpoint
 from tensorbow import compat
 from tensorbow import execution
+from tensorbow import options
 from tensorbow import planner
 from tensorbow import routing
 from tensorbow import waves
 from tensorbow.rewrite import analysis
 
-ALGORITHMS = algorithms.NAMES
-NONFINITE = ("propagate", "raise", "skip")
+ALGORITHMS = options.ALGORITHMS
+NONFINITE = options.NONFINITE
+check_options = options.check_options
 
 
 class TensorBowSession(compat.SessionInterface):
@@ -56,10 +59,11 @@ class TensorBowSession(compat.SessionInterface):
   def __init__(self, target="", graph=None, config=None, *, replicas=2,
                algorithm="sma", alpha=None, central_momentum=0.9,
                nonfinite="propagate"):
-    algorithm = check_options(replicas, algorithm, alpha, central_momentum,
-                              nonfinite)
-    alpha = getattr(algorithm, "alpha", 1.0 / replicas)
-    central_momentum = getattr(algorithm, "central_momentum", 0.9)
+    check_options(replicas, algorithm, alpha, central_momentum, nonfinite)
+    # Resolved for L whenever L is set (replicas="auto" changes it).
+    self._algorithm_spec = algorithms.resolve(algorithm, alpha,
+                                              central_momentum)
+    self._tuner = autotune.AutoTuner() if replicas == options.AUTO else None
     if graph is None:
       graph = tf.compat.v1.get_default_graph()
     self._graph = graph
@@ -68,22 +72,33 @@ class TensorBowSession(compat.SessionInterface):
     self._config = config
     self._session = compat.PlainSession(target=target,
                                         graph=self._exec.graph, config=config)
-    self._replicas = replicas
-    self._algorithm = algorithm.name
-    self._alpha = float(alpha)
-    self._central_momentum = float(central_momentum)
     self._nonfinite = nonfinite
-    self._planner = planner.Planner(self._session, self._exec, replicas,
-                                    algorithm, nonfinite)
     self._lock = threading.RLock()
     self._router = routing.Router(graph, self._exec, self._lock)
-    self._trainer = waves.Trainer(
-        self._session, self._planner, replicas, nonfinite,
-        {"replicas": replicas, "algorithm": self._algorithm,
-         "alpha": self._alpha, "central_momentum": self._central_momentum},
-        self._lock, self._check_open)
     self._closed = False
     self._context = None
+    self._set_replicas(1 if self._tuner is not None else replicas)
+
+  def _set_replicas(self, replicas):
+    """Trains `replicas` replicas from the next training run on, seeded
+    from the central model (the current replicas' state refreshed into the
+    user's variables first)."""
+    with self._lock:
+      if getattr(self, "_trainer", None) is not None:
+        self._trainer.refresh()
+        self._planner.runtime = None
+      algorithm = self._algorithm_spec.resolved(replicas)
+      self._replicas = replicas
+      self._algorithm = algorithm.name
+      self._planner = planner.Planner(self._session, self._exec, replicas,
+                                      algorithm, self._nonfinite)
+      self._trainer = waves.Trainer(
+          self._session, self._planner, replicas, self._nonfinite,
+          {"replicas": replicas, "algorithm": algorithm.name,
+           "alpha": float(getattr(algorithm, "alpha", 1.0 / replicas)),
+           "central_momentum": float(getattr(algorithm, "central_momentum",
+                                             0.9))},
+          self._lock, self._check_open)
 
   # ---- SessionInterface ----------------------------------------------------
 
@@ -108,7 +123,13 @@ class TensorBowSession(compat.SessionInterface):
 
   @property
   def replicas(self):
+    """L, the current number of replicas."""
     return self._replicas
+
+  def tuning_decisions(self):
+    """With replicas="auto": the auto-tuner's decisions (autotune.Decision)
+    so far; else []."""
+    return list(self._tuner.decisions) if self._tuner is not None else []
 
   def list_devices(self):
     return self._session.list_devices()
@@ -204,6 +225,8 @@ class TensorBowSession(compat.SessionInterface):
     route, fed_values = self._router.route(fetches, feed_dict or {})
     if not route.closure[0]:
       return self._plain_run(route, fed_values, options, run_metadata)
+    if self._tuner is not None:
+      return self._tuner.train(self, route, fed_values, options, run_metadata)
     return self._trainer.train(route, fed_values, options, run_metadata)
 
   def _sync(self):
@@ -264,29 +287,6 @@ class TensorBowSession(compat.SessionInterface):
     """Per stream group, the counters of the arena its tasks' staged feeds
     come from (runtime.Runtime.arena_stats); [] before a training run."""
     return self._runtime.arena_stats() if self._runtime is not None else []
-
-
-def check_options(replicas=2, algorithm="sma", alpha=None,
-                  central_momentum=0.9, nonfinite="propagate"):
-  """Checks `TensorBowSession`'s options; returns the resolved algorithm.
-
-  Raises:
-    ValueError: for an option out of range.
-  """
-  if nonfinite not in NONFINITE:
-    raise ValueError(f"nonfinite must be one of {NONFINITE}, got "
-                     f"{nonfinite!r}")
-  if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-    raise ValueError(f"replicas must be an int >= 1, got {replicas!r}")
-  resolved = algorithms.resolve(algorithm, alpha,
-                                central_momentum).resolved(replicas)
-  if resolved.shares_model and nonfinite != "propagate":
-    raise ValueError(f"algorithm {resolved.name!r} applies each task's step "
-                     "when it finishes: nonfinite must be 'propagate'")
-  if resolved.averages_gradients and nonfinite == "skip":
-    raise ValueError(f"algorithm {resolved.name!r} averages every replica's "
-                     "gradients: nonfinite cannot be 'skip'")
-  return resolved
 
 
 def _names(handler):

@@ -43,6 +43,7 @@ class Trainer(object):
     self._loaded_state = None  # replica state restored with a checkpoint
     self._waves = 0  # training runs completed
     self._shares = None  # per replica, its share of a batch (adapts_shards)
+    self.last_rows = 0  # the batch rows of the latest training run
 
   @property
   def _runtime(self):
@@ -132,6 +133,8 @@ class Trainer(object):
               "a write waits on a computed op through a control dependency")
         self.plans[route.signature] = plan
       values = feeds.check(plan, fed_values, self._replicas)
+      self.last_rows = (len(values[plan.batch_feed]) if plan.batch_feed >= 0
+                        else 0)
       algorithm = self._planner.algorithm
       sizes = None
       if algorithm.adapts_shards and plan.batch_feed >= 0:

@@ -1,0 +1,32 @@
+"""`TensorBowSession`'s options, checked before anything is built."""
+from tensorbow import algorithms
+
+ALGORITHMS = algorithms.NAMES
+NONFINITE = ("propagate", "raise", "skip")
+AUTO = "auto"
+
+
+def check_options(replicas=2, algorithm="sma", alpha=None,
+                  central_momentum=0.9, nonfinite="propagate"):
+  """Checks `TensorBowSession`'s options; returns the algorithm resolved for
+  `replicas` (for "auto", for the one replica it starts with).
+
+  Raises:
+    ValueError: for an option out of range.
+  """
+  if nonfinite not in NONFINITE:
+    raise ValueError(f"nonfinite must be one of {NONFINITE}, got "
+                     f"{nonfinite!r}")
+  if replicas != AUTO and (isinstance(replicas, bool) or
+                           not isinstance(replicas, int) or replicas < 1):
+    raise ValueError(f"replicas must be an int >= 1 or {AUTO!r}, got "
+                     f"{replicas!r}")
+  resolved = algorithms.resolve(algorithm, alpha, central_momentum).resolved(
+      1 if replicas == AUTO else replicas)
+  if resolved.shares_model and nonfinite != "propagate":
+    raise ValueError(f"algorithm {resolved.name!r} applies each task's step "
+                     "when it finishes: nonfinite must be 'propagate'")
+  if resolved.averages_gradients and nonfinite == "skip":
+    raise ValueError(f"algorithm {resolved.name!r} averages every replica's "
+                     "gradients: nonfinite cannot be 'skip'")
+  return resolved

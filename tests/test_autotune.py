@@ -1,0 +1,115 @@
+"""replicas="auto" (tensorbow/autotune.py): the search over L, and a change
+of L that neither changes the central model nor loses an update."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tensorbow as tb
+from tensorbow import autotune
+
+import graphs
+import references
+
+tf1 = tf.compat.v1
+LR, MU = 0.1, 0.9
+RNG = np.random.RandomState(37)
+BATCHES = [(RNG.randn(16, 3).astype(np.float32),
+            RNG.randn(16, 1).astype(np.float32)) for _ in range(9)]
+
+
+def _gd():
+  return tf1.train.GradientDescentOptimizer(LR)
+
+
+@pytest.mark.parametrize("use_resource", [True, False],
+                         ids=["resource", "ref"])
+def test_changing_l_keeps_the_central_model_and_every_update(use_resource):
+  model = graphs.build(_gd, use_resource)
+  with tb.TensorBowSession(graph=model.graph, replicas=1) as sess:
+    sess.run(model.init)
+    for x, y in BATCHES[:3]:
+      sess.run(model.train, {model.x: x, model.y: y})
+    before = sess.run([model.w, model.b])
+    sess._set_replicas(2)  # pylint: disable=protected-access
+    assert sess.replicas == 2
+    for got, want in zip(sess.run([model.w, model.b]), before):
+      np.testing.assert_array_equal(got, want)
+    for x, y in BATCHES[3:6]:
+      sess.run(model.train, {model.x: x, model.y: y})
+    after_sma = sess.run([model.w, model.b])
+    sess._set_replicas(1)  # pylint: disable=protected-access
+    for x, y in BATCHES[6:]:
+      sess.run(model.train, {model.x: x, model.y: y})
+    final = sess.run([model.w, model.b])
+  # One replica: plain gradient descent on the whole batch.
+  params = [graphs.W0.astype(np.float64), graphs.B0.astype(np.float64)]
+
+  def plain(params, batches):
+    for x, y in batches:
+      grads, _ = references.least_squares(params, x, y)
+      params = [p - LR * g for p, g in zip(params, grads)]
+    return params
+
+  params = plain(params, BATCHES[:3])
+  for got, want in zip(before, params):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  # Two replicas seeded from that central model: SMA from there.
+  params = references.sma(params, BATCHES[3:6], 2, 0.5, MU, LR)[-1][0]
+  for got, want in zip(after_sma, params):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  params = plain(params, BATCHES[6:])
+  for got, want in zip(final, params):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _search(throughputs, rows=64, **kwargs):
+  """The tuner fed, at each L, runs of throughput throughputs[L]; returns
+  the L it settles at and its decisions."""
+  tuner = autotune.AutoTuner(warmup=1, measure=3, **kwargs)
+  replicas = 1
+  for _ in range(200):
+    following = tuner.observe(replicas, rows, rows / throughputs[replicas])
+    if following is not None:
+      replicas = following
+    if tuner._settled:  # pylint: disable=protected-access
+      break
+  return replicas, tuner.decisions
+
+
+def test_adds_replicas_while_throughput_improves_by_ten_percent():
+  replicas, decisions = _search({1: 100, 2: 150, 3: 170, 4: 180, 5: 190})
+  # 3 is 1.13x 2; 4 only 1.06x 3: back to 3.
+  assert replicas == 3
+  assert [d.replicas for d in decisions] == [1, 2, 3, 4]
+  assert decisions[-1].next == 3 and "settled at L=3" in decisions[-1].reason
+
+
+def test_never_settles_slower_than_one_replica():
+  replicas, decisions = _search({1: 100, 2: 60})
+  assert replicas == 1 and decisions[-1].next == 1
+
+
+def test_stops_at_the_batch_rows_and_retunes_on_a_new_batch_size():
+  tuner = autotune.AutoTuner(warmup=0, measure=1)
+  assert tuner.observe(1, 2, 1.0) == 2
+  assert tuner.observe(2, 2, 0.1) == 2  # 2 rows: at most 2 replicas
+  assert tuner.observe(2, 2, 0.1) is None  # settled
+  assert tuner.observe(2, 8, 0.1) == 3  # a new batch size: tuning again
+  assert "batch size changed" in tuner.decisions[-2].reason
+
+
+def test_auto_session_trains_and_reports_its_decisions():
+  model = graphs.build(lambda: tf1.train.MomentumOptimizer(0.05, 0.9))
+  x, y = BATCHES[0]
+  with tb.TensorBowSession(graph=model.graph, replicas="auto") as sess:
+    assert sess.replicas == 1
+    sess.run(model.init)
+    first = sess.run(model.loss, {model.x: x, model.y: y})
+    for _ in range(30):
+      sess.run(model.train, {model.x: x, model.y: y})
+    last = sess.run(model.loss, {model.x: x, model.y: y})
+    decisions = sess.tuning_decisions()
+  assert last < first
+  assert decisions and decisions[0].replicas == 1
+  assert all(isinstance(d, autotune.Decision) for d in decisions)
+  assert sess.replicas == decisions[-1].next
