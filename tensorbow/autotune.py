@@ -1,95 +1,141 @@
 """Crossbow's auto-tuner: `TensorBowSession(replicas="auto")`.
 
 The session starts with one replica. The tuner times the user's own
-training runs: after `warmup` runs at an L it measures `measure` more
-and takes their median throughput (batch rows per second, the whole
-`run` call). While the last L added improved on the best throughput so
-far by at least `gain`, it adds one more replica (at most `max_replicas`
-and at most the batch's rows); when one does not, it goes back to the
-best L and settles. A run with a different batch size starts the search
-again from the current L. Each decision is one log line and a record in
-`decisions`; a change of L refreshes the central model from the replicas
-and seeds the new ones from it, so no update is lost.
+training runs: after `warmup` runs at a setting it measures `measure`
+more and takes their median throughput (batch rows per second, the whole
+`run` call).
+
+1. L: while the last L added improved on the best throughput so far by
+   at least `gain`, it adds one more replica (at most `max_replicas` and
+   at most the batch's rows); when one does not, it goes back to the best
+   L.
+2. Stream groups (how many tasks run at once, each with TensorFlow's
+   intra-op pool): at that L it tries every other count from 1 to
+   min(L, cores) and keeps one that beats the best by `gain_groups`.
+
+Then it settles. A run with a different batch size starts the search
+again from the current setting. Each decision is one log line and a
+record in `decisions`; a change of setting refreshes the central model
+from the replicas and seeds the new ones from it, so no update is lost.
 """
 import collections
 import logging
+import os
 import statistics
 import time
 
 Decision = collections.namedtuple(
-    "Decision", ["run", "replicas", "rows", "rows_per_second", "next",
-                 "reason"])
+    "Decision", ["run", "replicas", "stream_groups", "rows",
+                 "rows_per_second", "next", "reason"])
 
 
 class AutoTuner(object):
-  """Chooses a session's L from the throughput of its training runs."""
+  """Chooses a session's L and stream groups from the throughput of its
+  training runs."""
 
-  def __init__(self, warmup=2, measure=5, gain=1.1, max_replicas=16):
+  def __init__(self, warmup=2, measure=5, gain=1.1, gain_groups=1.05,
+               max_replicas=16, cores=None):
     self.warmup = warmup
     self.measure = measure
     self.gain = gain
+    self.gain_groups = gain_groups
     self.max_replicas = max_replicas
+    self.cores = cores or os.cpu_count() or 1
     self.decisions = []
     self._runs = 0
     self._rows = None  # the batch size being tuned for
-    self._samples = []  # throughputs at the current L
-    self._best = None  # (L, rows per second)
-    self._settled = False
+    self._samples = []  # throughputs at the current setting
+    self._best = None  # (L, stream groups, rows per second)
+    self._phase = "replicas"  # then "groups", then "settled"
+    self._untried = []  # stream-group counts still to try
+
+  @property
+  def settled(self):
+    return self._phase == "settled"
 
   def train(self, session, route, fed_values, options, run_metadata):
-    """`session`'s training run, timed; then L changes if the search says
-    so."""
+    """`session`'s training run, timed; then the setting changes if the
+    search says so."""
     start = time.perf_counter()
-    result = session._trainer.train(route, fed_values, options,  # pylint: disable=protected-access
-                                    run_metadata)
+    trainer = session._trainer  # pylint: disable=protected-access
+    result = trainer.train(route, fed_values, options, run_metadata)
     seconds = time.perf_counter() - start
-    rows = session._trainer.last_rows  # pylint: disable=protected-access
-    following = self.observe(session.replicas, rows, seconds)
-    if following is not None and following != session.replicas:
-      session._set_replicas(following)  # pylint: disable=protected-access
+    runtime = session._planner.runtime  # pylint: disable=protected-access
+    groups = runtime.num_stream_groups if runtime is not None else 1
+    following = self.observe(session.replicas, groups, trainer.last_rows,
+                             seconds)
+    if following is not None and following != (session.replicas, groups):
+      session._set_replicas(*following)  # pylint: disable=protected-access
     return result
 
-  def observe(self, replicas, rows, seconds):
-    """Records a training run of `rows` rows at `replicas` replicas that
-    took `seconds`; returns the L for the next run, or None to keep it."""
+  def observe(self, replicas, groups, rows, seconds):
+    """Records a training run of `rows` rows at `replicas` replicas on
+    `groups` stream groups that took `seconds`; returns (L, stream groups)
+    for the next run, or None to keep them."""
     self._runs += 1
     if rows != self._rows:
       if self._rows is not None:
-        self._decide(replicas, rows, None, replicas,
+        self._decide(replicas, groups, rows, None, (replicas, groups),
                      "batch size changed: tuning again")
       self._rows, self._samples, self._best = rows, [], None
-      self._settled = False
-    if self._settled:
+      self._phase = "replicas"
+    if self.settled:
       return None
     self._samples.append(rows / max(seconds, 1e-9))
     if len(self._samples) < self.warmup + self.measure:
       return None
     throughput = statistics.median(self._samples[self.warmup:])
     self._samples = []
-    limit = min(self.max_replicas, max(1, rows))
-    if self._best is None or throughput >= self.gain * self._best[1]:
-      gained = self._best is None
-      self._best = (replicas, throughput)
-      if replicas + 1 > limit:
-        self._settled = True
-        return self._decide(replicas, rows, throughput, replicas,
-                            f"settled: {limit} is the most replicas")
-      return self._decide(
-          replicas, rows, throughput, replicas + 1,
-          "first measurement" if gained else
-          f"at least {self.gain:g}x the best so far: adding a replica")
-    self._settled = True
-    best = self._best[0]
-    return self._decide(
-        replicas, rows, throughput, best,
-        f"under {self.gain:g}x L={best}'s {self._best[1]:.0f} rows/s: "
-        f"settled at L={best}")
+    if self._phase == "replicas":
+      return self._next_replicas(replicas, groups, rows, throughput)
+    return self._next_groups(replicas, groups, rows, throughput)
 
-  def _decide(self, replicas, rows, throughput, following, reason):
-    self.decisions.append(Decision(self._runs, replicas, rows, throughput,
-                                   following, reason))
+  def _next_replicas(self, replicas, groups, rows, throughput):
+    limit = min(self.max_replicas, max(1, rows))
+    if self._best is None or throughput >= self.gain * self._best[2]:
+      first = self._best is None
+      self._best = (replicas, groups, throughput)
+      if replicas < limit:
+        return self._decide(
+            replicas, groups, rows, throughput, (replicas + 1, None),
+            "first measurement" if first else
+            f"at least {self.gain:g}x the best so far: adding a replica")
+      reason = f"{limit} is the most replicas"
+    else:
+      reason = (f"under {self.gain:g}x L={self._best[0]}'s "
+                f"{self._best[2]:.0f} rows/s")
+    best_l, best_groups, _ = self._best
+    self._untried = [g for g in range(1, min(best_l, self.cores) + 1)
+                     if g != best_groups]
+    if not self._untried:
+      self._phase = "settled"
+      return self._decide(replicas, groups, rows, throughput,
+                          (best_l, best_groups), reason + ": settled")
+    self._phase = "groups"
+    return self._decide(replicas, groups, rows, throughput,
+                        (best_l, self._untried.pop(0)),
+                        reason + f": L={best_l}, trying stream groups")
+
+  def _next_groups(self, replicas, groups, rows, throughput):
+    if throughput >= self.gain_groups * self._best[2]:
+      self._best = (replicas, groups, throughput)
+    if self._untried:
+      return self._decide(replicas, groups, rows, throughput,
+                          (self._best[0], self._untried.pop(0)),
+                          "trying stream groups")
+    self._phase = "settled"
+    best_l, best_groups, best = self._best
+    return self._decide(
+        replicas, groups, rows, throughput, (best_l, best_groups),
+        f"settled at L={best_l} on {best_groups} stream groups "
+        f"({best:.0f} rows/s)")
+
+  def _decide(self, replicas, groups, rows, throughput, following, reason):
+    self.decisions.append(Decision(self._runs, replicas, groups, rows,
+                                   throughput, following, reason))
     logging.getLogger("tensorbow").info(
-        "TensorBow auto-tuner, run %d: L=%d, %s rows, %s rows/s -> L=%d (%s)",
-        self._runs, replicas, rows,
-        "-" if throughput is None else f"{throughput:.0f}", following, reason)
+        "TensorBow auto-tuner, run %d: L=%d on %d stream groups, %s rows, "
+        "%s rows/s -> %s (%s)", self._runs, replicas, groups, rows,
+        "-" if throughput is None else f"{throughput:.0f}", following,
+        reason)
     return following

@@ -51,12 +51,16 @@ class Planner(object):
     execution: the session's `execution.ExecutionGraph`.
     replicas, nonfinite: the session's configuration.
     algorithm: the session's `algorithms.Algorithm`, resolved for L.
+    stream_groups: the runtime's concurrent tasks (None:
+      `runtime.default_stream_groups`).
   """
 
-  def __init__(self, session, execution, replicas, algorithm, nonfinite):
+  def __init__(self, session, execution, replicas, algorithm, nonfinite,
+               stream_groups=None):
     self._session = session
     self._exec = execution
     self._replicas = replicas
+    self._stream_groups = stream_groups
     self._algorithm = algorithm
     self._nonfinite = nonfinite
     self.runtime = None  # the C++ runtime, made with the first plan
@@ -105,8 +109,9 @@ class Planner(object):
     trainable = analysis.trainable_variable_ops(self.graph)
     if self.runtime is None:
       self.runtime = tb_runtime.Runtime(
-          self._session, tb_runtime.default_stream_groups(self._replicas),
-          self._replicas)
+          self._session,
+          self._stream_groups or
+          tb_runtime.default_stream_groups(self._replicas), self._replicas)
     batch_names = [t.name for t, b in zip(fed, batch) if b]
     if self._replicas == 1:
       # One replica is plain training (DESIGN.md 2.7): the user's own graph,

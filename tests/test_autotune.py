@@ -62,39 +62,50 @@ def test_changing_l_keeps_the_central_model_and_every_update(use_resource):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def _search(throughputs, rows=64, **kwargs):
-  """The tuner fed, at each L, runs of throughput throughputs[L]; returns
-  the L it settles at and its decisions."""
-  tuner = autotune.AutoTuner(warmup=1, measure=3, **kwargs)
-  replicas = 1
-  for _ in range(200):
-    following = tuner.observe(replicas, rows, rows / throughputs[replicas])
+def _search(throughputs, rows=64, groups=None, cores=2):
+  """The tuner fed, at each setting, runs of throughput
+  throughputs[(L, stream groups)] (default groups: min(L, cores)); returns
+  the setting it settles at and its decisions."""
+  tuner = autotune.AutoTuner(warmup=1, measure=3, cores=cores)
+  setting = (1, 1)
+  for _ in range(500):
+    following = tuner.observe(*setting, rows,
+                              rows / throughputs[setting])
     if following is not None:
-      replicas = following
-    if tuner._settled:  # pylint: disable=protected-access
+      l, g = following
+      setting = (l, g if g is not None else min(l, cores))
+    if tuner.settled:
       break
-  return replicas, tuner.decisions
+  return setting, tuner.decisions
 
 
 def test_adds_replicas_while_throughput_improves_by_ten_percent():
-  replicas, decisions = _search({1: 100, 2: 150, 3: 170, 4: 180, 5: 190})
-  # 3 is 1.13x 2; 4 only 1.06x 3: back to 3.
-  assert replicas == 3
-  assert [d.replicas for d in decisions] == [1, 2, 3, 4]
-  assert decisions[-1].next == 3 and "settled at L=3" in decisions[-1].reason
+  setting, decisions = _search({(1, 1): 100, (2, 2): 150, (3, 2): 170,
+                                (4, 2): 180, (3, 1): 160})
+  # 3 is 1.13x 2, 4 only 1.06x 3: back to 3; 1 stream group is slower.
+  assert setting == (3, 2)
+  assert [d.replicas for d in decisions] == [1, 2, 3, 4, 3]
+  assert decisions[-1].next == (3, 2) and "settled at L=3" in (
+      decisions[-1].reason)
+
+
+def test_keeps_fewer_stream_groups_when_they_are_faster():
+  setting, _ = _search({(1, 1): 100, (2, 2): 150, (3, 2): 150,
+                        (2, 1): 170})
+  assert setting == (2, 1)
 
 
 def test_never_settles_slower_than_one_replica():
-  replicas, decisions = _search({1: 100, 2: 60})
-  assert replicas == 1 and decisions[-1].next == 1
+  setting, decisions = _search({(1, 1): 100, (2, 2): 60})
+  assert setting == (1, 1) and decisions[-1].next == (1, 1)
 
 
 def test_stops_at_the_batch_rows_and_retunes_on_a_new_batch_size():
-  tuner = autotune.AutoTuner(warmup=0, measure=1)
-  assert tuner.observe(1, 2, 1.0) == 2
-  assert tuner.observe(2, 2, 0.1) == 2  # 2 rows: at most 2 replicas
-  assert tuner.observe(2, 2, 0.1) is None  # settled
-  assert tuner.observe(2, 8, 0.1) == 3  # a new batch size: tuning again
+  tuner = autotune.AutoTuner(warmup=0, measure=1, cores=1)
+  assert tuner.observe(1, 1, 2, 1.0) == (2, None)
+  assert tuner.observe(2, 1, 2, 0.1) == (2, 1)  # 2 rows: at most 2
+  assert tuner.settled and tuner.observe(2, 1, 2, 0.1) is None
+  assert tuner.observe(2, 1, 8, 0.1) == (3, None)  # a new batch size
   assert "batch size changed" in tuner.decisions[-2].reason
 
 
@@ -112,4 +123,4 @@ def test_auto_session_trains_and_reports_its_decisions():
   assert last < first
   assert decisions and decisions[0].replicas == 1
   assert all(isinstance(d, autotune.Decision) for d in decisions)
-  assert sess.replicas == decisions[-1].next
+  assert sess.replicas == decisions[-1].next[0]
