@@ -21,8 +21,9 @@ from the replicas and seeds the new ones from it, so no update is lost.
 import collections
 import logging
 import os
-import statistics
 import time
+
+import numpy as np
 
 Decision = collections.namedtuple(
     "Decision", ["run", "replicas", "stream_groups", "rows",
@@ -84,7 +85,7 @@ class AutoTuner(object):
     self._samples.append(rows / max(seconds, 1e-9))
     if len(self._samples) < self.warmup + self.measure:
       return None
-    throughput = statistics.median(self._samples[self.warmup:])
+    throughput = float(np.median(self._samples[self.warmup:]))
     self._samples = []
     if self._phase == "replicas":
       return self._next_replicas(replicas, groups, rows, throughput)
