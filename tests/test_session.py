@@ -544,6 +544,26 @@ def test_string_fetches_in_training_run():
                              rtol=1e-5)
 
 
+def test_histogram_summary_in_a_one_replica_training_run():
+  """At L = 1 the training run is a copy of the user's graph (with faster
+  kernels); its summaries are as tf.compat.v1.Session's."""
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  with m.graph.as_default():
+    merged = tf.compat.v1.summary.merge(
+        [tf.compat.v1.summary.scalar("loss", m.loss),
+         tf.compat.v1.summary.histogram("pred", m.pred)])
+  protos = []
+  for make in (tf.compat.v1.Session,
+               lambda graph: tb.TensorBowSession(graph=graph, replicas=1)):
+    with make(graph=m.graph) as sess:
+      sess.run(m.init)
+      protos.append(tf.compat.v1.Summary.FromString(
+          sess.run([merged, m.train], {m.x: X, m.y: Y})[0]))
+  assert protos[1].value[1].histo.num == protos[0].value[1].histo.num == 10
+  np.testing.assert_allclose(protos[1].value[1].histo.sum,
+                             protos[0].value[1].histo.sum, rtol=1e-5)
+
+
 def test_wave_failing_in_one_replica_changes_no_state():
   lr, alpha, mu, replicas = 0.1, 0.25, 0.6, 3
   graph = tf.Graph()

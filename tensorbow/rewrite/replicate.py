@@ -322,7 +322,7 @@ class Replicator(object):
         for extra in self._algorithm.apply_nodes(
             self, self._states[var.name], node, var, group, aux):
           graph_def.node.add().CopyFrom(extra)
-      elif op.type == "HistogramSummary":
+      elif op.type == "HistogramSummary" and self._num_replicas > 1:
         for out in self._first_replica_only(node, aux):
           graph_def.node.add().CopyFrom(out)
       else:
