@@ -1,0 +1,70 @@
+"""TF1 scripts as people write them, under tf.compat.v1.Session and under
+`tensorbow-run`, side by side.
+
+    PYTHONPATH=. .venv/bin/python -m benchmarks.real_scripts \
+        [--replicas auto] [--repeats 3] [SCRIPT...]
+
+The scripts are in benchmarks/real_scripts/ (an MLP, the "Deep MNIST" CNN,
+an autoencoder with summaries and a Saver), each at its own batch size.
+Each repeat runs every script once as `python script.py` and once as
+`python -m tensorbow.run --replicas R script.py`, alternating, and times
+the whole process. Prints per script the median wall time of each, their
+ratio, and the final test accuracy and loss each script printed.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = os.path.join(ROOT, "benchmarks", "real_scripts")
+DEFAULT = ("mlp.py", "cnn.py", "autoencoder.py")
+_RESULT = re.compile(r"RESULT accuracy=(\S+) loss=(\S+)")
+
+
+def run(command):
+  """(wall seconds, accuracy, loss) of one script run."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=os.pathsep.join([ROOT, SCRIPTS]))
+  start = time.perf_counter()
+  done = subprocess.run(command, env=env, cwd=SCRIPTS, capture_output=True,
+                        text=True, check=False)
+  seconds = time.perf_counter() - start
+  match = _RESULT.search(done.stdout)
+  if done.returncode != 0 or match is None:
+    raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+  return seconds, float(match.group(1)), float(match.group(2))
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--replicas", default="auto")
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("scripts", nargs="*", default=list(DEFAULT))
+  args = parser.parse_args(argv)
+  sessions = {
+      "tf": lambda script: [sys.executable, script],
+      "tensorbow": lambda script: [sys.executable, "-m", "tensorbow.run",
+                                   "--replicas", args.replicas, script],
+  }
+  print("| script | tf.Session (s) | tensorbow-run (s) | ratio | accuracy "
+        "tf / tb | loss tf / tb |")
+  print("| --- | --- | --- | --- | --- | --- |")
+  for script in args.scripts:
+    results = {name: [] for name in sessions}
+    for _ in range(args.repeats):
+      for name, command in sessions.items():
+        results[name].append(run(command(script)))
+    median = {name: [statistics.median(r[i] for r in runs)
+                     for i in range(3)] for name, runs in results.items()}
+    tf_run, tb_run = median["tf"], median["tensorbow"]
+    print(f"| {script} | {tf_run[0]:.1f} | {tb_run[0]:.1f} | "
+          f"{tb_run[0] / tf_run[0]:.2f} | {tf_run[1]:.4f} / {tb_run[1]:.4f} "
+          f"| {tf_run[2]:.4f} / {tb_run[2]:.4f} |", flush=True)
+
+
+if __name__ == "__main__":
+  main()
