@@ -30,3 +30,11 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
     raise ValueError(f"algorithm {resolved.name!r} averages every replica's "
                      "gradients: nonfinite cannot be 'skip'")
   return resolved
+
+
+def checkpoint_config(algorithm, replicas):
+  """What a checkpoint's replica state is saved with (waves.Trainer)."""
+  return {"replicas": replicas, "algorithm": algorithm.name,
+          "alpha": float(getattr(algorithm, "alpha", 1.0 / replicas)),
+          "central_momentum": float(getattr(algorithm, "central_momentum",
+                                            0.9))}

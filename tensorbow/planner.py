@@ -8,11 +8,13 @@ call is prepared in the runtime once per signature.
 """
 import collections
 
+import numpy as np
 import tensorflow as tf
 
 from tensorbow import compat
 from tensorbow import runtime as tb_runtime
 from tensorbow.rewrite import analysis
+from tensorbow.rewrite import kernel_choice
 from tensorbow.rewrite import kernels
 from tensorbow.rewrite import phases
 from tensorbow.rewrite import replicate
@@ -75,10 +77,11 @@ class Planner(object):
   def algorithm(self):
     return self._algorithm
 
-  def plan(self, handler, ops, fed, pulled=frozenset()):
+  def plan(self, handler, ops, fed, pulled=frozenset(), values=None):
     """The plan of a training run: `handler` and `fed` of the user's graph,
     `ops` its closure in the execution graph; the fed tensors named in
-    `pulled` come from an input pipeline."""
+    `pulled` come from an input pipeline; `values`, if given, what this
+    run feeds them (the shapes the kernels are chosen for)."""
     fetchable = tb_runtime.fetchable_dtypes()
     for t in handler.fetches():
       if (t.dtype.base_dtype.as_datatype_enum not in fetchable and
@@ -142,6 +145,10 @@ class Planner(object):
           share_variables=self._replicas == 1 or self._algorithm.shares_model,
           devices=self._cpu_devices())
     rep = self.replicator
+    if rep.chooser is None and kernels.measured() and values is not None:
+      rows = [len(v) for v, b in zip(values, batch) if b and np.ndim(v)]
+      rep.chooser = kernel_choice.Chooser(
+          max(rows[0] // self._replicas, 1) if rows else 1)
     rep.extend(info, fed_names)
     sync = rep.sync_op(info)
     sync_call = self.runtime.add_call([], [], [sync]) if sync is not None else -1

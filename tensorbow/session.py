@@ -95,11 +95,8 @@ class TensorBowSession(compat.SessionInterface):
                                       stream_groups)
       self._trainer = waves.Trainer(
           self._session, self._planner, replicas, self._nonfinite,
-          {"replicas": replicas, "algorithm": algorithm.name,
-           "alpha": float(getattr(algorithm, "alpha", 1.0 / replicas)),
-           "central_momentum": float(getattr(algorithm, "central_momentum",
-                                             0.9))},
-          self._lock, self._check_open)
+          options.checkpoint_config(algorithm, replicas), self._lock,
+          self._check_open)
 
   # ---- SessionInterface ----------------------------------------------------
 
@@ -127,10 +124,14 @@ class TensorBowSession(compat.SessionInterface):
     """L, the current number of replicas."""
     return self._replicas
 
+  def kernel_choices(self):
+    """What timing each substitute against TensorFlow's kernel chose."""
+    chooser = getattr(self._planner.replicator, "chooser", None)
+    return list(chooser.choices) if chooser else []
+
   def tuning_decisions(self):
-    """With replicas="auto": the auto-tuner's decisions (autotune.Decision)
-    so far; else []."""
-    return list(self._tuner.decisions) if self._tuner is not None else []
+    """replicas="auto"'s decisions so far (autotune.Decision)."""
+    return list(self._tuner.decisions) if self._tuner else []
 
   def list_devices(self):
     return self._session.list_devices()

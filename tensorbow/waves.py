@@ -123,7 +123,7 @@ class Trainer(object):
       if plan is None:
         plan = self._planner.plan(handler, route.closure[2],
                                   route.fed + route.pulled,
-                                  frozenset(route.closure[3]))
+                                  frozenset(route.closure[3]), fed_values)
         if (self._planner.algorithm.averages_gradients and
             self._replicas > 1 and plan.atomic is None):
           raise tf.errors.UnimplementedError(

@@ -12,6 +12,9 @@ in one mode and `scripts/test.sh` runs the suite once per mode:
 Tests that start a Python script in a child process make it switch to the
 same mode with the `tf_mode_statement` fixture.
 """
+import os
+import tempfile
+
 import pytest
 
 # The `tf.compat.v1` function a TF1 script calls to enter each mode.
@@ -35,6 +38,11 @@ def pytest_addoption(parser):
 def pytest_configure(config):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   getattr(tf.compat.v1, TF_MODE_SWITCHES[config.getoption("--tf-mode")])()
+  # One cache of kernel choices (rewrite/kernel_choice.py) for the test
+  # session, not the user's: each shape is timed once per session.
+  if "TENSORBOW_CACHE_DIR" not in os.environ:
+    os.environ["TENSORBOW_CACHE_DIR"] = tempfile.mkdtemp(
+        prefix="tensorbow_test_cache_")
 
 
 def pytest_report_header(config):

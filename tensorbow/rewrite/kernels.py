@@ -5,9 +5,12 @@ of one replica some take several times what the arithmetic needs. The
 replicas' copies of these ops compute the same values another way, under
 the original name, so every consumer is unchanged (results differ only in
 rounding order). The user's graph, which every plain run uses, is left as
-written. `TENSORBOW_FAST_KERNELS=0` turns the substitutions off, to measure
-what they bring. Measured on a 2-core AMD EPYC (Zen 3, TensorFlow 2.21
-without oneDNN; `benchmarks/matmul_shapes.py`, `benchmarks/conv_shapes.py`):
+written. By default each substitute the rules below pick is kept only
+where it times faster than TensorFlow's kernel on the machine at hand
+(kernel_choice.py); `TENSORBOW_FAST_KERNELS=all` keeps every one, and
+`TENSORBOW_FAST_KERNELS=0` turns them off, to measure what they bring.
+The rules came from a 2-core AMD EPYC (Zen 3, TensorFlow 2.21 without
+oneDNN; `benchmarks/matmul_shapes.py`, `benchmarks/conv_shapes.py`):
 
 * **MatMul** with a small batch (at most `SMALL` rows of the product, or
   that inner dimension, or either unknown in the graph): TensorBow's own
@@ -51,6 +54,13 @@ _FLOATS = (tf.float32, tf.float64)
 def enabled():
   """Whether replicas use the faster equivalents (TENSORBOW_FAST_KERNELS)."""
   return os.environ.get("TENSORBOW_FAST_KERNELS", "1") != "0"
+
+
+def measured():
+  """Whether each equivalent is kept only where timing it against
+  TensorFlow's kernel says it is faster (kernel_choice.py): the default;
+  TENSORBOW_FAST_KERNELS=all keeps every one the rules below pick."""
+  return enabled() and os.environ.get("TENSORBOW_FAST_KERNELS") != "all"
 
 
 def applies(op):

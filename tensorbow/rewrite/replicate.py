@@ -121,6 +121,9 @@ class Replicator(object):
     self._replica = None
     self._histogram_size = None  # made with the first histogram copied
     self._fast_kernels = kernels.enabled()
+    # Times each substitute against TensorFlow's kernel (kernel_choice);
+    # None keeps every substitute the rules of `kernels` pick.
+    self.chooser = None
 
   @property
   def prefix(self):
@@ -327,6 +330,9 @@ class Replicator(object):
           graph_def.node.add().CopyFrom(out)
       else:
         faster = kernels.substitute(node, op) if self._fast_kernels else None
+        if faster and self.chooser is not None and not self.chooser.keep(
+            node, op, faster):
+          faster = None
         for out in faster or [node]:
           graph_def.node.add().CopyFrom(out)
     return graph_def, input_map

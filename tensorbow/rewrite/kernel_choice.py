@@ -1,0 +1,199 @@
+"""Keeps a substitute of `kernels` only where it is faster on this machine.
+
+Whether TensorBow's kernel (or rewrite) beats TensorFlow's own depends on
+the CPU, TensorFlow's build (oneDNN or not) and the shape. When the
+replicas' copies are built, each op `kernels` would substitute is timed
+both ways on the shapes a replica runs (unknown dimensions taken as the
+replica's rows), in a graph of its own with random inputs: the faster is
+kept. Choices are cached per machine (CPU, TensorFlow version, oneDNN
+setting) and shape in a JSON file (TENSORBOW_CACHE_DIR, by default
+~/.cache/tensorbow), logged at DEBUG and listed by `choices`.
+"""
+import json
+import logging
+import os
+import platform
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tensorbow.rewrite import kernels
+
+_CACHE_FILE = "kernel_choices.json"
+# Inputs of TF's ops that hold a shape, not data: derived from the output.
+_SIZE_INPUTS = {"Conv2DBackpropInput": 0, "Conv2DBackpropFilter": 1}
+
+
+def _machine():
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          cpu = line.split(":", 1)[1].strip()
+          break
+  except OSError:
+    pass
+  return (f"{cpu}|tf {tf.__version__}|onednn "
+          f"{os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default')}")
+
+
+def _timed(graph_def, fetch, values, copies=4, repeats=2, runs=3):
+  """Seconds per evaluation of `fetch` in `graph_def`, whose inputs
+  "input_<i>:0" are `values`: the least over `repeats` blocks of `runs`
+  runs of `copies` copies. The inputs are variables, not constants, which
+  TensorFlow would fold before the run; the copies spread the cost of a
+  session run (two at a time on TensorFlow's inter-op threads, alike for
+  both kernels)."""
+  graph = tf.Graph()
+  with graph.as_default():
+    outputs = []
+    for k in range(copies):
+      # Inputs of its own per copy: TensorFlow would merge copies of one
+      # op on the same inputs.
+      reads = {f"input_{i}:0": tf.compat.v1.get_variable(
+          f"copy_{k}_input_{i}", initializer=value, use_resource=True,
+          trainable=False).read_value() for i, value in enumerate(values)}
+      outputs += tf.compat.v1.import_graph_def(
+          graph_def, input_map=reads, return_elements=[fetch],
+          name=f"copy_{k}")
+    # A value, not a group: TensorFlow prunes ops whose results only a
+    # control dependency waits for.
+    target = tf.add_n([tf.reduce_sum(out) for out in outputs])
+    init = tf.compat.v1.global_variables_initializer()
+  with tf.compat.v1.Session(graph=graph) as sess:
+    sess.run(init)
+    for _ in range(2):
+      sess.run(target)
+    best = float("inf")
+    for _ in range(repeats):
+      start = time.perf_counter()
+      for _ in range(runs):
+        sess.run(target)
+      best = min(best, (time.perf_counter() - start) / (runs * copies))
+  return best
+
+
+class Chooser(object):
+  """Times substitutes against TensorFlow's kernels for one session.
+
+  Args:
+    rows: a replica's rows, taken for unknown dimensions.
+    timer: `timer(graph_def, fetch, values)` -> seconds per evaluation
+      of `fetch`, the graph's inputs "input_<i>:0" being `values` (tests
+      give their own).
+    cache_dir: where the choices are kept (None: TENSORBOW_CACHE_DIR or
+      ~/.cache/tensorbow; "" keeps none).
+  """
+
+  def __init__(self, rows, timer=None, cache_dir=None):
+    self.rows = max(1, int(rows))
+    self._timer = timer or _timed
+    if cache_dir is None:
+      cache_dir = os.environ.get(
+          "TENSORBOW_CACHE_DIR",
+          os.path.join(os.path.expanduser("~"), ".cache", "tensorbow"))
+    self._path = os.path.join(cache_dir, _CACHE_FILE) if cache_dir else None
+    self._machine = _machine()
+    self._decided = {}  # op name -> whether its substitute is kept
+    self.choices = []  # per op decided: a dict, see `keep`
+
+  def keep(self, node, op, substitute):
+    """Whether `substitute` (the NodeDefs replacing `node`, a copy of
+    `op`) is faster than `op`'s own kernel on a replica's shapes."""
+    if op.name in self._decided:  # another stream group's copy
+      return self._decided[op.name]
+    shapes = [self._concrete(t) for t in op.inputs]
+    if any(s is None for s in shapes):
+      return True  # a rank TensorBow cannot time: keep the rule's choice
+    key = json.dumps([op.type, _attrs(op), shapes])
+    cache = self._load()
+    entry = cache.get(self._machine, {}).get(key)
+    if entry is None:
+      values = self._values(op, shapes)
+      own = tf.compat.v1.NodeDef()
+      own.CopyFrom(node)
+      del own.input[:]
+      own.input.extend(f"input_{i}" for i in range(len(values)))
+      own.device = ""
+      replaced = kernels.substitute(own, op)
+      inputs = [_placeholder(f"input_{i}", v) for i, v in enumerate(values)]
+      entry = {"tf": self._timer(_graph_def(inputs + [own]),
+                                 own.name + ":0", values),
+               "tensorbow": self._timer(_graph_def(inputs + replaced),
+                                        own.name + ":0", values)}
+      cache.setdefault(self._machine, {})[key] = entry
+      self._save(cache)
+    chosen = entry["tensorbow"] < entry["tf"]
+    self._decided[op.name] = chosen
+    self.choices.append(dict(op=op.name, type=op.type, shapes=shapes,
+                             tf_seconds=entry["tf"],
+                             tensorbow_seconds=entry["tensorbow"],
+                             substitute=chosen))
+    logging.getLogger("tensorbow").debug(
+        "TensorBow kernels: %s (%s %s): TensorFlow %.1f us, TensorBow "
+        "%.1f us -> %s", op.name, op.type, shapes, entry["tf"] * 1e6,
+        entry["tensorbow"] * 1e6, "TensorBow's" if chosen else
+        "TensorFlow's")
+    return chosen
+
+  def _concrete(self, tensor):
+    if tensor.shape.rank is None:
+      return None
+    return [self.rows if d is None else d for d in tensor.shape.as_list()]
+
+  def _values(self, op, shapes):
+    """The op's inputs on a replica's shapes: random data, and for a size
+    input the op's output shape."""
+    size_input = _SIZE_INPUTS.get(op.type)
+    rng = np.random.RandomState(0)
+    values = []
+    for i, (tensor, shape) in enumerate(zip(op.inputs, shapes)):
+      if i == size_input:
+        values.append(np.array(self._concrete(op.outputs[0]), np.int32))
+      else:
+        values.append(rng.uniform(-1, 1, shape).astype(
+            tensor.dtype.base_dtype.as_numpy_dtype))
+    return values
+
+  def _load(self):
+    if self._path is None or not os.path.exists(self._path):
+      return {}
+    try:
+      with open(self._path) as f:
+        return json.load(f)
+    except (OSError, ValueError):
+      return {}
+
+  def _save(self, cache):
+    if self._path is None:
+      return
+    try:
+      os.makedirs(os.path.dirname(self._path), exist_ok=True)
+      with open(self._path + ".tmp", "w") as f:
+        json.dump(cache, f)
+      os.replace(self._path + ".tmp", self._path)
+    except OSError:
+      pass  # an unwritable cache only costs timing again
+
+
+def _attrs(op):
+  return {name: str(op.get_attr(name))
+          for name in ("transpose_a", "transpose_b", "strides", "padding",
+                       "data_format", "dilations")
+          if name in op.node_def.attr}
+
+
+def _graph_def(nodes):
+  graph_def = tf.compat.v1.GraphDef()
+  graph_def.versions.producer = tf.version.GRAPH_DEF_VERSION
+  for node in nodes:
+    graph_def.node.add().CopyFrom(node)
+  return graph_def
+
+
+def _placeholder(name, value):
+  node = tf.compat.v1.NodeDef(name=name, op="Placeholder")
+  node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
+  return node

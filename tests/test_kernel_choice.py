@@ -1,0 +1,93 @@
+"""Kernel substitutes chosen by measurement (rewrite/kernel_choice.py).
+
+The timer is replaced so that the outcome is known: whichever kernel it
+says is faster is the one in the replicas' copies, the choice is listed
+and cached per shape, and training gives the same values either way."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tensorbow as tb
+from tensorbow.rewrite import kernel_choice
+
+tf1 = tf.compat.v1
+RNG = np.random.RandomState(41)
+X = RNG.randn(16, 64).astype(np.float32)
+Y = RNG.randn(16, 1).astype(np.float32)
+W0 = RNG.randn(64, 1).astype(np.float32) * 0.1
+
+
+def _build():
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf1.placeholder(tf.float32, [None, 64])
+    y = tf1.placeholder(tf.float32, [None, 1])
+    w = tf1.get_variable("w", initializer=W0)
+    loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+    train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    init = tf1.global_variables_initializer()
+  return graph, x, y, w, train, init
+
+
+def _train(monkeypatch, tmp_path, faster):
+  """Trains with a timer saying `faster` ("tf" or "tensorbow") wins;
+  returns (weights, kernel choices, op types of the copies, timer
+  calls)."""
+  calls = []
+
+  def timer(graph_def, fetch, values):
+    calls.append(fetch)
+    uses_tensorbow = any(n.op.startswith("TensorBow") for n in graph_def.node)
+    return 1.0 if uses_tensorbow == (faster == "tf") else 0.5
+
+  monkeypatch.setattr(kernel_choice, "_timed", timer)
+  monkeypatch.setenv("TENSORBOW_CACHE_DIR", str(tmp_path))
+  graph, x, y, w, train, init = _build()
+  with tb.TensorBowSession(graph=graph, replicas=2) as sess:
+    sess.run(init)
+    for _ in range(3):
+      sess.run(train, {x: X, y: Y})
+    types = {op.type for op in sess.execution_graph.get_operations()}
+    return sess.run(w), sess.kernel_choices(), types, calls
+
+
+@pytest.mark.parametrize("faster", ["tf", "tensorbow"])
+def test_the_faster_kernel_is_used(monkeypatch, tmp_path, faster):
+  weights, choices, types, calls = _train(monkeypatch, tmp_path, faster)
+  assert choices and all(c["substitute"] == (faster == "tensorbow")
+                         for c in choices)
+  assert ("TensorBowMatMul" in types) == (faster == "tensorbow")
+  # Both kernels timed once per op, the replicas' rows (8) on unknowns.
+  assert len(calls) == 2 * len(choices)
+  assert [8, 64] in choices[0]["shapes"] or [8, 1] in choices[0]["shapes"]
+  # Same training either way.
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "0")
+  graph, x, y, w, train, init = _build()
+  with tb.TensorBowSession(graph=graph, replicas=2) as sess:
+    sess.run(init)
+    for _ in range(3):
+      sess.run(train, {x: X, y: Y})
+    np.testing.assert_allclose(weights, sess.run(w), rtol=1e-5, atol=1e-6)
+    assert sess.kernel_choices() == []
+
+
+def test_choices_are_cached_per_machine_and_shape(monkeypatch, tmp_path):
+  _, first, _, calls = _train(monkeypatch, tmp_path, "tensorbow")
+  assert calls
+  _, again, _, calls = _train(monkeypatch, tmp_path, "tf")
+  # Cached: not timed again, and the cached winner still rules.
+  assert calls == []
+  assert [c["substitute"] for c in again] == [c["substitute"] for c in first]
+  assert (tmp_path / "kernel_choices.json").exists()
+
+
+def test_real_timings_are_positive(tmp_path, monkeypatch):
+  monkeypatch.setenv("TENSORBOW_CACHE_DIR", str(tmp_path))
+  graph, x, y, w, train, init = _build()
+  with tb.TensorBowSession(graph=graph, replicas=2) as sess:
+    sess.run(init)
+    sess.run(train, {x: X, y: Y})
+    choices = sess.kernel_choices()
+  assert choices
+  for c in choices:
+    assert c["tf_seconds"] > 0 and c["tensorbow_seconds"] > 0
