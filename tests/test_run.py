@@ -186,6 +186,20 @@ def test_one_replica_equals_plain_tf(tmp_path, tf_mode_statement):
     np.testing.assert_allclose(result[key], plain[key], rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
+def test_auto_replicas_start_as_plain_tf(tmp_path, tf_mode_statement):
+  """`--replicas auto` reaches the session: it starts at one replica and
+  measures before it adds any, so a short script trains as plain TF."""
+  script, data = write_script(tmp_path, tf_mode_statement)
+  plain = run_plain(tmp_path, script, data)
+  result, stderr = run_tensorbow(tmp_path, ["--replicas", "auto"], script,
+                                 data)
+  assert "auto replicas" in stderr
+  assert result["session"] == "TensorBowSession"
+  for key in ("w", "b", "losses"):
+    np.testing.assert_allclose(result[key], plain[key], rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("options,alpha,mu,algorithm", [
     (["--replicas", "3", "--alpha", "0.25", "--central_momentum", "0.5"],
      0.25, 0.5, "sma"),
