@@ -2,8 +2,10 @@
 
 Compile and link flags come from `tf.sysconfig` (DESIGN.md section 5), so
 the build matches the installed TensorFlow wheel; the runtime links the C
-API from libtensorflow_cc.so.2, beside libtensorflow_framework.so.2. Needs
-TensorFlow installed first: `pip install --no-build-isolation .`.
+API from libtensorflow_cc.so.2, beside libtensorflow_framework.so.2.
+pyproject.toml declares TensorFlow and pybind11 as build requirements, so
+`pip install .` works in a fresh virtualenv; with both installed already,
+`pip install --no-build-isolation .` skips the isolated build environment.
 """
 import os
 
@@ -15,7 +17,10 @@ import tensorflow as tf
 TF_DIR = os.path.dirname(tf.__file__)
 COMPILE = tf.sysconfig.get_compile_flags() + [
     "-O3", "-fPIC", "-Wno-deprecated-declarations", "-Wno-sign-compare"]
-LINK = tf.sysconfig.get_link_flags() + [f"-Wl,-rpath,{TF_DIR}"]
+# Installed, the libraries sit beside the tensorflow package; built in place
+# (pip install -e), they find the TensorFlow they were built against.
+LINK = tf.sysconfig.get_link_flags() + [
+    "-Wl,-rpath,$ORIGIN/../tensorflow", f"-Wl,-rpath,{TF_DIR}"]
 
 
 class BuildExt(build_ext):
@@ -27,19 +32,8 @@ class BuildExt(build_ext):
       self.parallel = os.cpu_count() or 1
 
 
+# Metadata, dependencies and entry points are in pyproject.toml.
 setuptools.setup(
-    name="tensorbow",
-    version="0.1.0",
-    description="Small-batch multi-replica training with SMA for TensorFlow",
-    # The product is `tensorbow`; `models` (reference models, their training
-    # loop and data) and `benchmarks` are the checkout's tools, installed
-    # with it so that scripts import them by name.
-    packages=setuptools.find_packages(
-        include=["tensorbow", "tensorbow.*", "models", "models.*",
-                 "benchmarks", "benchmarks.*"]),
-    python_requires=">=3.9",
-    install_requires=["tensorflow-cpu==2.21.0", "numpy"],
-    extras_require={"tools": ["absl-py", "matplotlib"]},
     ext_modules=[
         setuptools.Extension(
             "tensorbow._sma_ops",
@@ -61,6 +55,5 @@ setuptools.setup(
             extra_link_args=LINK + [f"-L{TF_DIR}", "-l:libtensorflow_cc.so.2"],
             language="c++"),
     ],
-    entry_points={"console_scripts": ["tensorbow-run=tensorbow.run:main"]},
     cmdclass={"build_ext": BuildExt},
 )
