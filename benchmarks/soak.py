@@ -10,8 +10,8 @@ process's RSS is sampled as it goes.
 Cycles: `--cycles` times, a graph and a session (`--cycle_kind`: TensorBow
 or tf.compat.v1.Session, one kind per process, since freed memory of one
 kind is reused by the other) are created, trained `--cycle_waves` waves
-and closed; the RSS is sampled every ten cycles. (Sessions sharing one graph are another matter: TensorBow's
-replicas then stay in that graph.)
+and closed; the RSS is sampled every ten cycles. (Sessions sharing one
+graph are another matter: TensorBow's replicas then stay in that graph.)
 
   python benchmarks/soak.py --waves 10000 --fault_every 100 --cycles 0
   python benchmarks/soak.py --waves 0 --cycles 300 --cycle_kind tensorbow

@@ -9,7 +9,8 @@ both curves (`python -m models.plot`) and prints the final accuracies
 and the PNG's path. Without Fashion-MNIST (Debian's dataset-fashion-mnist)
 it warns and uses synthetic images, whose accuracies mean nothing.
 
-  python examples/demo.py [--train_size 20000] [--epochs 3] [--log_dir logs/demo]
+  python examples/demo.py [--train_size 20000] [--epochs 3] \
+      [--log_dir logs/demo]
 """
 import argparse
 import os

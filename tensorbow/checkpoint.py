@@ -51,7 +51,7 @@ def saver_call(ops, feed_dict, graph):
 
 
 def save(prefix, config, arrays):
-  """Writes `arrays` ({key: ndarray}) and `config` beside checkpoint `prefix`."""
+  """Writes `arrays` ({key: ndarray}) and `config` beside `prefix`."""
   path = prefix + SUFFIX
   tmp = path + ".tmp"
   with open(tmp, "wb") as f:

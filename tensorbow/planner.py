@@ -151,7 +151,8 @@ class Planner(object):
           max(rows[0] // self._replicas, 1) if rows else 1)
     rep.extend(info, fed_names)
     sync = rep.sync_op(info)
-    sync_call = self.runtime.add_call([], [], [sync]) if sync is not None else -1
+    sync_call = (self.runtime.add_call([], [], [sync]) if sync is not None
+                 else -1)
     if sync is not None and self._nonfinite == "skip":
       # Replica 0 may be skipped: then single variables come from another.
       sync_call = [sync_call] + [
@@ -302,7 +303,8 @@ def _new_plan(fed, batch, replicas, by_group, calls, sync_call,
       np_dtypes=[t.dtype.base_dtype.as_numpy_dtype for t in fed],
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
               for t in fed],
-      replicas=replicas, by_group=by_group, calls=calls, sync_call=sync_call, sync_calls=sync_calls,
+      replicas=replicas, by_group=by_group, calls=calls, sync_call=sync_call,
+      sync_calls=sync_calls,
       central_fetches=central_fetches, echoed=[],
       atomic=atomic, commit_calls=commit_calls, described=described,
       snapshot=snapshot)

@@ -11,8 +11,8 @@ The script runs in this process (`runpy.run_path`, as `__main__`, with
 `sys.path`, as `python script.py` would). While it runs, the public name
 `tf.compat.v1.Session` -- the same class under `tensorflow.compat.v1`,
 `import tensorflow.compat.v1 as tf; tf.Session` and the other loaded
-`tensorflow...compat.v1` API modules that re-export it -- is replaced by a stand-in
-whose constructor returns:
+`tensorflow...compat.v1` API modules that re-export it -- is replaced by a
+stand-in whose constructor returns:
 
 - a plain `tf.compat.v1.Session` when `target` is non-empty (a remote
   master: TensorBow trains on one local device only);

@@ -19,11 +19,12 @@ def sma(params, batches, replicas, alpha, mu, lr, momentum=None,
   """SMA (DESIGN.md) in float64 over `batches`, one (x, y) per wave.
 
   `alpha` is one factor or one per wave (EASGD's: 0 between its
-  communication waves). The optimizer is SGD, momentum SGD (`momentum` set) or Adagrad
-  (`adagrad`, TF1's initial accumulator 0.1). With algorithm "none" the
-  replicas train alone and the central model is replica 0's. A replica
-  whose gradient is not finite is left out of its wave's central update
-  and then set to the central model (nonfinite="skip").
+  communication waves). The optimizer is SGD, momentum SGD (`momentum`
+  set) or Adagrad (`adagrad`, TF1's initial accumulator 0.1). With
+  algorithm "none" the replicas train alone and the central model is
+  replica 0's. A replica whose gradient is not finite is left out of its
+  wave's central update and then set to the central model
+  (nonfinite="skip").
 
   Returns:
     Per wave: (central params, the fetched loss (shard-weighted mean over
@@ -106,8 +107,6 @@ def sma_embedding(params, batches, replicas, alpha, mu, optimizer, lr,
   Returns:
     Per wave: (central params, the fetched loss).
   """
-  alphas = (list(alpha) if isinstance(alpha, (list, tuple))
-            else [alpha] * len(batches))
   z = [np.asarray(p, np.float64) for p in params]
   z_prev = [p.copy() for p in z]
   models = [[p.copy() for p in z] for _ in range(replicas)]

@@ -266,7 +266,7 @@ def test_standard_optimizers_commit_without_a_snapshot(optimizer):
   assert plans[0].atomic is not None and plans[0].snapshot is None
 
 
-# ---- Interrupts ----------------------------------------------------------------
+# ---- Interrupts --------------------------------------------------------------
 
 
 def _interrupt_after(monkeypatch, method):
@@ -313,7 +313,7 @@ def test_interrupt_after_the_commit_keeps_the_whole_wave(monkeypatch):
     assert_same_training(sess, m, reference, ref_model)
 
 
-# ---- Non-finite values ---------------------------------------------------------
+# ---- Non-finite values -------------------------------------------------------
 
 
 def _nan_in_shard(replicas, replica):
@@ -376,7 +376,7 @@ def test_nonfinite_rejects_an_unknown_mode():
     tb.TensorBowSession(nonfinite="ignore")
 
 
-# ---- The two phases ------------------------------------------------------------
+# ---- The two phases ----------------------------------------------------------
 
 
 def test_commits_start_after_every_computation():

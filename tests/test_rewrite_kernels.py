@@ -183,7 +183,7 @@ def test_conv_substitutions_skip_ops_inside_a_while_loop(monkeypatch):
   assert len(dw) == 1 and not kernels.applies(dw[0])
 
 
-# ---- Training with and without the substitutions ------------------------------
+# ---- Training with and without the substitutions -----------------------------
 
 
 def small_cnn():

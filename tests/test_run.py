@@ -345,7 +345,8 @@ def test_nonfinite_reaches_the_session():
 
 @pytest.mark.parametrize("argv,message", [
     (["missing_script.py"], "script not found: missing_script.py"),
-    (["--replicas", "0", "x.py"], "--replicas: must be an int >= 1 or 'auto', got 0"),
+    (["--replicas", "0", "x.py"],
+     "--replicas: must be an int >= 1 or 'auto', got 0"),
     (["--replicas", "two", "x.py"],
      "--replicas: must be an int >= 1 or 'auto', got two"),
     (["--alpha", "1.5", "x.py"], "--alpha: must be in (0, 1], got 1.5"),

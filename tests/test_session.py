@@ -449,7 +449,8 @@ def test_unsupported_write_of_trainable_variable_is_named():
 
 
 def test_constructor_rejects_bad_arguments():
-  with pytest.raises(ValueError, match="replicas must be an int >= 1 or 'auto', got 0"):
+  with pytest.raises(ValueError,
+                     match="replicas must be an int >= 1 or 'auto', got 0"):
     tb.TensorBowSession(replicas=0)
   with pytest.raises(ValueError, match="algorithm must be one of"):
     tb.TensorBowSession(algorithm="easgd-typo")

@@ -493,7 +493,8 @@ BAD_SHAPE_CASES = {
     "gd/central": "'central' must have the shape of var",
     "momentum/grad": "'grad' must have the shape of var",
     "sma_correction/central": "'central' must have the shape of var",
-    "apply_sma_correction/correction": "'correction' must have the shape of var",
+    "apply_sma_correction/correction":
+        "'correction' must have the shape of var",
     "central/corrections": "'corrections' must have the shape of var",
 }
 

@@ -1,4 +1,4 @@
-"""The SMA ops fused with the central update (TensorBowResourceApplySma*WithCentral).
+"""The SMA ops fused with the central update (ResourceApplySma*WithCentral).
 
 L replicas' ops are run for several waves, concurrently (one TensorFlow run
 of all of them) and one after another in a shuffled order, and compared

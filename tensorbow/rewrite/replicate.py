@@ -103,7 +103,8 @@ class Replicator(object):
     with graph.as_default():
       self._prefix = graph.unique_name("tensorbow", mark_as_used=True)
     self._copied = set()  # op names copied into every group's copy
-    self._kinds = {}  # replicated variable op name -> "model" | "slot" | "other"
+    # replicated variable op name -> "model" | "slot" | "other"
+    self._kinds = {}
     self._replicated = {}  # replicated variable op name -> Replicated
     self._states = {}  # model variable op name -> the algorithm's state
     self._seeds = {}  # replicated variable op name -> seed op
