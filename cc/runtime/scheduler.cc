@@ -25,6 +25,9 @@ TaskScheduler::TaskScheduler(int num_stream_groups)
 }
 
 TaskScheduler::~TaskScheduler() {
+  // A wave submitted from another thread may still have tasks queued: let
+  // it finish before the workers stop and the members go.
+  std::lock_guard<std::mutex> wave_lock(wave_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;

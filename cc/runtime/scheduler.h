@@ -38,6 +38,7 @@ class TaskScheduler {
 
   // Starts `num_stream_groups - 1` worker threads (the caller is group 0).
   explicit TaskScheduler(int num_stream_groups);
+  // Waits for a wave in flight on another thread, then stops the workers.
   ~TaskScheduler();
 
   TaskScheduler(const TaskScheduler&) = delete;
