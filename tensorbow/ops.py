@@ -15,6 +15,28 @@ import tensorflow as tf
 _LIBRARY = None
 
 
+# A directory holding the built libraries to load instead of the package's
+# own (pip's build): e.g. the one scripts/bazel_build.sh prints.
+LIBRARY_DIR_ENV = "TENSORBOW_LIBRARY_DIR"
+
+
+def library_file(stem):
+  """The path of TensorBow's built library `stem` (`_sma_ops`, `_runtime`).
+
+  Raises:
+    ImportError: if it was not built.
+  """
+  where = os.environ.get(LIBRARY_DIR_ENV) or os.path.dirname(__file__)
+  found = sorted(glob.glob(os.path.join(where, stem + "*.so")))
+  if not found:
+    raise ImportError(
+        f"TensorBow's library {stem}*.so is missing from {where}; build it "
+        "with `pip install --no-build-isolation .` from the TensorBow "
+        f"checkout (or scripts/bazel_build.sh, with ${LIBRARY_DIR_ENV} "
+        "naming the directory it prints)")
+  return found[0]
+
+
 def library():
   """The loaded op library (loaded on first use).
 
@@ -23,14 +45,7 @@ def library():
   """
   global _LIBRARY
   if _LIBRARY is None:
-    here = os.path.dirname(__file__)
-    found = sorted(glob.glob(os.path.join(here, "_sma_ops*.so")))
-    if not found:
-      raise ImportError(
-          f"TensorBow's op library (_sma_ops*.so) is missing from {here}; "
-          "build it with `pip install --no-build-isolation .` from the "
-          "TensorBow checkout")
-    _LIBRARY = tf.load_op_library(found[0])
+    _LIBRARY = tf.load_op_library(library_file("_sma_ops"))
   return _LIBRARY
 
 

@@ -1,6 +1,7 @@
 """The package as a user meets it: the import-time version check, the README."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -8,18 +9,31 @@ import tempfile
 import pytest
 
 import tensorbow
+from tensorbow import ops as tb_ops
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 README = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "README.md")
 
 
-def run_python(source):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+def run_python(source, **environ):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **environ)
   env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
   return subprocess.run([sys.executable, "-c", source], env=env,
                         cwd=tempfile.gettempdir(), capture_output=True,
                         text=True, timeout=300)
+
+
+def readme_example():
+  with open(README) as f:
+    return re.findall(r"```python\n(.*?)```", f.read(), re.S)[0]
+
+
+def assert_readme_loss(stdout):
+  # It prints [loss, None]: a finite mean loss of 10 classes near log(10).
+  match = re.search(r"\[(?:np\.float32\()?([0-9.e+-]+)\)?, None\]", stdout)
+  assert match, stdout
+  assert abs(float(match.group(1)) - 2.3026) < 0.1
 
 
 @pytest.mark.slow
@@ -39,13 +53,33 @@ def test_import_rejects_another_tensorflow_version():
 
 @pytest.mark.slow
 def test_readme_example_runs():
-  with open(README) as f:
-    blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
-  assert blocks, "README.md has no python example"
-  result = run_python(blocks[0])
+  result = run_python(readme_example())
   assert result.returncode == 0, result.stderr[-2000:]
-  # It prints [loss, None]: a finite mean loss of 10 classes near log(10).
-  match = re.search(r"\[(?:np\.float32\()?([0-9.e+-]+)\)?, None\]",
-                    result.stdout)
-  assert match, result.stdout
-  assert abs(float(match.group(1)) - 2.3026) < 0.1
+  assert_readme_loss(result.stdout)
+
+
+@pytest.mark.slow
+def test_library_dir_chooses_the_libraries_loaded(tmp_path):
+  # As scripts/bazel_build.sh's libraries are used: named as Bazel names them.
+  for stem in ("_sma_ops", "_runtime"):
+    shutil.copy(tb_ops.library_file(stem), tmp_path / f"{stem}.so")
+  result = run_python(
+      readme_example() +
+      "import sys\n"
+      "print('runtime:', sys.modules['tensorbow._runtime'].__file__)\n"
+      "print('ops:', tb.ops.library_file('_sma_ops'))\n",
+      TENSORBOW_LIBRARY_DIR=str(tmp_path))
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert f"runtime: {tmp_path}/_runtime.so" in result.stdout
+  assert f"ops: {tmp_path}/_sma_ops.so" in result.stdout
+  assert_readme_loss(result.stdout)
+
+
+@pytest.mark.slow
+def test_library_dir_without_libraries_says_so(tmp_path):
+  result = run_python("import tensorbow",
+                      TENSORBOW_LIBRARY_DIR=str(tmp_path))
+  assert result.returncode != 0
+  assert (f"TensorBow's library _sma_ops*.so is missing from {tmp_path}"
+          in result.stderr), result.stderr[-2000:]
+  assert "$TENSORBOW_LIBRARY_DIR" in result.stderr

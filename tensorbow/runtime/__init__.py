@@ -5,9 +5,12 @@ waves of learning tasks on its own threads, the GIL released: per wave, one
 prepared call per replica, then an optional synchronisation call.
 """
 import collections
+import importlib.util
 import os
+import sys
 
 from tensorbow import compat
+from tensorbow import ops
 
 TaskTiming = collections.namedtuple(
     "TaskTiming",
@@ -20,7 +23,18 @@ steady clock."""
 
 
 def _extension():
+  """The runtime extension: the package's own, or $TENSORBOW_LIBRARY_DIR's."""
+  name = "tensorbow._runtime"
+  if name in sys.modules:
+    return sys.modules[name]
   try:
+    if os.environ.get(ops.LIBRARY_DIR_ENV):
+      spec = importlib.util.spec_from_file_location(
+          name, ops.library_file("_runtime"))
+      module = importlib.util.module_from_spec(spec)
+      spec.loader.exec_module(module)
+      sys.modules[name] = module
+      return module
     from tensorbow import _runtime  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise ImportError(
