@@ -1,0 +1,231 @@
+// Tests of the TensorFlow-free task scheduler (bazel test //:scheduler_test).
+//
+// No test framework: Debian's Bazel builds offline, so each check prints
+// what failed and main() returns non-zero if any did.
+#include "cc/runtime/scheduler.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tensorbow {
+namespace runtime {
+namespace {
+
+int failures = 0;
+
+#define EXPECT(cond)                                               \
+  do {                                                             \
+    if (!(cond)) {                                                 \
+      std::fprintf(stderr, "%s:%d: %s: expected %s\n", __FILE__,   \
+                   __LINE__, __func__, #cond);                     \
+      ++failures;                                                  \
+    }                                                              \
+  } while (0)
+
+void SleepMs(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+// Every task of a wave runs once, on a valid stream group, and the wave
+// returns only when all have finished.
+void TestWaveRunsEveryTaskOnce() {
+  TaskScheduler scheduler(3);
+  EXPECT(scheduler.num_stream_groups() == 3);
+  constexpr int kTasks = 8;
+  std::vector<std::atomic<int>> runs(kTasks);
+  std::atomic<int> finished{0};
+  std::vector<int> groups(kTasks, -1);
+  std::vector<TaskScheduler::Task> tasks;
+  for (int r = 0; r < kTasks; ++r) {
+    tasks.push_back([&, r](int group) {
+      SleepMs(r % 3);
+      ++runs[r];
+      groups[r] = group;
+      ++finished;
+      return Status::Ok();
+    });
+  }
+  for (int wave = 1; wave <= 3; ++wave) {
+    Status s = scheduler.RunWave(tasks, nullptr);
+    EXPECT(s.ok());
+    EXPECT(finished.load() == wave * kTasks);
+    for (int r = 0; r < kTasks; ++r) {
+      EXPECT(runs[r].load() == wave);
+      EXPECT(groups[r] >= 0 && groups[r] < 3);
+    }
+  }
+}
+
+// The barrier: the sync task runs after every task of the wave has
+// finished, on the caller's thread, and not at all if a task failed.
+void TestBarrierBeforeSync() {
+  TaskScheduler scheduler(2);
+  std::atomic<int> finished{0};
+  std::vector<TaskScheduler::Task> tasks;
+  for (int r = 0; r < 5; ++r) {
+    tasks.push_back([&, r](int) {
+      SleepMs(2 * r);
+      ++finished;
+      return Status::Ok();
+    });
+  }
+  int seen_by_sync = -1;
+  const std::thread::id caller = std::this_thread::get_id();
+  bool sync_on_caller = false;
+  TaskScheduler::Task sync = [&](int group) {
+    seen_by_sync = finished.load();
+    sync_on_caller = std::this_thread::get_id() == caller && group == 0;
+    return Status::Ok();
+  };
+  EXPECT(scheduler.RunWave(tasks, sync).ok());
+  EXPECT(seen_by_sync == 5);
+  EXPECT(sync_on_caller);
+
+  tasks[3] = [](int) { return Status(kInternal, "replica 3 failed"); };
+  seen_by_sync = -1;
+  Status s = scheduler.RunWave(tasks, sync);
+  EXPECT(s.code() == kInternal);
+  EXPECT(seen_by_sync == -1);
+
+  // A failing sync is the wave's status.
+  tasks[3] = [](int) { return Status::Ok(); };
+  s = scheduler.RunWave(tasks, [](int) {
+    return Status(kFailedPrecondition, "sync failed");
+  });
+  EXPECT(s.code() == kFailedPrecondition && s.message() == "sync failed");
+}
+
+// With several failures the wave reports the first by replica order, not
+// the first to happen; every other task still runs.
+void TestFirstFailureByReplicaOrder() {
+  TaskScheduler scheduler(2);
+  std::atomic<int> ran{0};
+  std::vector<TaskScheduler::Task> tasks(6);
+  for (int r = 0; r < 6; ++r) {
+    tasks[r] = [&](int) {
+      ++ran;
+      return Status::Ok();
+    };
+  }
+  tasks[1] = [&](int) {
+    SleepMs(30);  // fails last
+    ++ran;
+    return Status(kInvalidArgument, "replica 1");
+  };
+  tasks[4] = [&](int) {
+    ++ran;
+    return Status(kInternal, "replica 4");
+  };
+  Status s = scheduler.RunWave(tasks, nullptr);
+  EXPECT(s.code() == kInvalidArgument);
+  EXPECT(s.message() == "replica 1");
+  EXPECT(ran.load() == 6);
+  // The next wave starts clean.
+  tasks[1] = tasks[0];
+  tasks[4] = tasks[0];
+  EXPECT(scheduler.RunWave(tasks, nullptr).ok());
+}
+
+// Timings: one per task (replica, rows, group, phase, wave) and one per
+// sync (replica -1); a commit phase continues its wave; null tasks are
+// skipped; clearing empties them.
+void TestTimings() {
+  TaskScheduler scheduler(2);
+  std::vector<TaskScheduler::Task> tasks(3, [](int) {
+    SleepMs(1);
+    return Status::Ok();
+  });
+  tasks[1] = nullptr;
+  auto sync = [](int) { return Status::Ok(); };
+  EXPECT(scheduler.RunWave(tasks, sync, {10, 20, 30}, 0).ok());
+  EXPECT(scheduler.RunWave(tasks, nullptr, {10, 20, 30}, 1).ok());
+  EXPECT(scheduler.RunWave(tasks, nullptr, {}, 0).ok());
+  std::vector<TaskTiming> timings = scheduler.Timings();
+  EXPECT(timings.size() == 7);  // 2 + sync, 2 commits, 2
+  std::multiset<std::string> seen;
+  for (const TaskTiming& t : timings) {
+    EXPECT(t.start_ns <= t.end_ns);
+    EXPECT(t.stream_group >= 0 && t.stream_group < 2);
+    EXPECT(t.replica != 1);
+    seen.insert(std::to_string(t.wave) + "/" + std::to_string(t.phase) +
+                "/" + std::to_string(t.replica) + "/" +
+                std::to_string(t.rows));
+  }
+  const std::multiset<std::string> want = {
+      "1/0/0/10", "1/0/2/30", "1/0/-1/-1", "1/1/0/10",
+      "1/1/2/30", "2/0/0/-1", "2/0/2/-1"};
+  EXPECT(seen == want);
+  for (const TaskTiming& sync_timing : timings) {
+    if (sync_timing.replica != -1) continue;
+    for (const TaskTiming& t : timings) {
+      if (t.wave == 1 && t.phase == 0 && t.replica >= 0) {
+        EXPECT(sync_timing.start_ns >= t.end_ns);
+      }
+    }
+  }
+  scheduler.ClearTimings();
+  EXPECT(scheduler.Timings().empty());
+}
+
+// Shutting down while another thread's wave still has tasks queued: the
+// destructor waits for that wave, and every queued task runs.
+void TestShutdownWithTasksQueued() {
+  auto* scheduler = new TaskScheduler(2);
+  constexpr int kTasks = 6;
+  std::atomic<int> started{0};
+  std::atomic<int> finished{0};
+  std::vector<TaskScheduler::Task> tasks(kTasks, [&](int) {
+    ++started;
+    SleepMs(20);
+    ++finished;
+    return Status::Ok();
+  });
+  Status wave_status(kInternal, "wave not run");
+  std::thread submitter(
+      [&] { wave_status = scheduler->RunWave(tasks, nullptr); });
+  while (started.load() == 0) SleepMs(1);
+  delete scheduler;  // tasks are still queued here
+  EXPECT(finished.load() == kTasks);
+  submitter.join();
+  EXPECT(wave_status.ok());
+}
+
+// At least one stream group, whatever is asked; one group runs the wave on
+// the caller's thread alone.
+void TestOneStreamGroup() {
+  TaskScheduler scheduler(0);
+  EXPECT(scheduler.num_stream_groups() == 1);
+  const std::thread::id caller = std::this_thread::get_id();
+  int on_caller = 0;
+  std::vector<TaskScheduler::Task> tasks(4, [&](int group) {
+    if (std::this_thread::get_id() == caller && group == 0) ++on_caller;
+    return Status::Ok();
+  });
+  EXPECT(scheduler.RunWave(tasks, nullptr).ok());
+  EXPECT(on_caller == 4);
+}
+
+}  // namespace
+}  // namespace runtime
+}  // namespace tensorbow
+
+int main() {
+  using namespace tensorbow::runtime;  // NOLINT(build/namespaces)
+  TestWaveRunsEveryTaskOnce();
+  TestBarrierBeforeSync();
+  TestFirstFailureByReplicaOrder();
+  TestTimings();
+  TestShutdownWithTasksQueued();
+  TestOneStreamGroup();
+  if (failures > 0) {
+    std::fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  std::printf("scheduler_test: all checks passed\n");
+  return 0;
+}
