@@ -6,9 +6,11 @@ more and takes their median throughput (batch rows per second, the whole
 `run` call).
 
 1. L: while the last L added improved on the best throughput so far by
-   at least `gain`, it adds one more replica (at most `max_replicas` and
-   at most the batch's rows); when one does not, it goes back to the best
-   L.
+   at least `gain`, it adds one more replica (at most `max_replicas`, at
+   most the batch's rows, and only while memory allows: the process's
+   resident memory grew by some amount with the last replica added, and
+   the system must have `memory_margin` times that available); when one
+   does not, it goes back to the best L.
 2. Stream groups (how many tasks run at once, each with TensorFlow's
    intra-op pool): at that L it tries every other count from 1 to
    min(L, cores) and keeps one that beats the best by `gain_groups`.
@@ -25,6 +27,22 @@ import time
 
 import numpy as np
 
+def process_memory():
+  """(resident bytes of this process, bytes the system has available), from
+  /proc; None for what cannot be read."""
+  resident = available = None
+  try:
+    with open("/proc/self/statm") as f:
+      resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          available = int(line.split()[1]) * 1024
+  except (OSError, ValueError, IndexError):
+    pass
+  return resident, available
+
+
 Decision = collections.namedtuple(
     "Decision", ["run", "replicas", "stream_groups", "rows",
                  "rows_per_second", "next", "reason"])
@@ -35,13 +53,18 @@ class AutoTuner(object):
   training runs."""
 
   def __init__(self, warmup=2, measure=5, gain=1.1, gain_groups=1.05,
-               max_replicas=16, cores=None):
+               max_replicas=16, cores=None, memory_margin=2.0,
+               memory=process_memory):
     self.warmup = warmup
     self.measure = measure
     self.gain = gain
     self.gain_groups = gain_groups
     self.max_replicas = max_replicas
     self.cores = cores or os.cpu_count() or 1
+    self.memory_margin = memory_margin
+    self._memory = memory
+    self._resident = {}  # L -> resident bytes when L was measured
+    self._available = None  # bytes available at the last measurement
     self.decisions = []
     self._runs = 0
     self._rows = None  # the batch size being tuned for
@@ -79,6 +102,7 @@ class AutoTuner(object):
         self._decide(replicas, groups, rows, None, (replicas, groups),
                      "batch size changed: tuning again")
       self._rows, self._samples, self._best = rows, [], None
+      self._resident = {}
       self._phase = "replicas"
     if self.settled:
       return None
@@ -88,6 +112,7 @@ class AutoTuner(object):
     throughput = float(np.median(self._samples[self.warmup:]))
     self._samples = []
     if self._phase == "replicas":
+      self._resident[replicas], self._available = self._memory()
       return self._next_replicas(replicas, groups, rows, throughput)
     return self._next_groups(replicas, groups, rows, throughput)
 
@@ -96,12 +121,13 @@ class AutoTuner(object):
     if self._best is None or throughput >= self.gain * self._best[2]:
       first = self._best is None
       self._best = (replicas, groups, throughput)
-      if replicas < limit:
+      reason = (self._memory_short(replicas) if replicas < limit else
+                f"{limit} is the most replicas")
+      if reason is None:
         return self._decide(
             replicas, groups, rows, throughput, (replicas + 1, None),
             "first measurement" if first else
             f"at least {self.gain:g}x the best so far: adding a replica")
-      reason = f"{limit} is the most replicas"
     else:
       reason = (f"under {self.gain:g}x L={self._best[0]}'s "
                 f"{self._best[2]:.0f} rows/s")
@@ -116,6 +142,19 @@ class AutoTuner(object):
     return self._decide(replicas, groups, rows, throughput,
                         (best_l, self._untried.pop(0)),
                         reason + f": L={best_l}, trying stream groups")
+
+  def _memory_short(self, replicas):
+    """Why memory does not allow replica `replicas` + 1, or None."""
+    now, before = self._resident.get(replicas), self._resident.get(
+        replicas - 1)
+    if now is None or before is None or self._available is None:
+      return None
+    need = max(now - before, 0)
+    if self._available >= self.memory_margin * need:
+      return None
+    return (f"memory: a replica took {need / 2**20:.0f} MB, "
+            f"{self._available / 2**20:.0f} MB available (under "
+            f"{self.memory_margin:g}x)")
 
   def _next_groups(self, replicas, groups, rows, throughput):
     if throughput >= self.gain_groups * self._best[2]:

@@ -62,12 +62,14 @@ def test_changing_l_keeps_the_central_model_and_every_update(use_resource):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def _search(throughputs, rows=64, groups=None, cores=2):
+def _search(throughputs, rows=64, cores=2, memory=lambda l: (None, None)):
   """The tuner fed, at each setting, runs of throughput
-  throughputs[(L, stream groups)] (default groups: min(L, cores)); returns
-  the setting it settles at and its decisions."""
-  tuner = autotune.AutoTuner(warmup=1, measure=3, cores=cores)
+  throughputs[(L, stream groups)] (default groups: min(L, cores)) and
+  memory(L) as (resident, available bytes); returns the setting it settles
+  at and its decisions."""
   setting = (1, 1)
+  tuner = autotune.AutoTuner(warmup=1, measure=3, cores=cores,
+                             memory=lambda: memory(setting[0]))
   for _ in range(500):
     following = tuner.observe(*setting, rows,
                               rows / throughputs[setting])
@@ -98,6 +100,29 @@ def test_keeps_fewer_stream_groups_when_they_are_faster():
 def test_never_settles_slower_than_one_replica():
   setting, decisions = _search({(1, 1): 100, (2, 2): 60})
   assert setting == (1, 1) and decisions[-1].next == (1, 1)
+
+
+def test_adds_replicas_only_while_memory_allows():
+  mb = 2**20
+  # Each replica takes 100 MB; 450 - 100 L MB stay available. At L = 3,
+  # 150 MB are under twice what the next replica will take.
+  setting, decisions = _search(
+      {(1, 1): 100, (2, 2): 200, (3, 2): 300, (4, 2): 400, (3, 1): 200},
+      memory=lambda l: (1000 * mb + 100 * l * mb, (450 - 100 * l) * mb))
+  assert setting == (3, 2)
+  assert [d.replicas for d in decisions] == [1, 2, 3, 3]
+  assert ("memory: a replica took 100 MB, 150 MB available (under 2x)"
+          in decisions[2].reason)
+  # Plenty of memory: it goes on to the batch's rows' limit of throughput.
+  setting, _ = _search(
+      {(1, 1): 100, (2, 2): 200, (3, 2): 300, (4, 2): 400, (4, 1): 200},
+      rows=4, memory=lambda l: (100 * l * mb, 10000 * mb))
+  assert setting == (4, 2)
+
+
+def test_process_memory_reads_this_process():
+  resident, available = autotune.process_memory()
+  assert resident > 10 * 2**20 and available > 0
 
 
 def test_stops_at_the_batch_rows_and_retunes_on_a_new_batch_size():
