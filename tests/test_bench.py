@@ -9,7 +9,6 @@ import json
 import os
 
 import pytest
-import tensorflow as tf
 
 from benchmarks import sma_op_time
 from benchmarks.suite import __main__ as bench_main
@@ -62,6 +61,33 @@ def test_replicas_suite_ratios_and_sma_cost(tmp_path):
       1 - (ratios[0] + ratios[1]) / 2)
   assert derived[2]["sma_cost_interval"] is None  # 2 repeats are too few.
   # One table row per configuration, one per derived row, two headers each.
+  assert table.count("\n| logistic_regression |") == len(rows) + 2
+
+
+def test_auto_suite_against_fixed_l_and_tf(tmp_path):
+  result, table = _run(tmp_path, "auto", "--models", "logistic_regression",
+                       "--batch_sizes", "4,6", "--replicas", "1,2,4",
+                       "--repeats", "2", "--seconds", "0.05")
+  rows = result["rows"]
+  # Fixed L only where it divides the rows of a run; auto last.
+  assert [(r["rows_per_run"], r["session"], r["replicas"], r["batch_size"])
+          for r in rows] == [
+              (4, "tf", 1, 4), (4, "tensorbow", 1, 4),
+              (4, "tensorbow", 2, 2), (4, "tensorbow", 4, 1),
+              (4, "tensorbow", "auto", 4),
+              (6, "tf", 1, 6), (6, "tensorbow", 1, 6),
+              (6, "tensorbow", 2, 3), (6, "tensorbow", "auto", 6)]
+  for d, (auto, fixed, tf_row) in zip(
+      result["derived"], [(rows[4], rows[1:4], rows[0]),
+                          (rows[8], rows[6:8], rows[5])]):
+    best = max(fixed, key=lambda r: r["median"])
+    assert d["best_fixed_replicas"] == best["replicas"]
+    assert d["auto_vs_best_fixed"] == pytest.approx(
+        auto["median"] / best["median"])
+    assert d["auto_vs_tf"] == pytest.approx(auto["median"] / tf_row["median"])
+    assert 1 <= d["auto_replicas"] <= d["rows_per_run"]
+    assert d["auto_replicas"] == auto["chosen_replicas"]
+    assert d["tuning_runs"] >= 7  # at least one measured setting
   assert table.count("\n| logistic_regression |") == len(rows) + 2
 
 

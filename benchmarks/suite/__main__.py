@@ -15,7 +15,7 @@ from benchmarks.suite import harness
 from benchmarks.suite import report
 from benchmarks.suite import suites
 
-SUITES = ("replicas", "batch", "tta", "overhead")
+SUITES = ("replicas", "batch", "tta", "overhead", "auto")
 
 
 def _ints(text):
@@ -40,9 +40,11 @@ def parse_args(argv):
                  help="replicas: models to measure")
   p.add_argument("--model", default="lenet", help="batch: the model")
   p.add_argument("--batch_sizes", default=None, type=_ints,
-                 help="replicas: 4,16,32; batch: 4,8,...,256")
+                 help="replicas: 4,16,32; batch: 4,8,...,256; auto: rows "
+                 "per run, 4,16,64,256")
   p.add_argument("--replicas", default=None, type=_ints,
-                 help="replicas: 1,2,3,4,6,8; batch: 1,2; overhead: 1,2,4,8")
+                 help="replicas: 1,2,3,4,6,8; batch: 1,2; overhead and auto: "
+                 "1,2,4,8")
   p.add_argument("--algorithms", default="sma,none")
   p.add_argument("--target", type=float, default=0.9, help="tta: accuracy")
   p.add_argument("--tf_batch_sizes", default="8,16,32,64,128", type=_ints)
@@ -83,6 +85,11 @@ def run(args, log):
       result["merged_commands"] = (previous.get("merged_commands", []) +
                                    [previous["command"]])
     return result
+  if args.suite == "auto":
+    return suites.auto(args.models.split(","),
+                       args.batch_sizes or [4, 16, 64, 256],
+                       args.replicas or [1, 2, 4, 8], args.repeats,
+                       args.seconds, log)
   return suites.overhead(args.replicas or [1, 2, 4, 8], args.repeats,
                          args.seconds, log)
 

@@ -124,8 +124,9 @@ class Throughput(object):
   Args:
     model: a name from IMAGE_SHAPES.
     session: "tf" or "tensorbow".
-    batch_size: rows per replica (per step for "tf").
-    replicas: TensorBow's L (ignored for "tf").
+    batch_size: rows per replica (per step for "tf"; per run for
+      replicas="auto").
+    replicas: TensorBow's L, or "auto" (ignored for "tf").
     algorithm: TensorBow's algorithm.
     learning_rate: the model's learning rate (small: synthetic data).
   """
@@ -150,7 +151,7 @@ class Throughput(object):
       self.session = TensorBowSession(graph=self.graph,
                                       replicas=self.replicas,
                                       algorithm=algorithm)
-    self.rows = batch_size * self.replicas
+    self.rows = batch_size * (1 if replicas == "auto" else self.replicas)
     rng = np.random.RandomState(0)
     self.feed = {
         self.net.x: rng.rand(self.rows, *IMAGE_SHAPES[model]).astype(
@@ -171,6 +172,16 @@ class Throughput(object):
   def step(self):
     self.session.run(self.net.train_op, self.feed)
 
+  def settle(self, max_steps=400):
+    """Trains until replicas="auto" has settled; returns the steps taken."""
+    for steps in range(1, max_steps + 1):
+      self.step()
+      decisions = self.session.tuning_decisions()
+      if decisions and "settled" in decisions[-1].reason:
+        return steps
+    raise RuntimeError(f"{self.name}: the auto-tuner did not settle in "
+                       f"{max_steps} runs")
+
   def measure(self, seconds, min_steps=3, warmup=2):
     """Appends one sample: images/s over at least `seconds` and `min_steps`."""
     for _ in range(warmup):
@@ -187,8 +198,13 @@ class Throughput(object):
 
   def record(self):
     """This configuration and its measured images/s, for the JSON output."""
+    chosen = {}
+    if self.replicas == "auto":
+      groups = self.session._planner.runtime.num_stream_groups  # pylint: disable=protected-access
+      chosen = dict(chosen_replicas=self.session.replicas,
+                    chosen_stream_groups=groups)
     return dict(model=self.model, session=self.session_kind,
-                replicas=self.replicas, algorithm=self.algorithm,
+                replicas=self.replicas, algorithm=self.algorithm, **chosen,
                 batch_size=self.batch_size, samples=list(self.samples),
                 **summary(self.samples))
 

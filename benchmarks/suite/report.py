@@ -36,6 +36,26 @@ def markdown(suite, result):
           f"| {d['model']} | {d['batch_size']} | {d['replicas']} | "
           f"{_fmt(d['sma_vs_tf'])} | {_fmt(d['none_vs_tf'])} | "
           f"{_percent(d['sma_cost'])} | {paired} |")
+  elif suite == "auto":
+    lines += ["| model | rows per run | session | L | img/s (min-max) | "
+              "vs TF |", "|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+      replicas = r["replicas"] if r["session"] == "tensorbow" else "-"
+      if replicas == "auto":
+        replicas = (f"auto (chose {r['chosen_replicas']} on "
+                    f"{r['chosen_stream_groups']} stream groups)")
+      lines.append(
+          f"| {r['model']} | {r['rows_per_run']} | {r['session']} | "
+          f"{replicas} | {r['median']:.0f} ({r['min']:.0f}-{r['max']:.0f}) "
+          f"| {r['vs_tf']:.2f} |")
+    lines += ["", "| model | rows per run | auto's L | best fixed L | auto vs "
+              "best fixed L | auto vs TF | best fixed L vs TF |",
+              "|---|---|---|---|---|---|---|"]
+    for d in result["derived"]:
+      lines.append(
+          f"| {d['model']} | {d['rows_per_run']} | {d['auto_replicas']} | "
+          f"{d['best_fixed_replicas']} | {d['auto_vs_best_fixed']:.2f} | "
+          f"{d['auto_vs_tf']:.2f} | {d['best_fixed_vs_tf']:.2f} |")
   elif suite == "batch":
     lines += ["| session | L | batch per replica | img/s (min-max) | "
               "vs TF at the largest batch |", "|---|---|---|---|---|"]
@@ -125,6 +145,27 @@ def plot(suite, result, path):
                      for r in result["rows"]], "ko", label="C++ task")
     ax.set_ylabel("microseconds")
     ax.legend(fontsize=7)
+  elif suite == "auto":
+    models = result["models"]
+    fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.5),
+                             squeeze=False)
+    for ax, model in zip(axes[0], models):
+      series = {}
+      for r in result["rows"]:
+        if r["model"] == model and r["session"] == "tensorbow":
+          label = ("auto" if r["replicas"] == "auto" else
+                   f"L={r['replicas']}")
+          series.setdefault(label, []).append((r["rows_per_run"],
+                                               r["vs_tf"]))
+      ax.axhline(1.0, color="gray", linestyle="--", label="TF")
+      for label, points in series.items():
+        ax.plot(*zip(*points), marker="o", label=label,
+                linewidth=2.5 if label == "auto" else 1)
+      ax.set_xscale("log", base=2)
+      ax.set_xlabel("rows per run")
+      ax.set_ylabel("images/s vs TF at the same batch")
+      ax.set_title(model)
+      ax.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)

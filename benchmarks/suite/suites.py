@@ -65,6 +65,47 @@ def replicas(models, batch_sizes, replica_counts, algorithms, repeats,
           "derived": derived}
 
 
+def auto(models, batch_sizes, replica_counts, repeats, seconds, log=None):
+  """Images/s of replicas="auto" against fixed L and TF, per run batch.
+
+  Per (model, rows per run B) one interleaved group: TF at batch B,
+  TensorBow at each fixed L of `replica_counts` that divides B (B/L rows a
+  replica), and TensorBow with replicas="auto" fed B rows, measured once
+  its tuner has settled (the tuning runs are not measured). Derived: auto
+  over the best fixed L and over TF, and what auto chose.
+  """
+  rows, derived = [], []
+  for model in models:
+    for batch_size in batch_sizes:
+      fixed = [harness.Throughput(model, "tensorbow", batch_size // r, r)
+               for r in replica_counts if batch_size % r == 0]
+      tuned = harness.Throughput(model, "tensorbow", batch_size, "auto")
+      tuning_runs = tuned.settle()
+      if log is not None:
+        log(f"{tuned.name}: settled after {tuning_runs} runs at "
+            f"L={tuned.session.replicas}")
+      group = [harness.Throughput(model, "tf", batch_size)] + fixed + [tuned]
+      records = harness.interleave(group, repeats, seconds, log)
+      for c in group:
+        c.close()
+      tf_median = records[0]["median"]
+      for rec in records:
+        rec["rows_per_run"] = batch_size
+        rec["vs_tf"] = rec["median"] / tf_median
+      best = max(records[1:-1], key=lambda r: r["median"])
+      derived.append(dict(
+          model=model, rows_per_run=batch_size,
+          auto_replicas=records[-1]["chosen_replicas"],
+          auto_stream_groups=records[-1]["chosen_stream_groups"],
+          tuning_runs=tuning_runs, best_fixed_replicas=best["replicas"],
+          auto_vs_best_fixed=records[-1]["median"] / best["median"],
+          auto_vs_tf=records[-1]["vs_tf"], best_fixed_vs_tf=best["vs_tf"]))
+      rows.extend(records)
+  return {"models": models, "batch_sizes": batch_sizes,
+          "replicas": replica_counts, "repeats": repeats, "seconds": seconds,
+          "rows": rows, "derived": derived}
+
+
 def batch(model, batch_sizes, replica_counts, repeats, seconds, log=None):
   """Images/s against the batch size: TF, and TensorBow at each L (SMA).
 
