@@ -445,8 +445,10 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
   tensorboard_dir = os.path.join(config.log_dir, run_name)
   common = {"session": config.session, "replicas": replicas,
             "batch_size": config.batch_size,
-            "algorithm": config.algorithm if config.session == "tensorbow"
-                         else None,
+            # An Algorithm instance is logged as its repr.
+            "algorithm": (None if config.session != "tensorbow" else
+                          config.algorithm if isinstance(config.algorithm, str)
+                          else repr(config.algorithm)),
             "model": model_name}
   progress = _Progress(stream, steps_per_epoch, config.epochs, verbose)
   progress.line(

@@ -302,3 +302,26 @@ def test_tuned_tta_grids_and_medians():
   # A run that missed the target counts as infinitely slow.
   assert summary["median_time"] == 20.0 and summary["reached"] == 2
   assert summary["median_epochs"] == 3.0 and summary["median_log"] == "c"
+
+
+def test_tuned_tta_extra_configurations():
+  from benchmarks import tuned_tta  # pylint: disable=g-import-not-at-top
+  from tensorbow import algorithms  # pylint: disable=g-import-not-at-top
+  config = tuned_tta.extra_config("easgd:2:16:0.01:period=2:alpha=0.3")
+  assert (config["replicas"], config["batch_size"],
+          config["learning_rate"]) == (2, 16, 0.01)
+  made = tuned_tta.algorithm(config)
+  assert isinstance(made, algorithms.EASGD)
+  assert (made.period, made.alpha) == (2, 0.3)
+  assert (tuned_tta.name(config) ==
+          "tensorbow easgd(alpha=0.3,period=2) L=2 b16 lr 0.01")
+  # Without parameters the name and the algorithm are the protocol's.
+  plain = tuned_tta.extra_config("sma:4:8:0.02")
+  assert tuned_tta.algorithm(plain) == "sma"
+  assert tuned_tta.name(plain) == "tensorbow sma L=4 b8 lr 0.02"
+  with pytest.raises(ValueError, match="ALGORITHM:L:BATCH:LR"):
+    tuned_tta.extra_config("easgd:2:16")
+  with pytest.raises(ValueError, match="period must be an int >= 1"):
+    tuned_tta.extra_config("easgd:2:16:0.01:period=0")
+  with pytest.raises(TypeError):
+    tuned_tta.extra_config("easgd:2:16:0.01:speed=3")
