@@ -37,6 +37,7 @@ and tuned_tta.png (test accuracy against time and epochs of the median run
 of each side's best).
 """
 import argparse
+import ast
 import json
 import math
 import os
@@ -115,7 +116,7 @@ def extra_config(spec):
   params = {}
   for item in fields[4:]:
     key, _, value = item.partition("=")
-    params[key] = float(value) if "." in value else int(value)
+    params[key] = ast.literal_eval(value)
   config = dict(session="tensorbow", replicas=int(fields[1]),
                 algorithm=fields[0], batch_size=int(fields[2]),
                 learning_rate=float(fields[3]), params=params)
@@ -127,12 +128,7 @@ def algorithm(config):
   """What the session's `algorithm=` gets: the name, or an instance."""
   if not config.get("params"):
     return config["algorithm"] or "sma"
-  by_name = {c.name: c for c in (algorithms.SMA, algorithms.EASGD,
-                                 algorithms.ASGD, algorithms.SSGD,
-                                 algorithms.Adaptive)}
-  if config["algorithm"] not in by_name:
-    raise ValueError(f"unknown algorithm {config['algorithm']!r}")
-  return by_name[config["algorithm"]](**config["params"])
+  return algorithms.by_name(config["algorithm"], **config["params"])
 
 
 def name(config):
@@ -223,19 +219,21 @@ def _ratio(tensorbow, tf_best):
   return tensorbow["median_time"] / tf_best["median_time"]
 
 
+_TABLE_HEAD = ["| configuration | reached | median time (s) | median epochs |",
+               "| --- | --- | --- | --- |"]
+
+
 def markdown(result):
   lines = [f"Target {result['target']} on Fashion-MNIST, "
            f"{result['model']}; screening rungs {result['rungs']} epochs.",
-           "", "| configuration | reached | median time (s) | "
-           "median epochs |", "| --- | --- | --- | --- |"]
+           ""] + _TABLE_HEAD
   lines += [_row(s) for s in result["summary"]]
   ratio = result["ratio"]
   lines += ["", "TensorBow best / TensorFlow best (median time): " +
             (f"{ratio:.2f}" if ratio is not None else "n/a")]
   if result.get("summary_extra"):
-    lines += ["", "Beyond the protocol (extra tuning for TensorBow):", "",
-              "| configuration | reached | median time (s) | "
-              "median epochs |", "| --- | --- | --- | --- |"]
+    lines += ["", "Beyond the protocol (extra tuning for TensorBow):",
+              ""] + _TABLE_HEAD
     lines += [_row(s) for s in result["summary_extra"]]
     ratio = result["ratio_extra"]
     lines += ["", "Its best / TensorFlow best (median time): " +

@@ -325,3 +325,33 @@ def test_tuned_tta_extra_configurations():
     tuned_tta.extra_config("easgd:2:16:0.01:period=0")
   with pytest.raises(TypeError):
     tuned_tta.extra_config("easgd:2:16:0.01:speed=3")
+  with pytest.raises(ValueError, match="algorithm must be one of"):
+    tuned_tta.extra_config("easgdd:2:16:0.01:period=2")
+  # Values as Python reads them: exponents, ints and floats.
+  made = tuned_tta.algorithm(tuned_tta.extra_config(
+      "easgd:2:16:1e-2:alpha=2.5e-1:period=3"))
+  assert (made.alpha, made.period) == (0.25, 3)
+
+
+def test_tuned_tta_reports_the_extra_configurations_apart():
+  from benchmarks import tuned_tta  # pylint: disable=g-import-not-at-top
+  tf_best = dict(name="tf b16 lr 0.005", session="tf", reached=3, runs=3,
+                 median_time=80.0, median_epochs=3.25)
+  tb_best = dict(tf_best, name="tensorbow easgd L=2 b16 lr 0.01",
+                 session="tensorbow", median_time=72.0)
+  extra = dict(tb_best, name="tensorbow easgd(period=2) L=2 b16 lr 0.01",
+               reached=1, median_time=float("inf"), median_epochs=10.0)
+  result = dict(target=0.9, model="lenet", rungs=[0.25],
+                summary=[tf_best, tb_best],
+                ratio=tuned_tta._ratio(tb_best, tf_best),  # pylint: disable=protected-access
+                summary_extra=[extra],
+                ratio_extra=tuned_tta._ratio(extra, tf_best))  # pylint: disable=protected-access
+  table = tuned_tta.markdown(result)
+  protocol, beyond = table.split("Beyond the protocol")
+  assert "| tensorbow easgd L=2 b16 lr 0.01 | 3/3 | 72.0 | 3.25 |" in protocol
+  assert "TensorBow best / TensorFlow best (median time): 0.90" in protocol
+  assert "easgd(period=2)" not in protocol
+  assert ("| tensorbow easgd(period=2) L=2 b16 lr 0.01 | 1/3 | missed | "
+          "10.00 |") in beyond
+  # A missed target has no ratio.
+  assert "Its best / TensorFlow best (median time): n/a" in beyond

@@ -753,6 +753,15 @@ def test_algorithm_instances_reject_bad_arguments():
   assert repr(tb.algorithms.SMA(alpha=0.5)) == (
       "SMA(alpha=0.5, central_momentum=0.9)")
   assert tb.algorithms.SMA(alpha=0.5) == tb.algorithms.SMA(0.5, 0.9)
+  # By name, with the class's own parameters and checks.
+  assert tb.algorithms.by_name("easgd", period=3) == tb.algorithms.EASGD(
+      period=3)
+  assert isinstance(tb.algorithms.by_name("none"),
+                    tb.algorithms.Independent)
+  with pytest.raises(ValueError, match="algorithm must be one of"):
+    tb.algorithms.by_name("lars")
+  with pytest.raises(ValueError, match="period must be an int >= 1"):
+    tb.algorithms.by_name("easgd", period=0)
 
 
 class _HalfStep(tb.algorithms.Algorithm):

@@ -41,6 +41,19 @@ _BY_NAME = {"sma": SMA, "easgd": EASGD, "asgd": ASGD, "ssgd": SSGD,
 NAMES = tuple(_BY_NAME)
 
 
+def by_name(name, **params):
+  """The Algorithm `name` (one of NAMES), built with `params`.
+
+  Raises:
+    ValueError: an unknown name or a parameter out of range.
+    TypeError: a parameter the algorithm does not take.
+  """
+  if name not in _BY_NAME:
+    raise ValueError(f"algorithm must be one of {NAMES} or an instance from "
+                     f"tensorbow.algorithms, got {name!r}")
+  return _BY_NAME[name](**params)
+
+
 def resolve(algorithm, alpha=None, central_momentum=0.9):
   """The Algorithm a session's arguments name.
 
@@ -60,12 +73,11 @@ def resolve(algorithm, alpha=None, central_momentum=0.9):
           f"session, not both (algorithm={algorithm!r})")
     return algorithm
   if algorithm not in _BY_NAME:
-    raise ValueError(f"algorithm must be one of {NAMES} or an instance from "
-                     f"tensorbow.algorithms, got {algorithm!r}")
+    by_name(algorithm)  # raises, naming the algorithms there are
   sma = SMA(alpha, central_momentum)  # checks them whatever the algorithm
   if algorithm == "easgd":
     if central_momentum != 0.9:
       raise ValueError("easgd has no central momentum: give alpha and "
                        "period to tensorbow.algorithms.EASGD")
     return EASGD(alpha)
-  return sma if algorithm == "sma" else _BY_NAME[algorithm]()
+  return sma if algorithm == "sma" else by_name(algorithm)
