@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+
 def process_memory():
   """(resident bytes of this process, bytes the system has available), from
   /proc; None for what cannot be read."""

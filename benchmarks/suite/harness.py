@@ -200,9 +200,9 @@ class Throughput(object):
     """This configuration and its measured images/s, for the JSON output."""
     chosen = {}
     if self.replicas == "auto":
-      groups = self.session._planner.runtime.num_stream_groups  # pylint: disable=protected-access
-      chosen = dict(chosen_replicas=self.session.replicas,
-                    chosen_stream_groups=groups)
+      # What the tuner settled at (settle() ran first).
+      replicas, groups = self.session.tuning_decisions()[-1].next
+      chosen = dict(chosen_replicas=replicas, chosen_stream_groups=groups)
     return dict(model=self.model, session=self.session_kind,
                 replicas=self.replicas, algorithm=self.algorithm, **chosen,
                 batch_size=self.batch_size, samples=list(self.samples),
