@@ -16,21 +16,21 @@ print(json.dumps(dict(
     compile_flags=tf.sysconfig.get_compile_flags(),
     pybind11_include=pybind11.get_include(),
     python_include=sysconfig.get_paths()["include"],
-    extension_suffix=sysconfig.get_config_var("EXT_SUFFIX"),
 )))
 """
 
 _BUILD = """
 package(default_visibility = ["//visibility:public"])
 
-# TensorFlow's headers and the flags the wheel was built with (C++17, the
-# C++11 ABI, Eigen's alignment).
+# TensorFlow's headers and the macros the wheel was built with (the C++11
+# ABI, Eigen's alignment), which reach every dependent. Its other flags
+# (the language standard) do not propagate: defs.bzl's TF_COPTS carries
+# them to the targets that compile against TensorFlow.
 cc_library(
     name = "tf_headers",
     hdrs = glob(["include/**"]),
     includes = ["include"],
     defines = {defines},
-    copts = {copts},
 )
 
 # libtensorflow_framework.so.2: what an op library links.
@@ -71,10 +71,9 @@ def _tf_local_impl(ctx):
     ctx.symlink(info["python_include"], "python_include")
     ctx.file("BUILD", _BUILD.format(
         defines = repr(defines),
-        copts = repr(copts),
         lib = info["lib"],
     ))
-    ctx.file("defs.bzl", "EXTENSION_SUFFIX = %r\n" % info["extension_suffix"])
+    ctx.file("defs.bzl", "TF_COPTS = %r\n" % copts)
 
 tf_local = repository_rule(
     implementation = _tf_local_impl,
