@@ -28,19 +28,24 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 [ -x .venv/bin/python ] || bash scripts/setup.sh
-# Read by .bazelrc, so that a plain `bazel build` works afterwards too.
-echo "common --override_repository=platforms=$(platforms)" \
-  > bazel/platforms.bazelrc
+# This machine's settings, read by .bazelrc, so that a plain `bazel build`
+# or `bazel test` works afterwards too.
+printf '%s\n' \
+  "common --override_repository=platforms=$(platforms)" \
+  "common --repo_env=TENSORBOW_PYTHON=$PWD/.venv/bin/python" \
+  > bazel/local.bazelrc
 
-repo_env="--repo_env=TENSORBOW_PYTHON=$PWD/.venv/bin/python"
-bazel build "$repo_env" //:_sma_ops.so //:_runtime.so "$@"
-bazel test "$repo_env" //:scheduler_test
-out="$(bazel info "$repo_env" bazel-bin 2>/dev/null)"
+bazel build //:_sma_ops.so //:_runtime.so "$@"
+bazel test //:scheduler_test
+out="$(bazel info bazel-bin 2>/dev/null)"
 
-echo "== Python kernel tests with the Bazel-built libraries =="
-TF_CPP_MIN_LOG_LEVEL=2 TENSORBOW_LIBRARY_DIR="$out" .venv/bin/pytest -q \
-  tests/test_sma_ops.py tests/test_sma_with_central_ops.py \
-  tests/test_matmul_ops.py tests/test_replica_ops.py tests/test_bazel_build.py
+for mode in v1 graph; do
+  echo "== Python kernel tests with the Bazel-built libraries, $mode mode =="
+  TF_CPP_MIN_LOG_LEVEL=2 TENSORBOW_LIBRARY_DIR="$out" .venv/bin/pytest -q \
+    --tf-mode="$mode" tests/test_sma_ops.py \
+    tests/test_sma_with_central_ops.py tests/test_matmul_ops.py \
+    tests/test_replica_ops.py tests/test_bazel_build.py
+done
 
 echo "Bazel-built libraries: $out/_sma_ops.so $out/_runtime.so"
 echo "Load them instead of pip's with TENSORBOW_LIBRARY_DIR=$out"
