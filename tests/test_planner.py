@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import references
 import tensorbow as tb
 from tensorbow import planner
 from tensorbow.rewrite import phases
@@ -137,6 +138,73 @@ def test_the_backward_pass_behind_update_ops_runs_before_the_commit(
   for t in plan.atomic.internal:
     assert all(phases.writes_state(c) for c in t.consumers()), (
         t.name, [c.type for c in t.consumers()])
+
+
+def _conditional_model(use_resource):
+  """Least squares through a TF1 conditional on a fed `training` flag, its
+  optimizer built under tf.control_dependencies(update_ops): how a TF1
+  script's batch norm switches statistics. The backward pass then holds
+  the conditional's Switch and Merge, waiting on the update."""
+  v2 = tf.compat.v1.control_flow_v2_enabled()
+  tf.compat.v1.disable_control_flow_v2()
+  try:
+    graph = tf.Graph()
+    with graph.as_default():
+      x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+      y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+      training = tf.compat.v1.placeholder_with_default(True, [], "training")
+      w = tf.compat.v1.get_variable("w", initializer=W0,
+                                    use_resource=use_resource)
+      moving = tf.compat.v1.get_variable(
+          "moving", initializer=np.zeros(1, np.float32), trainable=False,
+          use_resource=use_resource)
+      h = tf.matmul(x, w)
+      out = tf.compat.v1.cond(training, lambda: tf.identity(h),
+                              lambda: h + tf.stop_gradient(moving))
+      update = tf.compat.v1.assign(
+          moving, 0.9 * moving + 0.1 * tf.reduce_mean(h, axis=0))
+      loss = 0.5 * tf.reduce_mean(tf.square(out - y))
+      with tf.control_dependencies([update]):
+        train = tf.compat.v1.train.GradientDescentOptimizer(LR).minimize(
+            loss)
+      init = tf.compat.v1.global_variables_initializer()
+  finally:
+    if v2:
+      tf.compat.v1.enable_control_flow_v2()
+  assert any(op.type == "Switch" for op in graph.get_operations())
+  return graph, x, y, w, loss, train, init
+
+
+W0 = np.array([[0.5], [-1.0], [2.0]], np.float32)
+LR = 0.1
+
+
+@pytest.mark.parametrize("use_resource", [True, False],
+                         ids=["resource", "ref"])
+def test_a_tf1_conditional_in_the_backward_pass_runs_before_the_commit(
+    use_resource):
+  """The conditional's Switch and Merge route values and order nothing:
+  the backward pass through them is computed before the commit, which
+  receives only the gradient; the replicas train as DESIGN.md's SMA."""
+  graph, x, y, w, loss, train, init = _conditional_model(use_resource)
+  rng = np.random.RandomState(1)
+  batches = [(rng.randn(7, 3).astype(np.float32),
+              rng.randn(7, 1).astype(np.float32)) for _ in range(3)]
+  with tb.TensorBowSession(graph=graph, replicas=3) as sess:
+    sess.run(init)
+    losses = [sess.run([train, loss], {x: bx, y: by})[1]
+              for bx, by in batches]
+    got = sess.run(w)
+    (plan,) = sess._trainer.plans.values()  # pylint: disable=protected-access
+  assert plan.atomic is not None
+  assert plan.atomic.internal
+  for t in plan.atomic.internal:
+    assert all(phases.writes_state(c) for c in t.consumers()), (
+        t.name, [c.type for c in t.consumers()])
+  expected = references.sma([W0], batches, 3, 1 / 3, 0.9, LR)
+  for (_, want_loss, _, _), got_loss in zip(expected, losses):
+    np.testing.assert_allclose(got_loss, want_loss, rtol=1e-5)
+  np.testing.assert_allclose(got, expected[-1][0][0], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("use_resource", [True, False])

@@ -54,24 +54,30 @@ def is_write_group(op):
           all(is_write_group(c) for c in op.control_inputs))
 
 
-def orders_only(op):
+def orders_only(op, routing=frozenset()):
   """Whether `op`'s control dependencies on writes (is_write_group) only
   order it: an op of no state that reads no variable computes the same
   value before a write as after it, so the copies may run it before the
   writes it waits on. That is the backward pass which
   `tf.control_dependencies(update_ops)` puts behind batch norm's updates,
   whose activations a wave would otherwise keep for every replica until
-  its commit."""
+  its commit. A TF1 conditional's Switch and Merge count only if named in
+  `routing` (routing_ops)."""
   if op.type == "NoOp":
     # A group other ops wait on, e.g. tf.gradients' tuples: it must still
     # wait on the computed ops it groups, but not on writes. A group of
     # writes alone, or one nothing waits on (a target), keeps its edges.
     return (bool(op._control_outputs) and  # pylint: disable=protected-access
             not all(is_write_group(c) for c in op.control_inputs))
-  return (not op.op_def.is_stateful and op.type not in _CONTROL_FLOW and
-          not any(t.dtype._is_ref_dtype or  # pylint: disable=protected-access
-                  t.dtype.base_dtype in (tf.resource, tf.variant)
-                  for t in op.inputs))
+  if op.type in _CONTROL_FLOW and op.name not in routing:
+    return False
+  return _value_only(op)
+
+
+def _value_only(op):
+  return not op.op_def.is_stateful and not any(
+      t.dtype._is_ref_dtype or  # pylint: disable=protected-access
+      t.dtype.base_dtype in (tf.resource, tf.variant) for t in op.inputs)
 
 
 # TF1 control flow, whose control edges carry frames and branches.
@@ -79,6 +85,50 @@ _CONTROL_FLOW = frozenset([
     "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit",
     "RefExit", "NextIteration", "RefNextIteration", "LoopCond",
     "ControlTrigger"])
+
+
+def routing_ops(graph):
+  """Names of `graph`'s TF1-conditional Switch and Merge ops that only
+  route values, such as the conditionals in batch norm's backward pass.
+
+  A conditional's branches may produce dead tensors, which must not cross
+  from a computation to its commit; its ops may run before the writes
+  they wait on only if the whole conditional can: every op from a Switch
+  to the Merges it reaches is value-only and waits on nothing outside
+  but writes. None where the graph has while loops (control edges there
+  carry frames) or for nested conditionals.
+  """
+  ops = graph.get_operations()
+  if any(op.type in ("Enter", "RefEnter") for op in ops):
+    return frozenset()
+  merges, blocked = set(), set()
+  for switch in ops:
+    if switch.type != "Switch":
+      continue
+    region, stack, ok = {switch.name}, [switch], _value_only(switch)
+    while stack:
+      op = stack.pop()
+      following = [c for t in op.outputs for c in t.consumers()]
+      following += op._control_outputs  # pylint: disable=protected-access
+      for nxt in following:
+        if nxt.name in region:
+          continue
+        region.add(nxt.name)
+        if nxt.type == "Merge":
+          merges.add(nxt.name)
+          continue
+        if nxt.type in _CONTROL_FLOW or not _value_only(nxt):
+          ok = False
+        stack.append(nxt)
+    for name in region:
+      op = graph.get_operation_by_name(name)
+      if op.type != "Merge" and not all(
+          c.name in region or is_write_group(c) for c in op.control_inputs):
+        ok = False
+    if not ok:
+      blocked |= region
+  return frozenset(n for n in merges | set(
+      op.name for op in ops if op.type == "Switch") if n not in blocked)
 
 
 def split(fetches, targets, fed_names):

@@ -375,13 +375,14 @@ class Replicator(object):
     the writes, and the writes still run, in the same order relative to
     every op that has effects.
     """
+    routing = phases.routing_ops(self._graph)
     for op in new_ops:  # inputs first
       inherited = set()
       for t in op.inputs:
         inherited |= self._pushed.get(t.op.name, frozenset())
       for c in op.control_inputs:
         inherited |= self._pushed.get(c.name, frozenset())
-      if phases.orders_only(op):
+      if phases.orders_only(op, routing):
         own = set(c.name for c in op.control_inputs
                   if phases.is_write_group(c))
         if own or inherited:
