@@ -186,10 +186,13 @@ class Planner(object):
               [group_op(op, g) for op in targets])
              for g in range(rep.num_groups)]
     by_group = self._replicas > 1
-    # A shared model's tasks each apply their step when they finish: one
+    # A shared model's tasks each apply their step when they finish, and
+    # one replica's copy is plain training as TensorFlow runs it: one
     # TensorFlow run per task, not a computation and a commit.
+    atomic = not (self._algorithm.shares_model or (
+        self._replicas == 1 and self._nonfinite == "propagate"))
     return self._task_plan(fed, batch, tasks, sync_call, central_fetches,
-                           rep.user_name, not self._algorithm.shares_model,
+                           rep.user_name, atomic,
                            info.written,
                            [rep.replica_input] if by_group else []
                            )._replace(echoed=echoed)

@@ -207,6 +207,31 @@ def test_a_tf1_conditional_in_the_backward_pass_runs_before_the_commit(
   np.testing.assert_allclose(got, expected[-1][0][0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("nonfinite", ["propagate", "raise"])
+def test_one_replica_with_a_kernel_copy_runs_as_tensorflow(nonfinite):
+  """With one replica a training run is TensorFlow's single run (DESIGN.md
+  2.7), also when a copy with faster kernels is trained; only a check for
+  non-finite values splits it in two."""
+  graph, x, y, w, loss, train, init = _conditional_model(True)
+  rng = np.random.RandomState(2)
+  bx = rng.randn(5, 3).astype(np.float32)
+  by = rng.randn(5, 1).astype(np.float32)
+  with tb.TensorBowSession(graph=graph, replicas=1,
+                           nonfinite=nonfinite) as sess:
+    sess.run(init)
+    sess.run(train, {x: bx, y: by})
+    got = sess.run(w)
+    (plan,) = sess._trainer.plans.values()  # pylint: disable=protected-access
+    copied = sess._planner.replicator is not None  # pylint: disable=protected-access
+  assert copied, "no kernel copy: MatMul should have a substitute"
+  assert len(plan.calls) == 1
+  assert (plan.atomic is None) == (nonfinite == "propagate")
+  with tf.compat.v1.Session(graph=graph) as ref:
+    ref.run(init)
+    ref.run(train, {x: bx, y: by})
+    np.testing.assert_allclose(got, ref.run(w), rtol=1e-6)
+
+
 @pytest.mark.parametrize("use_resource", [True, False])
 def test_a_fetch_ordered_after_the_train_op_still_trains(use_resource):
   """The TF1 idiom `with tf.control_dependencies([train]): out =
