@@ -1,9 +1,10 @@
 """Crossbow's auto-tuner: `TensorBowSession(replicas="auto")`.
 
 The session starts with one replica. The tuner times the user's own
-training runs: after `warmup` runs at a setting it measures `measure`
-more and takes their median throughput (batch rows per second, the whole
-`run` call).
+training runs: after `warmup` runs at a setting it measures at least
+`measure` more, and more until they took `min_seconds` (a run can take
+100 microseconds, and a few of them say little), and takes their median
+throughput (batch rows per second, the whole `run` call).
 
 1. L: while the last L added improved on the best throughput so far by
    at least `gain`, it adds one more replica (at most `max_replicas`, at
@@ -26,6 +27,9 @@ import os
 import time
 
 import numpy as np
+
+# The least time the runs measured at one setting take, by default.
+MIN_SECONDS = 0.5
 
 
 def process_memory():
@@ -55,9 +59,10 @@ class AutoTuner(object):
 
   def __init__(self, warmup=2, measure=5, gain=1.1, gain_groups=1.05,
                max_replicas=16, cores=None, memory_margin=2.0,
-               memory=process_memory):
+               memory=process_memory, min_seconds=None):
     self.warmup = warmup
     self.measure = measure
+    self.min_seconds = MIN_SECONDS if min_seconds is None else min_seconds
     self.gain = gain
     self.gain_groups = gain_groups
     self.max_replicas = max_replicas
@@ -70,6 +75,7 @@ class AutoTuner(object):
     self._runs = 0
     self._rows = None  # the batch size being tuned for
     self._samples = []  # throughputs at the current setting
+    self._measured = 0.0  # seconds of its runs after the warm-up
     self._best = None  # (L, stream groups, rows per second)
     self._phase = "replicas"  # then "groups", then "settled"
     self._untried = []  # stream-group counts still to try
@@ -103,15 +109,19 @@ class AutoTuner(object):
         self._decide(replicas, groups, rows, None, (replicas, groups),
                      "batch size changed: tuning again")
       self._rows, self._samples, self._best = rows, [], None
+      self._measured = 0.0
       self._resident = {}
       self._phase = "replicas"
     if self.settled:
       return None
     self._samples.append(rows / max(seconds, 1e-9))
-    if len(self._samples) < self.warmup + self.measure:
+    if len(self._samples) > self.warmup:
+      self._measured += seconds
+    if (len(self._samples) < self.warmup + self.measure or
+        self._measured < self.min_seconds):
       return None
     throughput = float(np.median(self._samples[self.warmup:]))
-    self._samples = []
+    self._samples, self._measured = [], 0.0
     if self._phase == "replicas":
       self._resident[replicas], self._available = self._memory()
       return self._next_replicas(replicas, groups, rows, throughput)

@@ -125,8 +125,23 @@ def test_process_memory_reads_this_process():
   assert resident > 10 * 2**20 and available > 0
 
 
+def test_measures_short_runs_for_at_least_min_seconds():
+  tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=0.5)
+  runs = 0
+  while not tuner.decisions:
+    # Warm-up runs are slow and do not count.
+    tuner.observe(1, 1, 64, 1.0 if runs < 2 else 0.001)
+    runs += 1
+  assert runs == 2 + 500
+  assert tuner.decisions[0].rows_per_second == pytest.approx(64000)
+  tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=0.5)
+  for _ in range(7):
+    tuner.observe(1, 1, 64, 0.2)
+  assert tuner.decisions  # 5 runs of 0.2 s: over 0.5 s
+
+
 def test_stops_at_the_batch_rows_and_retunes_on_a_new_batch_size():
-  tuner = autotune.AutoTuner(warmup=0, measure=1, cores=1)
+  tuner = autotune.AutoTuner(warmup=0, measure=1, cores=1, min_seconds=0)
   assert tuner.observe(1, 1, 2, 1.0) == (2, None)
   assert tuner.observe(2, 1, 2, 0.1) == (2, 1)  # 2 rows: at most 2
   assert tuner.settled and tuner.observe(2, 1, 2, 0.1) is None
@@ -134,7 +149,8 @@ def test_stops_at_the_batch_rows_and_retunes_on_a_new_batch_size():
   assert "batch size changed" in tuner.decisions[-2].reason
 
 
-def test_auto_session_trains_and_reports_its_decisions():
+def test_auto_session_trains_and_reports_its_decisions(monkeypatch):
+  monkeypatch.setattr(autotune, "MIN_SECONDS", 0.0)  # decide within 30 runs
   model = graphs.build(lambda: tf1.train.MomentumOptimizer(0.05, 0.9))
   x, y = BATCHES[0]
   with tb.TensorBowSession(graph=model.graph, replicas="auto") as sess:

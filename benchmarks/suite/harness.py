@@ -172,15 +172,17 @@ class Throughput(object):
   def step(self):
     self.session.run(self.net.train_op, self.feed)
 
-  def settle(self, max_steps=400):
+  def settle(self, max_seconds=600):
     """Trains until replicas="auto" has settled; returns the steps taken."""
-    for steps in range(1, max_steps + 1):
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < max_seconds:
       self.step()
+      steps += 1
       decisions = self.session.tuning_decisions()
       if decisions and "settled" in decisions[-1].reason:
         return steps
     raise RuntimeError(f"{self.name}: the auto-tuner did not settle in "
-                       f"{max_steps} runs")
+                       f"{max_seconds} s ({steps} runs)")
 
   def measure(self, seconds, min_steps=3, warmup=2):
     """Appends one sample: images/s over at least `seconds` and `min_steps`."""
