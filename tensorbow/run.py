@@ -47,6 +47,7 @@ Limitations:
 import argparse
 import contextlib
 import importlib
+import logging
 import os
 import runpy
 import sys
@@ -286,12 +287,35 @@ def main(argv=None):
   sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
   try:
     with patch_session(args.replicas, args.algorithm, args.alpha,
-                       args.central_momentum, args.nonfinite):
+                       args.central_momentum, args.nonfinite), \
+        _tuner_log(args.replicas == "auto"):
       runpy.run_path(args.script, run_name="__main__")
   finally:
     sys.argv = saved_argv
     sys.path[:] = saved_path
   return 0
+
+
+@contextlib.contextmanager
+def _tuner_log(shown):
+  """Shows the auto-tuner's decisions (INFO on the "tensorbow" logger) on
+  stderr while the script runs, if `shown`."""
+  if not shown:
+    yield
+    return
+  logger = logging.getLogger("tensorbow")
+  handler = logging.StreamHandler(sys.stderr)
+  handler.setFormatter(logging.Formatter("tensorbow-run: %(message)s"))
+  handler.setLevel(logging.INFO)
+  level = logger.level
+  logger.addHandler(handler)
+  if logger.getEffectiveLevel() > logging.INFO:
+    logger.setLevel(logging.INFO)
+  try:
+    yield
+  finally:
+    logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 if __name__ == "__main__":

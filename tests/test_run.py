@@ -5,6 +5,7 @@ plain gradient descent, so the weights after SMA waves follow from the NumPy
 reference below (DESIGN.md section 3).
 """
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import tensorbow
+from tensorbow import autotune
 from tensorbow import run
 
 import references
@@ -321,6 +323,35 @@ def test_patch_is_restored_when_the_script_fails(tmp_path):
   with pytest.raises(ValueError, match="from the script"):
     run.main(["--replicas", "4", str(script)])
   assert tf.compat.v1.Session is original
+
+
+def test_auto_replicas_show_the_tuners_decisions(tmp_path, capsys,
+                                                monkeypatch):
+  """Each decision of replicas="auto" is a line on stderr, and only while
+  the script runs; fixed replicas show none."""
+  monkeypatch.setattr(autotune, "MIN_SECONDS", 0.0)  # decide within 40 runs
+  script = tmp_path / "tiny.py"
+  script.write_text(
+      "import numpy as np\n"
+      "import tensorflow as tf\n"
+      "tf1 = tf.compat.v1\n"
+      "with tf.Graph().as_default():\n"
+      "  x = tf1.placeholder(tf.float32, [None, 3])\n"
+      "  w = tf1.get_variable('w', initializer=np.ones((3, 1), np.float32))\n"
+      "  loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))\n"
+      "  train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)\n"
+      "  with tf1.Session() as sess:\n"
+      "    sess.run(tf1.global_variables_initializer())\n"
+      "    for _ in range(40):\n"
+      "      sess.run(train, {x: np.ones((8, 3), np.float32)})\n")
+  logger = logging.getLogger("tensorbow")
+  level, handlers = logger.level, list(logger.handlers)
+  run.main(["--replicas", "auto", str(script)])
+  err = capsys.readouterr().err
+  assert "tensorbow-run: TensorBow auto-tuner, run 7: L=1 on 1 stream " in err
+  assert logger.level == level and logger.handlers == handlers
+  run.main(["--replicas", "2", str(script)])
+  assert "auto-tuner" not in capsys.readouterr().err
 
 
 def test_nonfinite_reaches_the_session():
