@@ -23,10 +23,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "benchmarks", "real_scripts")
 DEFAULT = ("mlp.py", "cnn.py", "autoencoder.py")
 _RESULT = re.compile(r"RESULT accuracy=(\S+) loss=(\S+)")
+# tensorbow-run's line for an auto-tuner decision: "... -> (L, groups) ...".
+_DECISION = re.compile(r"auto-tuner, run \d+: .* -> \((\d+), (\d+|None)\)")
 
 
 def run(command):
-  """(wall seconds, accuracy, loss) of one script run."""
+  """(wall seconds, accuracy, loss, the auto-tuner's last L or None) of one
+  script run."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
              PYTHONPATH=os.pathsep.join([ROOT, SCRIPTS]))
   start = time.perf_counter()
@@ -36,7 +39,9 @@ def run(command):
   match = _RESULT.search(done.stdout)
   if done.returncode != 0 or match is None:
     raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-  return seconds, float(match.group(1)), float(match.group(2))
+  decisions = _DECISION.findall(done.stderr)
+  replicas = int(decisions[-1][0]) if decisions else None
+  return seconds, float(match.group(1)), float(match.group(2)), replicas
 
 
 def main(argv=None):
@@ -51,8 +56,8 @@ def main(argv=None):
                                    "--replicas", args.replicas, script],
   }
   print("| script | tf.Session (s) | tensorbow-run (s) | ratio | accuracy "
-        "tf / tb | loss tf / tb |")
-  print("| --- | --- | --- | --- | --- | --- |")
+        "tf / tb | loss tf / tb | L at the end |")
+  print("| --- | --- | --- | --- | --- | --- | --- |")
   for script in args.scripts:
     results = {name: [] for name in sessions}
     for _ in range(args.repeats):
@@ -61,9 +66,11 @@ def main(argv=None):
     median = {name: [statistics.median(r[i] for r in runs)
                      for i in range(3)] for name, runs in results.items()}
     tf_run, tb_run = median["tf"], median["tensorbow"]
+    chosen = ", ".join("-" if r[3] is None else str(r[3])
+                       for r in results["tensorbow"])
     print(f"| {script} | {tf_run[0]:.1f} | {tb_run[0]:.1f} | "
           f"{tb_run[0] / tf_run[0]:.2f} | {tf_run[1]:.4f} / {tb_run[1]:.4f} "
-          f"| {tf_run[2]:.4f} / {tb_run[2]:.4f} |", flush=True)
+          f"| {tf_run[2]:.4f} / {tb_run[2]:.4f} | {chosen} |", flush=True)
 
 
 if __name__ == "__main__":

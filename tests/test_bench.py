@@ -7,10 +7,12 @@ JSON, Markdown and PNG outputs hold them.
 """
 import json
 import os
+import sys
 
 import pytest
 import tensorflow as tf
 
+from benchmarks import real_scripts
 from benchmarks import sma_op_time
 from benchmarks.suite import __main__ as bench_main
 from benchmarks.suite import harness
@@ -364,3 +366,20 @@ def test_tuned_tta_reports_the_extra_configurations_apart():
           "10.00 |") in beyond
   # A missed target has no ratio.
   assert "Its best / TensorFlow best (median time): n/a" in beyond
+
+
+def test_real_scripts_reads_the_result_and_the_last_tuned_l():
+  decisions = [
+      "tensorbow-run: TensorBow auto-tuner, run 7: L=1 on 1 stream groups, "
+      "100 rows, 5000 rows/s -> (2, None) (first measurement)",
+      "tensorbow-run: TensorBow auto-tuner, run 14: L=2 on 2 stream groups, "
+      "100 rows, 4000 rows/s -> (1, 1) (under 1.1x L=1's 5000 rows/s: "
+      "settled)"]
+  code = ("import sys\nprint('RESULT accuracy=0.8125 loss=0.25')\n"
+          f"sys.stderr.write({chr(10).join(decisions)!r})\n")
+  seconds, accuracy, loss, replicas = real_scripts.run(
+      [sys.executable, "-c", code])
+  assert seconds > 0 and (accuracy, loss, replicas) == (0.8125, 0.25, 1)
+  _, _, _, replicas = real_scripts.run(
+      [sys.executable, "-c", "print('RESULT accuracy=1 loss=0')"])
+  assert replicas is None
