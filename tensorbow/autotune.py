@@ -15,6 +15,11 @@ throughput (batch rows per second, the whole `run` call).
 2. Stream groups (how many tasks run at once, each with TensorFlow's
    intra-op pool): at that L it tries every other count from 1 to
    min(L, cores) and keeps one that beats the best by `gain_groups`.
+3. Threads: it tries the other way of running a task's ops, on
+   TensorFlow's inter-op pool (its default) or all on the task's own
+   thread, and keeps it if it beats the best by `gain_groups`. (The
+   intra-op pool is one per process in TensorFlow, fixed by the first
+   session: it cannot be split between tasks.)
 
 Then it settles. A run with a different batch size starts the search
 again from the current setting. Each decision is one log line and a
@@ -49,13 +54,22 @@ def process_memory():
 
 
 Decision = collections.namedtuple(
-    "Decision", ["run", "replicas", "stream_groups", "rows",
+    "Decision", ["run", "replicas", "stream_groups", "inline", "rows",
                  "rows_per_second", "next", "reason"])
+Decision.__doc__ = """One decision of the tuner: at training run `run`, the
+setting measured (L, stream groups, whether a task's ops ran on its own
+thread), the batch rows, the throughput measured (None if not measured),
+the setting `next` (L, stream groups or None for the default, inline) and
+why."""
+
+
+def _threads(inline):
+  return "ops on the task's thread" if inline else "TensorFlow's inter-op pool"
 
 
 class AutoTuner(object):
-  """Chooses a session's L and stream groups from the throughput of its
-  training runs."""
+  """Chooses a session's L, stream groups and threads from the throughput
+  of its training runs."""
 
   def __init__(self, warmup=2, measure=5, gain=1.1, gain_groups=1.05,
                max_replicas=16, cores=None, memory_margin=2.0,
@@ -76,8 +90,8 @@ class AutoTuner(object):
     self._rows = None  # the batch size being tuned for
     self._samples = []  # throughputs at the current setting
     self._measured = 0.0  # seconds of its runs after the warm-up
-    self._best = None  # (L, stream groups, rows per second)
-    self._phase = "replicas"  # then "groups", then "settled"
+    self._best = None  # (L, stream groups, inline, rows per second)
+    self._phase = "replicas"  # then "groups", "threads", "settled"
     self._untried = []  # stream-group counts still to try
 
   @property
@@ -93,20 +107,24 @@ class AutoTuner(object):
     seconds = time.perf_counter() - start
     runtime = session._planner.runtime  # pylint: disable=protected-access
     groups = runtime.num_stream_groups if runtime is not None else 1
+    inline = runtime.inline if runtime is not None else False
     following = self.observe(session.replicas, groups, trainer.last_rows,
-                             seconds)
-    if following is not None and following != (session.replicas, groups):
+                             seconds, inline)
+    if following is not None and following != (session.replicas, groups,
+                                                inline):
       session._set_replicas(*following)  # pylint: disable=protected-access
     return result
 
-  def observe(self, replicas, groups, rows, seconds):
+  def observe(self, replicas, groups, rows, seconds, inline=False):
     """Records a training run of `rows` rows at `replicas` replicas on
-    `groups` stream groups that took `seconds`; returns (L, stream groups)
-    for the next run, or None to keep them."""
+    `groups` stream groups, its ops on the tasks' threads if `inline`, that
+    took `seconds`; returns (L, stream groups or None, inline) for the next
+    run, or None to keep them."""
+    setting = (replicas, groups, inline)
     self._runs += 1
     if rows != self._rows:
       if self._rows is not None:
-        self._decide(replicas, groups, rows, None, (replicas, groups),
+        self._decide(setting, rows, None, setting,
                      "batch size changed: tuning again")
       self._rows, self._samples, self._best = rows, [], None
       self._measured = 0.0
@@ -124,34 +142,35 @@ class AutoTuner(object):
     self._samples, self._measured = [], 0.0
     if self._phase == "replicas":
       self._resident[replicas], self._available = self._memory()
-      return self._next_replicas(replicas, groups, rows, throughput)
-    return self._next_groups(replicas, groups, rows, throughput)
+      return self._next_replicas(setting, rows, throughput)
+    if self._phase == "groups":
+      return self._next_groups(setting, rows, throughput)
+    return self._next_threads(setting, rows, throughput)
 
-  def _next_replicas(self, replicas, groups, rows, throughput):
+  def _next_replicas(self, setting, rows, throughput):
+    replicas, _, inline = setting
     limit = min(self.max_replicas, max(1, rows))
-    if self._best is None or throughput >= self.gain * self._best[2]:
+    if self._best is None or throughput >= self.gain * self._best[-1]:
       first = self._best is None
-      self._best = (replicas, groups, throughput)
+      self._best = setting + (throughput,)
       reason = (self._memory_short(replicas) if replicas < limit else
                 f"{limit} is the most replicas")
       if reason is None:
         return self._decide(
-            replicas, groups, rows, throughput, (replicas + 1, None),
+            setting, rows, throughput, (replicas + 1, None, inline),
             "first measurement" if first else
             f"at least {self.gain:g}x the best so far: adding a replica")
     else:
       reason = (f"under {self.gain:g}x L={self._best[0]}'s "
-                f"{self._best[2]:.0f} rows/s")
-    best_l, best_groups, _ = self._best
+                f"{self._best[-1]:.0f} rows/s")
+    best_l, best_groups, best_inline, _ = self._best
     self._untried = [g for g in range(1, min(best_l, self.cores) + 1)
                      if g != best_groups]
     if not self._untried:
-      self._phase = "settled"
-      return self._decide(replicas, groups, rows, throughput,
-                          (best_l, best_groups), reason + ": settled")
+      return self._try_threads(setting, rows, throughput, reason)
     self._phase = "groups"
-    return self._decide(replicas, groups, rows, throughput,
-                        (best_l, self._untried.pop(0)),
+    return self._decide(setting, rows, throughput,
+                        (best_l, self._untried.pop(0), best_inline),
                         reason + f": L={best_l}, trying stream groups")
 
   def _memory_short(self, replicas):
@@ -167,26 +186,45 @@ class AutoTuner(object):
             f"{self._available / 2**20:.0f} MB available (under "
             f"{self.memory_margin:g}x)")
 
-  def _next_groups(self, replicas, groups, rows, throughput):
-    if throughput >= self.gain_groups * self._best[2]:
-      self._best = (replicas, groups, throughput)
+  def _next_groups(self, setting, rows, throughput):
+    if throughput >= self.gain_groups * self._best[-1]:
+      self._best = setting + (throughput,)
     if self._untried:
-      return self._decide(replicas, groups, rows, throughput,
-                          (self._best[0], self._untried.pop(0)),
+      best_l, _, best_inline, _ = self._best
+      return self._decide(setting, rows, throughput,
+                          (best_l, self._untried.pop(0), best_inline),
                           "trying stream groups")
-    self._phase = "settled"
-    best_l, best_groups, best = self._best
-    return self._decide(
-        replicas, groups, rows, throughput, (best_l, best_groups),
-        f"settled at L={best_l} on {best_groups} stream groups "
-        f"({best:.0f} rows/s)")
+    return self._try_threads(setting, rows, throughput,
+                             f"{self._best[1]} stream groups")
 
-  def _decide(self, replicas, groups, rows, throughput, following, reason):
-    self.decisions.append(Decision(self._runs, replicas, groups, rows,
-                                   throughput, following, reason))
+  def _try_threads(self, setting, rows, throughput, reason):
+    """At the best L and stream groups, tries the other way of running a
+    task's ops: on TensorFlow's inter-op pool, or all on the task's own
+    thread (which saves a hand-over per op where ops are small)."""
+    best_l, best_groups, best_inline, _ = self._best
+    self._phase = "threads"
+    return self._decide(
+        setting, rows, throughput, (best_l, best_groups, not best_inline),
+        f"{reason}: L={best_l} on {best_groups} stream groups, trying "
+        f"{_threads(not best_inline)}")
+
+  def _next_threads(self, setting, rows, throughput):
+    if throughput >= self.gain_groups * self._best[-1]:
+      self._best = setting + (throughput,)
+    self._phase = "settled"
+    best_l, best_groups, best_inline, best = self._best
+    return self._decide(
+        setting, rows, throughput, (best_l, best_groups, best_inline),
+        f"settled at L={best_l} on {best_groups} stream groups, "
+        f"{_threads(best_inline)} ({best:.0f} rows/s)")
+
+  def _decide(self, setting, rows, throughput, following, reason):
+    self.decisions.append(Decision(self._runs, *setting, rows, throughput,
+                                   following, reason))
     logging.getLogger("tensorbow").info(
-        "TensorBow auto-tuner, run %d: L=%d on %d stream groups, %s rows, "
-        "%s rows/s -> %s (%s)", self._runs, replicas, groups, rows,
+        "TensorBow auto-tuner, run %d: L=%d on %d stream groups%s, %s rows, "
+        "%s rows/s -> %s (%s)", self._runs, setting[0], setting[1],
+        ", ops on the task's thread" if setting[2] else "", rows,
         "-" if throughput is None else f"{throughput:.0f}", following,
         reason)
     return following

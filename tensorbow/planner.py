@@ -55,14 +55,17 @@ class Planner(object):
     algorithm: the session's `algorithms.Algorithm`, resolved for L.
     stream_groups: the runtime's concurrent tasks (None:
       `runtime.default_stream_groups`).
+    inline: whether each task's ops run on its stream group's thread
+      instead of TensorFlow's inter-op pool.
   """
 
   def __init__(self, session, execution, replicas, algorithm, nonfinite,
-               stream_groups=None):
+               stream_groups=None, inline=False):
     self._session = session
     self._exec = execution
     self._replicas = replicas
     self._stream_groups = stream_groups
+    self._inline = inline
     self._algorithm = algorithm
     self._nonfinite = nonfinite
     self.runtime = None  # the C++ runtime, made with the first plan
@@ -114,7 +117,8 @@ class Planner(object):
       self.runtime = tb_runtime.Runtime(
           self._session,
           self._stream_groups or
-          tb_runtime.default_stream_groups(self._replicas), self._replicas)
+          tb_runtime.default_stream_groups(self._replicas), self._replicas,
+          self._inline)
     batch_names = [t.name for t, b in zip(fed, batch) if b]
     if self._replicas == 1:
       # One replica is plain training (DESIGN.md 2.7): the user's own graph,

@@ -79,10 +79,11 @@ class TensorBowSession(compat.SessionInterface):
     self._context = None
     self._set_replicas(1 if self._tuner is not None else replicas)
 
-  def _set_replicas(self, replicas, stream_groups=None):
-    """Trains `replicas` replicas on `stream_groups` (None: the default)
-    from the next training run on, seeded from the central model (the
-    current replicas' state refreshed into the user's variables first)."""
+  def _set_replicas(self, replicas, stream_groups=None, inline=False):
+    """Trains `replicas` replicas on `stream_groups` (None: the default),
+    each task's ops on its own thread if `inline`, from the next training
+    run on, seeded from the central model (the current replicas' state
+    refreshed into the user's variables first)."""
     with self._lock:
       if getattr(self, "_trainer", None) is not None:
         self._trainer.refresh()
@@ -92,7 +93,7 @@ class TensorBowSession(compat.SessionInterface):
       self._algorithm = algorithm.name
       self._planner = planner.Planner(self._session, self._exec, replicas,
                                       algorithm, self._nonfinite,
-                                      stream_groups)
+                                      stream_groups, inline)
       self._trainer = waves.Trainer(
           self._session, self._planner, replicas, self._nonfinite,
           options.checkpoint_config(algorithm, replicas), self._lock,

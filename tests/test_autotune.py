@@ -1,5 +1,7 @@
 """replicas="auto" (tensorbow/autotune.py): the search over L, and a change
 of L that neither changes the central model nor loses an update."""
+import threading
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,23 +23,27 @@ def _gd():
   return tf1.train.GradientDescentOptimizer(LR)
 
 
+@pytest.mark.parametrize("inline", [False, True],
+                         ids=["inter-op pool", "inline"])
 @pytest.mark.parametrize("use_resource", [True, False],
                          ids=["resource", "ref"])
-def test_changing_l_keeps_the_central_model_and_every_update(use_resource):
+def test_changing_l_keeps_the_central_model_and_every_update(use_resource,
+                                                             inline):
   model = graphs.build(_gd, use_resource)
   with tb.TensorBowSession(graph=model.graph, replicas=1) as sess:
     sess.run(model.init)
     for x, y in BATCHES[:3]:
       sess.run(model.train, {model.x: x, model.y: y})
     before = sess.run([model.w, model.b])
-    sess._set_replicas(2)  # pylint: disable=protected-access
+    sess._set_replicas(2, None, inline)  # pylint: disable=protected-access
     assert sess.replicas == 2
     for got, want in zip(sess.run([model.w, model.b]), before):
       np.testing.assert_array_equal(got, want)
     for x, y in BATCHES[3:6]:
       sess.run(model.train, {model.x: x, model.y: y})
+    assert sess._planner.runtime.inline == inline  # pylint: disable=protected-access
     after_sma = sess.run([model.w, model.b])
-    sess._set_replicas(1)  # pylint: disable=protected-access
+    sess._set_replicas(1, 1, inline)  # pylint: disable=protected-access
     for x, y in BATCHES[6:]:
       sess.run(model.train, {model.x: x, model.y: y})
     final = sess.run([model.w, model.b])
@@ -62,20 +68,69 @@ def test_changing_l_keeps_the_central_model_and_every_update(use_resource):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def _search(throughputs, rows=64, cores=2, memory=lambda l: (None, None)):
+@pytest.mark.parametrize("inline", [False, True])
+def test_inline_runs_a_tasks_ops_on_its_own_thread(inline):
+  """RunOptions.inter_op_thread_pool = -1 reaches TensorFlow: with one
+  replica, whose task runs on the calling thread, an op of the training
+  run (a py_func) runs on that thread; otherwise on TensorFlow's pool."""
+  seen = []
+
+  def record():
+    seen.append(threading.get_native_id())
+    return np.float32(0)
+
+  model = graphs.build(_gd)
+  with model.graph.as_default():
+    probe = tf1.py_func(record, [], tf.float32, stateful=True)
+    loss = model.loss + probe
+    train = _gd().minimize(loss)
+  x, y = BATCHES[0]
+  with tb.TensorBowSession(graph=model.graph, replicas=1) as sess:
+    sess._set_replicas(1, 1, inline)  # pylint: disable=protected-access
+    sess.run(model.init)
+    for _ in range(3):
+      sess.run(train, {model.x: x, model.y: y})
+  assert len(seen) == 3
+  me = threading.get_native_id()
+  assert all((tid == me) == inline for tid in seen), (me, seen)
+
+
+def test_inline_options_keep_the_users():
+  from tensorbow import runtime  # pylint: disable=g-import-not-at-top
+  parse = tf1.RunOptions.FromString
+  first, others = runtime._options(None, True)  # pylint: disable=protected-access
+  assert parse(first).inter_op_thread_pool == -1 == parse(
+      others).inter_op_thread_pool
+  given = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE,
+                         timeout_in_ms=500)
+  first, others = runtime._options(given, True)  # pylint: disable=protected-access
+  assert parse(first) == tf1.RunOptions(
+      trace_level=tf1.RunOptions.FULL_TRACE, timeout_in_ms=500,
+      inter_op_thread_pool=-1)
+  assert parse(others).trace_level == tf1.RunOptions.NO_TRACE
+  assert given.inter_op_thread_pool == 0  # not changed
+  given.inter_op_thread_pool = 1  # the user's own pool stays
+  assert parse(runtime._options(given, True)[0]).inter_op_thread_pool == 1  # pylint: disable=protected-access
+  assert runtime._options(None, False) == (b"", b"")  # pylint: disable=protected-access
+
+
+def _search(throughputs, rows=64, cores=2, memory=lambda l: (None, None),
+            inline_gain=1.0):
   """The tuner fed, at each setting, runs of throughput
-  throughputs[(L, stream groups)] (default groups: min(L, cores)) and
-  memory(L) as (resident, available bytes); returns the setting it settles
-  at and its decisions."""
-  setting = (1, 1)
+  throughputs[(L, stream groups)] (default groups: min(L, cores)), times
+  `inline_gain` with ops on the tasks' threads, and memory(L) as
+  (resident, available bytes); returns the setting (L, groups, inline) it
+  settles at and its decisions."""
+  setting = (1, 1, False)
   tuner = autotune.AutoTuner(warmup=1, measure=3, cores=cores,
                              memory=lambda: memory(setting[0]))
   for _ in range(500):
-    following = tuner.observe(*setting, rows,
-                              rows / throughputs[setting])
+    l, g, inline = setting
+    throughput = throughputs[(l, g)] * (inline_gain if inline else 1.0)
+    following = tuner.observe(l, g, rows, rows / throughput, inline)
     if following is not None:
-      l, g = following
-      setting = (l, g if g is not None else min(l, cores))
+      l, g, inline = following
+      setting = (l, g if g is not None else min(l, cores), inline)
     if tuner.settled:
       break
   return setting, tuner.decisions
@@ -84,22 +139,37 @@ def _search(throughputs, rows=64, cores=2, memory=lambda l: (None, None)):
 def test_adds_replicas_while_throughput_improves_by_ten_percent():
   setting, decisions = _search({(1, 1): 100, (2, 2): 150, (3, 2): 170,
                                 (4, 2): 180, (3, 1): 160})
-  # 3 is 1.13x 2, 4 only 1.06x 3: back to 3; 1 stream group is slower.
-  assert setting == (3, 2)
-  assert [d.replicas for d in decisions] == [1, 2, 3, 4, 3]
-  assert decisions[-1].next == (3, 2) and "settled at L=3" in (
+  # 3 is 1.13x 2, 4 only 1.06x 3: back to 3; 1 stream group is slower, and
+  # so are the ops on the tasks' threads.
+  assert setting == (3, 2, False)
+  assert [d.replicas for d in decisions] == [1, 2, 3, 4, 3, 3]
+  assert [d.inline for d in decisions] == [False] * 5 + [True]
+  assert decisions[-1].next == (3, 2, False) and "settled at L=3" in (
       decisions[-1].reason)
+  assert not any("settled" in d.reason for d in decisions[:-1])
 
 
 def test_keeps_fewer_stream_groups_when_they_are_faster():
   setting, _ = _search({(1, 1): 100, (2, 2): 150, (3, 2): 150,
                         (2, 1): 170})
-  assert setting == (2, 1)
+  assert setting == (2, 1, False)
+
+
+def test_runs_ops_on_the_tasks_threads_when_that_is_faster():
+  setting, decisions = _search({(1, 1): 100, (2, 2): 60}, inline_gain=1.5)
+  assert setting == (1, 1, True)
+  assert decisions[-2].next == (1, 1, True) and "trying ops on the task's " \
+      "thread" in decisions[-2].reason
+  assert decisions[-1].rows_per_second == pytest.approx(150)
+  assert "ops on the task's thread (150 rows/s)" in decisions[-1].reason
+  # Under gain_groups (1.05x) better: the inter-op pool stays.
+  setting, _ = _search({(1, 1): 100, (2, 2): 60}, inline_gain=1.04)
+  assert setting == (1, 1, False)
 
 
 def test_never_settles_slower_than_one_replica():
   setting, decisions = _search({(1, 1): 100, (2, 2): 60})
-  assert setting == (1, 1) and decisions[-1].next == (1, 1)
+  assert setting == (1, 1, False) and decisions[-1].next == (1, 1, False)
 
 
 def test_adds_replicas_only_while_memory_allows():
@@ -109,15 +179,15 @@ def test_adds_replicas_only_while_memory_allows():
   setting, decisions = _search(
       {(1, 1): 100, (2, 2): 200, (3, 2): 300, (4, 2): 400, (3, 1): 200},
       memory=lambda l: (1000 * mb + 100 * l * mb, (450 - 100 * l) * mb))
-  assert setting == (3, 2)
-  assert [d.replicas for d in decisions] == [1, 2, 3, 3]
+  assert setting == (3, 2, False)
+  assert [d.replicas for d in decisions] == [1, 2, 3, 3, 3]
   assert ("memory: a replica took 100 MB, 150 MB available (under 2x)"
           in decisions[2].reason)
   # Plenty of memory: it goes on to the batch's rows' limit of throughput.
   setting, _ = _search(
       {(1, 1): 100, (2, 2): 200, (3, 2): 300, (4, 2): 400, (4, 1): 200},
       rows=4, memory=lambda l: (100 * l * mb, 10000 * mb))
-  assert setting == (4, 2)
+  assert setting == (4, 2, False)
 
 
 def test_process_memory_reads_this_process():
@@ -142,10 +212,11 @@ def test_measures_short_runs_for_at_least_min_seconds():
 
 def test_stops_at_the_batch_rows_and_retunes_on_a_new_batch_size():
   tuner = autotune.AutoTuner(warmup=0, measure=1, cores=1, min_seconds=0)
-  assert tuner.observe(1, 1, 2, 1.0) == (2, None)
-  assert tuner.observe(2, 1, 2, 0.1) == (2, 1)  # 2 rows: at most 2
+  assert tuner.observe(1, 1, 2, 1.0) == (2, None, False)
+  assert tuner.observe(2, 1, 2, 0.1) == (2, 1, True)  # 2 rows: at most 2
+  assert tuner.observe(2, 1, 2, 0.2, True) == (2, 1, False)
   assert tuner.settled and tuner.observe(2, 1, 2, 0.1) is None
-  assert tuner.observe(2, 1, 8, 0.1) == (3, None)  # a new batch size
+  assert tuner.observe(2, 1, 8, 0.1) == (3, None, False)  # a new batch size
   assert "batch size changed" in tuner.decisions[-2].reason
 
 

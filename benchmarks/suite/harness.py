@@ -203,8 +203,9 @@ class Throughput(object):
     chosen = {}
     if self.replicas == "auto":
       # What the tuner settled at (settle() ran first).
-      replicas, groups = self.session.tuning_decisions()[-1].next
-      chosen = dict(chosen_replicas=replicas, chosen_stream_groups=groups)
+      replicas, groups, inline = self.session.tuning_decisions()[-1].next
+      chosen = dict(chosen_replicas=replicas, chosen_stream_groups=groups,
+                    chosen_inline=inline)
     return dict(model=self.model, session=self.session_kind,
                 replicas=self.replicas, algorithm=self.algorithm, **chosen,
                 batch_size=self.batch_size, samples=list(self.samples),

@@ -43,7 +43,8 @@ def markdown(suite, result):
       replicas = r["replicas"] if r["session"] == "tensorbow" else "-"
       if replicas == "auto":
         replicas = (f"auto (chose {r['chosen_replicas']} on "
-                    f"{r['chosen_stream_groups']} stream groups)")
+                    f"{r['chosen_stream_groups']} stream groups"
+                    f"{', inline' if r.get('chosen_inline') else ''})")
       lines.append(
           f"| {r['model']} | {r['rows_per_run']} | {r['session']} | "
           f"{replicas} | {r['median']:.0f} ({r['min']:.0f}-{r['max']:.0f}) "
@@ -52,8 +53,10 @@ def markdown(suite, result):
               "best fixed L | auto vs TF | best fixed L vs TF |",
               "|---|---|---|---|---|---|---|"]
     for d in result["derived"]:
+      inline = ", inline" if d.get("auto_inline") else ""
+      chosen = f"{d['auto_replicas']}{inline}"
       lines.append(
-          f"| {d['model']} | {d['rows_per_run']} | {d['auto_replicas']} | "
+          f"| {d['model']} | {d['rows_per_run']} | {chosen} | "
           f"{d['best_fixed_replicas']} | {d['auto_vs_best_fixed']:.2f} | "
           f"{d['auto_vs_tf']:.2f} | {d['best_fixed_vs_tf']:.2f} |")
   elif suite == "batch":

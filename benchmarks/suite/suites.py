@@ -97,6 +97,7 @@ def auto(models, batch_sizes, replica_counts, repeats, seconds, log=None):
           model=model, rows_per_run=batch_size,
           auto_replicas=records[-1]["chosen_replicas"],
           auto_stream_groups=records[-1]["chosen_stream_groups"],
+          auto_inline=records[-1]["chosen_inline"],
           tuning_runs=tuning_runs, best_fixed_replicas=best["replicas"],
           auto_vs_best_fixed=records[-1]["median"] / best["median"],
           auto_vs_tf=records[-1]["vs_tf"], best_fixed_vs_tf=best["vs_tf"]))

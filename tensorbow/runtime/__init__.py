@@ -9,6 +9,8 @@ import importlib.util
 import os
 import sys
 
+from tensorflow.core.protobuf import config_pb2
+
 from tensorbow import compat
 from tensorbow import ops
 
@@ -58,10 +60,14 @@ class Runtime(object):
   replica's feeds and then r (an int32 scalar) as its last feed.
   """
 
-  def __init__(self, session, num_stream_groups, num_replicas=1):
+  def __init__(self, session, num_stream_groups, num_replicas=1,
+               inline=False):
     self._impl = _extension().Runtime(
         compat.session_handle(session), num_stream_groups, num_replicas,
         list(compat.PYBIND11_ABI_IDS))
+    # Each task's ops run on the thread of its stream group, not on
+    # TensorFlow's inter-op pool (RunOptions.inter_op_thread_pool = -1).
+    self.inline = inline
 
   @property
   def num_stream_groups(self):
@@ -96,7 +102,7 @@ class Runtime(object):
     Raises:
       tf.errors.OpError: the first failure of the wave.
     """
-    options, others = _options(run_options)
+    options, others = _options(run_options, self.inline)
     return _outputs(self._impl.run_wave(
         calls, by_group, feeds, dtypes, batch_feed, sync_call, options, others,
         run_metadata is not None), run_metadata)
@@ -114,7 +120,7 @@ class Runtime(object):
       `check_finite`, per replica the positions among all its fetches
       holding an infinity or a NaN.
     """
-    options, others = _options(run_options)
+    options, others = _options(run_options, self.inline)
     *result, nonfinite = self._impl.compute(
         calls, by_group, feeds, dtypes, batch_feed, options, others,
         run_metadata is not None, internal, check_finite)
@@ -136,7 +142,7 @@ class Runtime(object):
       untimed.CopyFrom(run_options)
       untimed.timeout_in_ms = 0
       run_options = untimed
-    options, others = _options(run_options)
+    options, others = _options(run_options, self.inline)
     return _outputs(self._impl.commit(
         calls, by_group, list(commit), sync_call, options, others,
         run_metadata is not None), run_metadata, merge=True)
@@ -183,8 +189,16 @@ def _outputs(result, run_metadata, merge=False):
   return outputs
 
 
-def _options(run_options):
-  """Serialized options for replica 0 and, untraced, for the others."""
+def _options(run_options, inline=False):
+  """Serialized options for replica 0 and, untraced, for the others; with
+  `inline`, for running each task's ops on the calling thread, unless
+  `run_options` names an inter-op pool."""
+  if inline:
+    given = run_options
+    run_options = config_pb2.RunOptions(inter_op_thread_pool=-1)
+    if given is not None:
+      run_options.MergeFrom(given)
+      run_options.inter_op_thread_pool = given.inter_op_thread_pool or -1
   if run_options is None:
     return b"", b""
   untraced = type(run_options)()
