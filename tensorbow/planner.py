@@ -71,6 +71,13 @@ class Planner(object):
     self.runtime = None  # the C++ runtime, made with the first plan
     self.replicator = None  # the replicas' builder, made when first needed
 
+  def set_inline(self, inline):
+    """Runs each task's ops on its stream group's thread if `inline`, else
+    on TensorFlow's inter-op pool, from the next call on."""
+    self._inline = inline
+    if self.runtime is not None:
+      self.runtime.inline = inline
+
   @property
   def graph(self):
     """The user's graph."""

@@ -86,6 +86,12 @@ class TensorBowSession(compat.SessionInterface):
     refreshed into the user's variables first)."""
     with self._lock:
       if getattr(self, "_trainer", None) is not None:
+        runtime = self._planner.runtime
+        if (replicas == self._replicas and runtime is not None and
+            stream_groups in (None, runtime.num_stream_groups)):
+          # Only the threads change: the replicas and plans stay.
+          self._planner.set_inline(inline)
+          return
         self._trainer.refresh()
         self._planner.runtime = None
       algorithm = self._algorithm_spec.resolved(replicas)

@@ -86,13 +86,19 @@ def test_inline_runs_a_tasks_ops_on_its_own_thread(inline):
     train = _gd().minimize(loss)
   x, y = BATCHES[0]
   with tb.TensorBowSession(graph=model.graph, replicas=1) as sess:
-    sess._set_replicas(1, 1, inline)  # pylint: disable=protected-access
+    sess._set_replicas(1, 1, not inline)  # pylint: disable=protected-access
     sess.run(model.init)
+    sess.run(train, {model.x: x, model.y: y})
+    planned = sess._planner  # pylint: disable=protected-access
+    # Only the threads change: nothing is planned again.
+    sess._set_replicas(1, 1, inline)  # pylint: disable=protected-access
+    assert sess._planner is planned  # pylint: disable=protected-access
     for _ in range(3):
       sess.run(train, {model.x: x, model.y: y})
-  assert len(seen) == 3
+  assert len(seen) == 4
   me = threading.get_native_id()
-  assert all((tid == me) == inline for tid in seen), (me, seen)
+  assert (seen[0] == me) != inline
+  assert all((tid == me) == inline for tid in seen[1:]), (me, seen)
 
 
 def test_inline_options_keep_the_users():
