@@ -4,7 +4,12 @@ The session starts with one replica. The tuner times the user's own
 training runs: after `warmup` runs at a setting it measures at least
 `measure` more, and more until they took `min_seconds` (a run can take
 100 microseconds, and a few of them say little), and takes their median
-throughput (batch rows per second, the whole `run` call).
+throughput (batch rows per second, the whole `run` call). A setting whose
+first `measure` runs are under `reject` times the best is dropped at
+once: a short script should not pay long for a search. For the same
+reason the search leaves the first setting only once the training runs
+have taken `patience` times the first run, which holds building the
+plan and TensorFlow's first run, as trying another setting does again.
 
 1. L: while the last L added improved on the best throughput so far by
    at least `gain`, it adds one more replica (at most `max_replicas`, at
@@ -35,6 +40,9 @@ import numpy as np
 
 # The least time the runs measured at one setting take, by default.
 MIN_SECONDS = 0.5
+# How many first runs' time the training takes before the search leaves
+# the first setting, by default.
+PATIENCE = 30.0
 
 
 def process_memory():
@@ -73,10 +81,15 @@ class AutoTuner(object):
 
   def __init__(self, warmup=2, measure=5, gain=1.1, gain_groups=1.05,
                max_replicas=16, cores=None, memory_margin=2.0,
-               memory=process_memory, min_seconds=None):
+               memory=process_memory, min_seconds=None, reject=0.8,
+               patience=None):
     self.warmup = warmup
     self.measure = measure
     self.min_seconds = MIN_SECONDS if min_seconds is None else min_seconds
+    self.reject = reject
+    self.patience = PATIENCE if patience is None else patience
+    self._first_run = None  # seconds of the search's first run
+    self._trained = 0.0  # seconds of training runs since the search began
     self.gain = gain
     self.gain_groups = gain_groups
     self.max_replicas = max_replicas
@@ -127,7 +140,7 @@ class AutoTuner(object):
         self._decide(setting, rows, None, setting,
                      "batch size changed: tuning again")
       self._rows, self._samples, self._best = rows, [], None
-      self._measured = 0.0
+      self._measured, self._first_run, self._trained = 0.0, None, 0.0
       self._resident = {}
       self._phase = "replicas"
     if self.settled:
@@ -135,8 +148,18 @@ class AutoTuner(object):
     self._samples.append(rows / max(seconds, 1e-9))
     if len(self._samples) > self.warmup:
       self._measured += seconds
-    if (len(self._samples) < self.warmup + self.measure or
-        self._measured < self.min_seconds):
+    if self._first_run is None:
+      self._first_run = seconds
+    self._trained += seconds
+    first = self.warmup + self.measure
+    if len(self._samples) < first or (
+        self._best is None and
+        self._trained < self.patience * self._first_run):
+      return None
+    if self._measured < self.min_seconds and not (
+        len(self._samples) == first and self._best is not None and
+        np.median(self._samples[self.warmup:]) <
+        self.reject * self._best[-1]):
       return None
     throughput = float(np.median(self._samples[self.warmup:]))
     self._samples, self._measured = [], 0.0

@@ -202,7 +202,8 @@ def test_process_memory_reads_this_process():
 
 
 def test_measures_short_runs_for_at_least_min_seconds():
-  tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=0.5)
+  tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=0.5,
+                             patience=0)
   runs = 0
   while not tuner.decisions:
     # Warm-up runs are slow and do not count.
@@ -210,14 +211,49 @@ def test_measures_short_runs_for_at_least_min_seconds():
     runs += 1
   assert runs == 2 + 500
   assert tuner.decisions[0].rows_per_second == pytest.approx(64000)
-  tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=0.5)
+  tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=0.5,
+                             patience=0)
   for _ in range(7):
     tuner.observe(1, 1, 64, 0.2)
   assert tuner.decisions  # 5 runs of 0.2 s: over 0.5 s
 
 
+def test_leaves_the_first_setting_once_training_took_patience_first_runs():
+  tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=0,
+                             patience=5)
+  runs = 0
+  while not tuner.decisions:
+    # The first run builds the plan: 0.5 s; then 1/16 s a run.
+    tuner.observe(1, 1, 100, 0.5 if runs == 0 else 0.0625)
+    runs += 1
+  assert runs == 1 + 32  # 0.5 + 32 / 16 = 5 x 0.5 s
+  assert tuner.decisions[0].rows_per_second == pytest.approx(1600)
+
+
+def test_drops_a_clearly_slower_setting_without_waiting():
+  tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=1.0,
+                             patience=0)
+  runs = 0
+  while not tuner.decisions:
+    tuner.observe(1, 1, 100, 0.01)  # 10,000 rows/s
+    runs += 1
+  assert runs == 2 + 100 and tuner.decisions[-1].next == (2, None, False)
+  for _ in range(7):  # 7,900 rows/s: under 0.8x
+    tuner.observe(2, 1, 100, 1 / 79)
+  assert len(tuner.decisions) == 2
+  assert tuner.decisions[-1].rows_per_second == pytest.approx(7900)
+  tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=1.0,
+                             patience=0)
+  for _ in range(102):
+    tuner.observe(1, 1, 100, 0.01)
+  for _ in range(7):  # 8,100 rows/s: measured for the whole second
+    tuner.observe(2, 1, 100, 1 / 81)
+  assert len(tuner.decisions) == 1
+
+
 def test_stops_at_the_batch_rows_and_retunes_on_a_new_batch_size():
-  tuner = autotune.AutoTuner(warmup=0, measure=1, cores=1, min_seconds=0)
+  tuner = autotune.AutoTuner(warmup=0, measure=1, cores=1, min_seconds=0,
+                             patience=0)
   assert tuner.observe(1, 1, 2, 1.0) == (2, None, False)
   assert tuner.observe(2, 1, 2, 0.1) == (2, 1, True)  # 2 rows: at most 2
   assert tuner.observe(2, 1, 2, 0.2, True) == (2, 1, False)
@@ -228,6 +264,7 @@ def test_stops_at_the_batch_rows_and_retunes_on_a_new_batch_size():
 
 def test_auto_session_trains_and_reports_its_decisions(monkeypatch):
   monkeypatch.setattr(autotune, "MIN_SECONDS", 0.0)  # decide within 30 runs
+  monkeypatch.setattr(autotune, "PATIENCE", 0.0)
   model = graphs.build(lambda: tf1.train.MomentumOptimizer(0.05, 0.9))
   x, y = BATCHES[0]
   with tb.TensorBowSession(graph=model.graph, replicas="auto") as sess:

@@ -330,6 +330,7 @@ def test_auto_replicas_show_the_tuners_decisions(tmp_path, capsys,
   """Each decision of replicas="auto" is a line on stderr, and only while
   the script runs; fixed replicas show none."""
   monkeypatch.setattr(autotune, "MIN_SECONDS", 0.0)  # decide within 40 runs
+  monkeypatch.setattr(autotune, "PATIENCE", 0.0)
   script = tmp_path / "tiny.py"
   script.write_text(
       "import numpy as np\n"
