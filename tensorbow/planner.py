@@ -71,12 +71,17 @@ class Planner(object):
     self.runtime = None  # the C++ runtime, made with the first plan
     self.replicator = None  # the replicas' builder, made when first needed
 
-  def set_inline(self, inline):
-    """Runs each task's ops on its stream group's thread if `inline`, else
-    on TensorFlow's inter-op pool, from the next call on."""
-    self._inline = inline
-    if self.runtime is not None:
-      self.runtime.inline = inline
+  def set_threads(self, replicas, stream_groups, inline):
+    """If `replicas` and `stream_groups` (None: any) are this planner's,
+    runs each task's ops on its stream group's thread if `inline`, else on
+    TensorFlow's inter-op pool, from the next call on, and returns True:
+    the replicas and plans stay. Else returns False."""
+    runtime = self.runtime
+    if (replicas != self._replicas or runtime is None or
+        stream_groups not in (None, runtime.num_stream_groups)):
+      return False
+    self._inline = runtime.inline = inline
+    return True
 
   @property
   def graph(self):

@@ -82,15 +82,10 @@ class TensorBowSession(compat.SessionInterface):
   def _set_replicas(self, replicas, stream_groups=None, inline=False):
     """Trains `replicas` replicas on `stream_groups` (None: the default),
     each task's ops on its own thread if `inline`, from the next training
-    run on, seeded from the central model (the current replicas' state
-    refreshed into the user's variables first)."""
+    run on, seeded from the central model (refreshed from the replicas)."""
     with self._lock:
       if getattr(self, "_trainer", None) is not None:
-        runtime = self._planner.runtime
-        if (replicas == self._replicas and runtime is not None and
-            stream_groups in (None, runtime.num_stream_groups)):
-          # Only the threads change: the replicas and plans stay.
-          self._planner.set_inline(inline)
+        if self._planner.set_threads(replicas, stream_groups, inline):
           return
         self._trainer.refresh()
         self._planner.runtime = None
