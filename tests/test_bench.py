@@ -383,3 +383,10 @@ def test_real_scripts_reads_the_result_and_the_last_tuned_l():
   _, _, _, replicas = real_scripts.run(
       [sys.executable, "-c", "print('RESULT accuracy=1 loss=0')"])
   assert replicas is None
+
+
+def test_suite_takes_the_tf1_mode():
+  assert bench_main.parse_args(["replicas"]).tf_mode == "graph"
+  assert bench_main.parse_args(["replicas", "--tf_mode", "v1"]).tf_mode == "v1"
+  with pytest.raises(SystemExit):
+    bench_main.parse_args(["replicas", "--tf_mode", "eager"])

@@ -34,6 +34,10 @@ def parse_args(argv):
   p.add_argument("--out", default="benchmarks/results",
                  help="folder for SUITE.json, SUITE.md and SUITE.png")
   p.add_argument("--repeats", type=int, default=5)
+  p.add_argument("--tf_mode", choices=("graph", "v1"), default="graph",
+                 help="graph: eager execution disabled alone (resource "
+                 "variables, control flow v2); v1: disable_v2_behavior() "
+                 "(reference variables, control flow v1)")
   p.add_argument("--seconds", type=float, default=2.0,
                  help="seconds per measurement")
   p.add_argument("--models", default="logistic_regression,lenet,resnet32",
@@ -96,11 +100,15 @@ def run(args, log):
 
 def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
-  tf.compat.v1.disable_eager_execution()
+  if args.tf_mode == "v1":
+    tf.compat.v1.disable_v2_behavior()
+  else:
+    tf.compat.v1.disable_eager_execution()
   log = lambda text: print(text, file=sys.stderr, flush=True)
   start = time.time()
   result = run(args, log)
   result = dict(suite=args.suite, machine=harness.machine(),
+                tf_mode=args.tf_mode,
                 command="python -m benchmarks.suite " + " ".join(
                     sys.argv[1:] if argv is None else argv),
                 seconds_taken=round(time.time() - start, 1), **result)
