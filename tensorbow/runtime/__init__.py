@@ -189,16 +189,21 @@ def _outputs(result, run_metadata, merge=False):
   return outputs
 
 
+# Serialized once: every wave of an inline session without options uses it.
+_INLINE = config_pb2.RunOptions(inter_op_thread_pool=-1).SerializeToString()
+
+
 def _options(run_options, inline=False):
   """Serialized options for replica 0 and, untraced, for the others; with
   `inline`, for running each task's ops on the calling thread, unless
   `run_options` names an inter-op pool."""
   if inline:
+    if run_options is None:
+      return _INLINE, _INLINE
     given = run_options
     run_options = config_pb2.RunOptions(inter_op_thread_pool=-1)
-    if given is not None:
-      run_options.MergeFrom(given)
-      run_options.inter_op_thread_pool = given.inter_op_thread_pool or -1
+    run_options.MergeFrom(given)
+    run_options.inter_op_thread_pool = given.inter_op_thread_pool or -1
   if run_options is None:
     return b"", b""
   untraced = type(run_options)()
