@@ -23,8 +23,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "benchmarks", "real_scripts")
 DEFAULT = ("mlp.py", "cnn.py", "autoencoder.py")
 _RESULT = re.compile(r"RESULT accuracy=(\S+) loss=(\S+)")
-# tensorbow-run's line for an auto-tuner decision: "... -> (L, groups) ...".
-_DECISION = re.compile(r"auto-tuner, run \d+: .* -> \((\d+), (\d+|None)\)")
+# tensorbow-run's line for an auto-tuner decision: "... -> (L, groups,
+# inline) (why)".
+_DECISION = re.compile(r"auto-tuner, run \d+: .* -> \((\d+), ")
 
 
 def run(command):
@@ -40,7 +41,7 @@ def run(command):
   if done.returncode != 0 or match is None:
     raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
   decisions = _DECISION.findall(done.stderr)
-  replicas = int(decisions[-1][0]) if decisions else None
+  replicas = int(decisions[-1]) if decisions else None
   return seconds, float(match.group(1)), float(match.group(2)), replicas
 
 

@@ -369,17 +369,22 @@ def test_tuned_tta_reports_the_extra_configurations_apart():
 
 
 def test_real_scripts_reads_the_result_and_the_last_tuned_l():
-  decisions = [
-      "tensorbow-run: TensorBow auto-tuner, run 7: L=1 on 1 stream groups, "
-      "100 rows, 5000 rows/s -> (2, None) (first measurement)",
-      "tensorbow-run: TensorBow auto-tuner, run 14: L=2 on 2 stream groups, "
-      "100 rows, 4000 rows/s -> (1, 1) (under 1.1x L=1's 5000 rows/s: "
-      "settled)"]
-  code = ("import sys\nprint('RESULT accuracy=0.8125 loss=0.25')\n"
-          f"sys.stderr.write({chr(10).join(decisions)!r})\n")
+  # The decision lines as tensorbow-run prints them, from the tuner itself:
+  # L=1, then 2 (twice as fast), 3 (not faster), back to 2 via a trial of
+  # the other threads.
+  code = (
+      "from tensorbow import autotune, run\n"
+      "t = autotune.AutoTuner(warmup=0, measure=1, cores=1, min_seconds=0,\n"
+      "                       patience=0)\n"
+      "with run._tuner_log(True):\n"
+      "  for l, inline, seconds in [(1, False, 0.02), (2, False, 0.01),\n"
+      "                             (3, False, 0.01), (2, True, 0.02)]:\n"
+      "    t.observe(l, 1, 100, seconds, inline)\n"
+      "assert t.settled and t.decisions[-1].next == (2, 1, False)\n"
+      "print('RESULT accuracy=0.8125 loss=0.25')\n")
   seconds, accuracy, loss, replicas = real_scripts.run(
       [sys.executable, "-c", code])
-  assert seconds > 0 and (accuracy, loss, replicas) == (0.8125, 0.25, 1)
+  assert seconds > 0 and (accuracy, loss, replicas) == (0.8125, 0.25, 2)
   _, _, _, replicas = real_scripts.run(
       [sys.executable, "-c", "print('RESULT accuracy=1 loss=0')"])
   assert replicas is None
