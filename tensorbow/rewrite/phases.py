@@ -87,9 +87,10 @@ _CONTROL_FLOW = frozenset([
     "ControlTrigger"])
 
 
-def routing_ops(graph):
-  """Names of `graph`'s TF1-conditional Switch and Merge ops that only
-  route values, such as the conditionals in batch norm's backward pass.
+def routing_ops(graph, ops):
+  """Names of the Switch ops among `ops`, and the Merge ops they reach, of
+  TF1 conditionals in `graph` that only route values, such as the
+  conditionals in batch norm's backward pass.
 
   A conditional's branches may produce dead tensors, which must not cross
   from a computation to its commit; its ops may run before the writes
@@ -98,13 +99,11 @@ def routing_ops(graph):
   but writes. None where the graph has while loops (control edges there
   carry frames) or for nested conditionals.
   """
-  ops = graph.get_operations()
-  if any(op.type in ("Enter", "RefEnter") for op in ops):
+  if any(op.type in ("Enter", "RefEnter") for op in graph.get_operations()):
     return frozenset()
+  switches = [op for op in ops if op.type == "Switch"]
   merges, blocked = set(), set()
-  for switch in ops:
-    if switch.type != "Switch":
-      continue
+  for switch in switches:
     region, stack, ok = {switch.name}, [switch], _value_only(switch)
     while stack:
       op = stack.pop()
@@ -127,8 +126,8 @@ def routing_ops(graph):
         ok = False
     if not ok:
       blocked |= region
-  return frozenset(n for n in merges | set(
-      op.name for op in ops if op.type == "Switch") if n not in blocked)
+  return frozenset(n for n in merges | set(op.name for op in switches)
+                   if n not in blocked)
 
 
 def split(fetches, targets, fed_names):

@@ -375,7 +375,7 @@ class Replicator(object):
     the writes, and the writes still run, in the same order relative to
     every op that has effects.
     """
-    routing = phases.routing_ops(self._graph)
+    routing = phases.routing_ops(self._graph, new_ops)
     for op in new_ops:  # inputs first
       inherited = set()
       for t in op.inputs:
