@@ -88,24 +88,28 @@ class AutoTuner(object):
     self.min_seconds = MIN_SECONDS if min_seconds is None else min_seconds
     self.reject = reject
     self.patience = PATIENCE if patience is None else patience
-    self._first_run = None  # seconds of the search's first run
-    self._trained = 0.0  # seconds of training runs since the search began
     self.gain = gain
     self.gain_groups = gain_groups
     self.max_replicas = max_replicas
     self.cores = cores or os.cpu_count() or 1
     self.memory_margin = memory_margin
     self._memory = memory
-    self._resident = {}  # L -> resident bytes when L was measured
     self._available = None  # bytes available at the last measurement
     self.decisions = []
     self._runs = 0
-    self._rows = None  # the batch size being tuned for
+    self._untried = []  # stream-group counts still to try
+    self._start(None)
+
+  def _start(self, rows):
+    """Starts the search for a batch of `rows` rows."""
+    self._rows = rows  # the batch size being tuned for
+    self._resident = {}  # L -> resident bytes when L was measured
     self._samples = []  # throughputs at the current setting
     self._measured = 0.0  # seconds of its runs after the warm-up
+    self._first_run = None  # seconds of the search's first run
+    self._trained = 0.0  # seconds of training runs since the search began
     self._best = None  # (L, stream groups, inline, rows per second)
     self._phase = "replicas"  # then "groups", "threads", "settled"
-    self._untried = []  # stream-group counts still to try
 
   @property
   def settled(self):
@@ -139,10 +143,7 @@ class AutoTuner(object):
       if self._rows is not None:
         self._decide(setting, rows, None, setting,
                      "batch size changed: tuning again")
-      self._rows, self._samples, self._best = rows, [], None
-      self._measured, self._first_run, self._trained = 0.0, None, 0.0
-      self._resident = {}
-      self._phase = "replicas"
+      self._start(rows)
     if self.settled:
       return None
     self._samples.append(rows / max(seconds, 1e-9))
