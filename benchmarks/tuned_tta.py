@@ -272,7 +272,10 @@ def main(argv=None):
   result.setdefault("seconds_taken", 0.0)
 
   def save():
-    result["seconds_taken"] += round(time.time() - start, 1)
+    nonlocal start
+    now = time.time()
+    result["seconds_taken"] += round(now - start, 1)
+    start = now
     with open(base + ".json", "w") as f:
       json.dump(result, f, indent=1, default=str)
 
@@ -282,7 +285,6 @@ def main(argv=None):
       result[f"screening_{side}"], _ = screen(
           args.model, grid, args.rungs, args.finalists, dataset, log)
       save()
-      start = time.time()
   if args.screen_only:
     return result
   best = {}
@@ -295,7 +297,6 @@ def main(argv=None):
                                         args.target, args.max_epochs,
                                         dataset, log)
       save()
-      start = time.time()
     best[side] = summarize(result[f"finals_{side}"])[0]
   result["summary"] = (summarize(result["finals_tf"]) +
                        summarize(result["finals_tensorbow"]))
@@ -309,7 +310,6 @@ def main(argv=None):
     extra += finals(args.model, [config], args.seeds, args.target,
                     args.max_epochs, dataset, log)
     save()
-    start = time.time()
   if extra:
     result["summary_extra"] = summarize(extra)
     result["ratio_extra"] = _ratio(result["summary_extra"][0], best["tf"])
