@@ -5,7 +5,8 @@ For the SMA ops (cc/ops/sma_ops.cc) each wrapper picks the resource form
 a reference variable, like TensorFlow's `ResourceApply...` / `Apply...`
 pairs. The maths of each op is in its docstring; the kernels are in
 cc/kernels/. `mat_mul` is the small-batch matrix product of
-cc/ops/matmul_ops.cc.
+cc/ops/matmul_ops.cc, `apply_outer` the dense update taking its gradient
+as two factors.
 """
 import glob
 import os
@@ -246,3 +247,35 @@ def _mat_mul_grad(op, grad):
     return mat_mul(b, grad, transpose_b=True), mat_mul(a, grad)
   return (mat_mul(b, grad, transpose_a=True, transpose_b=True),
           mat_mul(grad, a, transpose_a=True, transpose_b=True))
+
+
+def apply_outer(var, accum, lr, a, b, momentum=None, use_nesterov=False,
+                use_locking=False, name=None):
+  """ApplyMomentum (or with `accum` and `momentum` None,
+  ApplyGradientDescent) with the gradient aᵀ·b, which is never made whole.
+
+    grad = aᵀ·b   (a: [rows, m], b: [rows, n]; var: [m, n])
+    accum = momentum * accum + grad;  var = var - lr * accum
+    (use_nesterov: var = var - lr * grad - lr * momentum * accum)
+
+  Args:
+    var, accum: variables (resource handles or refs, both of one kind).
+    lr: scalar.
+    a, b: the gradient's factors; for a dense layer y = x·W, x and dy.
+    momentum: scalar, or None for gradient descent.
+    use_nesterov, use_locking: as the Apply ops'.
+    name: op name.
+
+  Returns:
+    The op (resource form) or the updated ref (reference form).
+  """
+  lib = library()
+  resource = _is_resource(var)
+  if momentum is None:
+    apply = (lib.tensor_bow_resource_apply_gradient_descent_outer if resource
+             else lib.tensor_bow_apply_gradient_descent_outer)
+    return apply(var, lr, a, b, use_locking=use_locking, name=name)
+  apply = (lib.tensor_bow_resource_apply_momentum_outer if resource
+           else lib.tensor_bow_apply_momentum_outer)
+  return apply(var, accum, lr, a, b, momentum, use_locking=use_locking,
+               use_nesterov=use_nesterov, name=name)

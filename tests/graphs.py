@@ -33,3 +33,13 @@ def build(optimizer, use_resource=True, global_step=False,
     train = optimizer().minimize(loss, global_step=step)
     init = tf.compat.v1.global_variables_initializer()
   return Model(graph, x, y, w, b, pred, loss, train, init, step)
+
+
+def variable_input(kind, name, value):
+  """A new variable of `kind` ("ref" or "resource") holding `value`, and
+  what an op takes for it: (variable, ref tensor or resource handle)."""
+  if kind == "ref":
+    v = tf.compat.v1.Variable(value, name=name, use_resource=False)
+    return v, v._ref()  # pylint: disable=protected-access
+  v = tf.compat.v1.get_variable(name, initializer=value, use_resource=True)
+  return v, v.handle

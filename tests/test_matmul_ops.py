@@ -17,6 +17,8 @@ import tensorflow as tf
 
 from tensorbow import ops as tb_ops
 
+import graphs
+
 tf1 = tf.compat.v1
 
 # (rows, depth, cols) of op(a) · op(b), and the path the kernel takes.
@@ -169,3 +171,122 @@ def test_gradients_equal_tf_matmuls(transpose_a, transpose_b):
   for g, e in zip(got, expected):
     assert g.shape == e.shape
     np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+# ---- The apply ops taking a weight gradient as its factors -------------------
+
+# (batch, rows, cols) of a: [batch, rows], b: [batch, cols], var [rows, cols]:
+# LeNet's fc1 at batch 4; a partial tile and odd rows; a single column (all
+# tail); the largest batch the rewrite fuses; an empty batch.
+OUTER_SHAPES = [(4, 3136, 512), (3, 37, 19), (5, 6, 1), (16, 9, 40),
+                (0, 5, 17)]
+
+
+def _outer_reference(var, accum, lr, a, b, momentum, nesterov):
+  """TensorFlow's Apply{Momentum,GradientDescent} on grad = aᵀ·b, in
+  float64: (var, accum) after one step."""
+  grad = a.astype(np.float64).T @ b.astype(np.float64)
+  var = var.astype(np.float64)
+  if momentum is None:
+    return var - lr * grad, None
+  accum = momentum * accum.astype(np.float64) + grad
+  if nesterov:
+    return var - lr * grad - lr * momentum * accum, accum
+  return var - lr * accum, accum
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float64"])
+@pytest.mark.parametrize("kind", ["ref", "resource"])
+@pytest.mark.parametrize("update", ["sgd", "momentum", "nesterov"])
+def test_apply_outer_equals_numpy(update, kind, dtype):
+  rng = np.random.default_rng(3)
+  momentum = None if update == "sgd" else 0.9
+  for i, (batch, rows, cols) in enumerate(OUTER_SHAPES):
+    var0 = rng.standard_normal((rows, cols)).astype(dtype)
+    accum0 = rng.standard_normal((rows, cols)).astype(dtype)
+    a = rng.standard_normal((batch, rows)).astype(dtype)
+    b = rng.standard_normal((batch, cols)).astype(dtype)
+    with tf.Graph().as_default():
+      var, var_in = graphs.variable_input(kind, f"var{i}", var0)
+      accum, accum_in = graphs.variable_input(kind, f"accum{i}", accum0)
+      a_in = tf1.placeholder(dtype, [None, rows])
+      b_in = tf1.placeholder(dtype, [None, cols])
+      step = tb_ops.apply_outer(
+          var_in, accum_in if momentum else None, tf.constant(0.05, dtype),
+          a_in, b_in, None if momentum is None else tf.constant(
+              momentum, dtype), use_nesterov=update == "nesterov")
+      with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        # Two steps: the second starts from the first's accum.
+        expected_var, expected_accum = var0, accum0
+        for _ in range(2):
+          sess.run(step, {a_in: a, b_in: b})
+          expected_var, expected_accum = _outer_reference(
+              expected_var, expected_accum, 0.05, a, b, momentum,
+              update == "nesterov")
+        got_var, got_accum = sess.run([var, accum])
+    tol = _tolerance(dtype, batch)
+    np.testing.assert_allclose(got_var, expected_var, **tol)
+    np.testing.assert_allclose(
+        got_accum, accum0 if momentum is None else expected_accum, **tol)
+
+
+def test_apply_outer_equals_tensorflows_apply_of_the_matmul():
+  """Against TensorFlow's own kernels on LeNet's fc1 at batch 4, to the
+  rounding of a sum of four products."""
+  rng = np.random.default_rng(4)
+  var0 = rng.standard_normal((3136, 512)).astype(np.float32)
+  a = rng.standard_normal((4, 3136)).astype(np.float32)
+  b = rng.standard_normal((4, 512)).astype(np.float32)
+  results = []
+  for fused in (False, True):
+    with tf.Graph().as_default():
+      var, handle = graphs.variable_input("resource", "var", var0)
+      accum, accum_handle = graphs.variable_input("resource", "accum",
+                                      np.zeros_like(var0))
+      lr, momentum = tf.constant(0.01), tf.constant(0.9)
+      if fused:
+        step = tb_ops.apply_outer(handle, accum_handle, lr, a, b, momentum)
+      else:
+        step = tf.raw_ops.ResourceApplyMomentum(
+            var=handle, accum=accum_handle, lr=lr, momentum=momentum,
+            grad=tf.matmul(a, b, transpose_a=True))
+      with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        for _ in range(3):
+          sess.run(step)
+        results.append(sess.run([var, accum]))
+  for got, expected in zip(results[1], results[0]):
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("a_shape, b_shape, var_shape, message", [
+    ([4, 6], [3, 5], [6, 5], "as many rows"),
+    ([4, 6], [4, 5], [5, 6], "shape of aᵀ·b"),
+    ([4, 6, 1], [4, 5], [6, 5], "matrices"),
+])
+def test_apply_outer_rejects_mismatched_shapes_and_changes_nothing(
+    a_shape, b_shape, var_shape, message):
+  with tf.Graph().as_default():
+    var0 = np.ones(var_shape, np.float32)
+    var, handle = graphs.variable_input("resource", "var", var0)
+    accum, accum_handle = graphs.variable_input("resource", "accum", var0)
+    # Shapes known only at run time: the kernel's own checks.
+    a = tf1.placeholder(tf.float32)
+    b = tf1.placeholder(tf.float32)
+    step = tb_ops.apply_outer(handle, accum_handle, 0.1, a, b, 0.9)
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        sess.run(step, {a: np.ones(a_shape, np.float32),
+                        b: np.ones(b_shape, np.float32)})
+      np.testing.assert_array_equal(sess.run(var), var0)
+      np.testing.assert_array_equal(sess.run(accum), var0)
+
+
+def test_apply_outer_checks_static_shapes_at_graph_construction():
+  with tf.Graph().as_default():
+    _, handle = graphs.variable_input("ref", "var", np.ones([6, 5], np.float32))
+    with pytest.raises(ValueError):
+      tb_ops.apply_outer(handle, None, 0.1, np.ones([4, 6], np.float32),
+                         np.ones([4, 4], np.float32))

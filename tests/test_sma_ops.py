@@ -40,6 +40,8 @@ import tensorflow as tf
 import tensorbow  # noqa: F401  (loads the op library)
 from tensorbow import ops as tb_ops
 
+import graphs
+
 tf1 = tf.compat.v1
 
 
@@ -85,15 +87,6 @@ def _scalar(dtype, value):
 
 def _session(graph):
   return tf1.Session(graph=graph)
-
-
-def _variable(kind, name, value):
-  """(variable, input for the op): a ref tensor or a resource handle."""
-  if kind == "ref":
-    v = tf1.Variable(value, name=name, use_resource=False)
-    return v, v._ref()  # pylint: disable=protected-access
-  v = tf1.get_variable(name, initializer=value, use_resource=True)
-  return v, v.handle
 
 
 def _resource(name, value):
@@ -183,7 +176,7 @@ def test_apply_sma_gradient_descent(dtype, kind, use_locking, shape):
            for a, lr in [(0.3, 0.05), (0.125, 0.7)]]
   g = tf.Graph()
   with g.as_default():
-    w, w_in = _variable(kind, "w", w0)
+    w, w_in = graphs.variable_input(kind, "w", w0)
     c, c_in = _resource("c", c0)
     z_ph = tf1.placeholder(dtype, shape)
     g_ph = tf1.placeholder(dtype, shape)
@@ -223,8 +216,8 @@ def test_apply_sma_momentum(dtype, kind, use_locking, shape, nesterov):
            for a, lr, m in [(0.3, 0.05, 0.9), (0.125, 0.7, 0.5)]]
   g = tf.Graph()
   with g.as_default():
-    w, w_in = _variable(kind, "w", w0)
-    a, a_in = _variable(kind, "accum", a0)
+    w, w_in = graphs.variable_input(kind, "w", w0)
+    a, a_in = graphs.variable_input(kind, "accum", a0)
     c, c_in = _resource("c", c0)
     z_ph = tf1.placeholder(dtype, shape)
     g_ph = tf1.placeholder(dtype, shape)
@@ -262,7 +255,7 @@ def test_sma_correction(dtype, kind, use_locking, shape):
            (_rand(rng, shape, dtype), _scalar(dtype, 0.6))]
   g = tf.Graph()
   with g.as_default():
-    w, w_in = _variable(kind, "w", w0)
+    w, w_in = graphs.variable_input(kind, "w", w0)
     c, c_in = _resource("c", c0)
     z_ph = tf1.placeholder(dtype, shape)
     alpha_ph = tf1.placeholder(dtype, [])
@@ -289,7 +282,7 @@ def test_apply_sma_correction(dtype, kind, use_locking, shape):
   c0 = _rand(rng, shape, dtype)
   g = tf.Graph()
   with g.as_default():
-    w, w_in = _variable(kind, "w", w0)
+    w, w_in = graphs.variable_input(kind, "w", w0)
     c, c_in = _resource("c", c0)
     op = _apply_sma_correction(w_in, c_in, dtype, use_locking)
     init = tf1.global_variables_initializer()
@@ -309,7 +302,8 @@ def test_apply_sma_correction(dtype, kind, use_locking, shape):
 def test_apply_sma_correction_wrapper_resource_form():
   g = tf.Graph()
   with g.as_default():
-    w, w_in = _variable("resource", "w", np.full([3], 2.0, np.float32))
+    w, w_in = graphs.variable_input("resource", "w",
+                                    np.full([3], 2.0, np.float32))
     _, c_in = _resource("c", np.full([3], 0.5, np.float32))
     op = tb_ops.apply_sma_correction(w_in, c_in, dtype=tf.float32)
     init = tf1.global_variables_initializer()
@@ -331,7 +325,7 @@ def test_apply_sma_central(dtype, kind, use_locking, shape, n):
            for m in (0.9, 0.25)]
   g = tf.Graph()
   with g.as_default():
-    z, z_in = _variable(kind, "central", z0)
+    z, z_in = graphs.variable_input(kind, "central", z0)
     zp, zp_in = _resource("central_prev", zp0)
     c_phs = [tf1.placeholder(dtype, shape) for _ in range(n)]
     m_ph = tf1.placeholder(dtype, [])
@@ -361,7 +355,7 @@ def test_half_precision_central_update_sums_in_float32(dtype, kind):
   corrections = [np.full([5], v, dtype) for v in (big, 0.75, -big)]
   g = tf.Graph()
   with g.as_default():
-    z, z_in = _variable(kind, "central", np.zeros([5], dtype))
+    z, z_in = graphs.variable_input(kind, "central", np.zeros([5], dtype))
     _, zp_in = _resource("central_prev", np.zeros([5], dtype))
     op = _central_op(kind, z_in, zp_in, [tf.constant(c) for c in corrections],
                      tf.constant(0.0, dtype), False)
@@ -384,10 +378,10 @@ def test_fused_ops_match_unfused_tensorflow_ops(dtype, nesterov):
   alpha, lr, m = (_scalar(dtype, x) for x in (0.3, 0.05, 0.9))
   g = tf.Graph()
   with g.as_default():
-    w1, w1_in = _variable("resource", "w1", w0)
-    w2, w2_in = _variable("resource", "w2", w0)
-    a1, a1_in = _variable("resource", "a1", a0)
-    a2, a2_in = _variable("resource", "a2", a0)
+    w1, w1_in = graphs.variable_input("resource", "w1", w0)
+    w2, w2_in = graphs.variable_input("resource", "w2", w0)
+    a1, a1_in = graphs.variable_input("resource", "a1", a0)
+    a2, a2_in = graphs.variable_input("resource", "a2", a0)
     c1, c1_in = _resource("c1", np.zeros(shape, dtype))
     c2, c2_in = _resource("c2", np.zeros(shape, dtype))
     gd_fused = tb_ops.apply_sma_gradient_descent(w1_in, c1_in, z, alpha, lr,
@@ -402,9 +396,9 @@ def test_fused_ops_match_unfused_tensorflow_ops(dtype, nesterov):
 
   g = tf.Graph()
   with g.as_default():
-    w1, w1_in = _variable("resource", "w1", w0)
-    w2, w2_in = _variable("resource", "w2", w0)
-    a1, a1_in = _variable("resource", "a1", a0)
+    w1, w1_in = graphs.variable_input("resource", "w1", w0)
+    w2, w2_in = graphs.variable_input("resource", "w2", w0)
+    a1, a1_in = graphs.variable_input("resource", "a1", a0)
     c1, c1_in = _resource("c1", np.zeros(shape, dtype))
     c2, c2_in = _resource("c2", np.zeros(shape, dtype))
     corr1 = tb_ops.sma_correction(w1_in, c1_in, z, alpha)
@@ -437,7 +431,7 @@ def test_fused_ops_match_unfused_tensorflow_ops(dtype, nesterov):
 def test_wrong_static_shape_rejected_at_graph_construction(kind, use_locking):
   g = tf.Graph()
   with g.as_default():
-    _, w_in = _variable(kind, "w", np.zeros([3], np.float32))
+    _, w_in = graphs.variable_input(kind, "w", np.zeros([3], np.float32))
     _, c_in = _resource("c", np.zeros([3], np.float32))
     with pytest.raises(ValueError, match="must be equal, but are 3 and 4"):
       tb_ops.apply_sma_gradient_descent(
@@ -460,7 +454,7 @@ def _build_for_bad_shape(case, kind, use_locking, shape):
   bad = np.ones([4, 3], dtype)
   g = tf.Graph()
   with g.as_default():
-    w, w_in = _variable(kind, "w", np.full(shape, 2.0, dtype))
+    w, w_in = graphs.variable_input(kind, "w", np.full(shape, 2.0, dtype))
     _, c_in = _resource("c", np.zeros(shape, dtype))
     ph = tf1.placeholder(dtype, None)
     inits = []
@@ -471,7 +465,7 @@ def _build_for_bad_shape(case, kind, use_locking, shape):
       op = tb_ops.apply_sma_gradient_descent(w_in, c_in, ph, 0.1, 0.1, good,
                                              use_locking=use_locking)
     elif case == "momentum/grad":
-      _, a_in = _variable(kind, "a", np.zeros(shape, dtype))
+      _, a_in = graphs.variable_input(kind, "a", np.zeros(shape, dtype))
       op = tb_ops.apply_sma_momentum(w_in, a_in, c_in, good, 0.1, 0.1, ph,
                                      0.9, use_locking=use_locking)
     elif case == "sma_correction/central":
@@ -519,7 +513,7 @@ def test_wrong_runtime_shape_rejected_by_kernel(case, kind, use_locking):
 def test_non_scalar_rejected_at_graph_construction(kind, use_locking):
   g = tf.Graph()
   with g.as_default():
-    _, w_in = _variable(kind, "w", np.zeros([3], np.float32))
+    _, w_in = graphs.variable_input(kind, "w", np.zeros([3], np.float32))
     _, c_in = _resource("c", np.zeros([3], np.float32))
     with pytest.raises(ValueError, match="Shape must be rank 0 but is rank 1"):
       tb_ops.apply_sma_gradient_descent(
@@ -536,7 +530,7 @@ def test_non_scalar_rejected_by_kernel(which, kind, use_locking):
   shape = [3]
   g = tf.Graph()
   with g.as_default():
-    w, w_in = _variable(kind, "w", np.full(shape, 2.0, dtype))
+    w, w_in = graphs.variable_input(kind, "w", np.full(shape, 2.0, dtype))
     _, c_in = _resource("c", np.zeros(shape, dtype))
     ph = tf1.placeholder(dtype, None)
     z = np.zeros(shape, dtype)
@@ -547,7 +541,7 @@ def test_non_scalar_rejected_by_kernel(which, kind, use_locking):
       op = tb_ops.apply_sma_gradient_descent(w_in, c_in, z, ph, 0.1, z,
                                              use_locking=use_locking)
     elif which == "momentum/momentum":
-      _, a_in = _variable(kind, "a", np.zeros(shape, dtype))
+      _, a_in = graphs.variable_input(kind, "a", np.zeros(shape, dtype))
       op = tb_ops.apply_sma_momentum(w_in, a_in, c_in, z, 0.1, 0.1, z, ph,
                                      use_locking=use_locking)
     elif which == "sma_correction/alpha":
@@ -572,14 +566,14 @@ def _build_uninitialised(op_name, kind, use_locking, uninit):
   z = np.zeros(shape, dtype)
   g = tf.Graph()
   with g.as_default():
-    w, w_in = _variable(kind, "w", np.full(shape, 2.0, dtype))
+    w, w_in = graphs.variable_input(kind, "w", np.full(shape, 2.0, dtype))
     c, c_in = _resource("c", np.zeros(shape, dtype))
     others = []
     if op_name == "gd":
       op = tb_ops.apply_sma_gradient_descent(w_in, c_in, z, 0.1, 0.1, z,
                                              use_locking=use_locking)
     elif op_name == "momentum":
-      a, a_in = _variable(kind, "a", np.zeros(shape, dtype))
+      a, a_in = graphs.variable_input(kind, "a", np.zeros(shape, dtype))
       others.append(a)
       op = tb_ops.apply_sma_momentum(w_in, a_in, c_in, z, 0.1, 0.1, z, 0.9,
                                      use_locking=use_locking)
@@ -638,8 +632,8 @@ def test_unsupported_dtype_rejected_at_graph_construction(op_name, kind,
   shape = [3]
   g = tf.Graph()
   with g.as_default():
-    _, w_in = _variable(kind, "w", np.zeros(shape, bad_dtype))
-    _, a_in = _variable(kind, "a", np.zeros(shape, bad_dtype))
+    _, w_in = graphs.variable_input(kind, "w", np.zeros(shape, bad_dtype))
+    _, a_in = graphs.variable_input(kind, "a", np.zeros(shape, bad_dtype))
     _, c_in = _resource("c", np.zeros(shape, bad_dtype))
     z = tf.zeros(shape, bad_dtype)
     one = tf.constant(1, bad_dtype)

@@ -1,4 +1,5 @@
-// CPU kernel of TensorBowMatMul (op in cc/ops/matmul_ops.cc).
+// CPU kernels of TensorBowMatMul and of the apply ops taking a weight's
+// gradient as two factors (ops in cc/ops/matmul_ops.cc).
 //
 // The replicas of a small-batch model compute their dense layers with it
 // (tensorbow/rewrite/kernels.py): a product with at most
@@ -16,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "cc/kernels/sma_kernel_util.h"
 #include "cc/kernels/small_matmul.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op.h"
@@ -213,6 +215,83 @@ class MatMulOp : public tensorflow::OpKernel {
   std::unique_ptr<tensorflow::OpKernel> tensorflow_matmul_;
 };
 
+// ApplyMomentum (kMomentum) or ApplyGradientDescent on var: [k, n] with the
+// gradient aᵀ·b, a: [rows, k], b: [rows, n], for ref and resource
+// variables. The gradient is applied as it is made (small_matmul.h): var
+// and accum are read and written once, and the [k, n] gradient is never
+// written to memory and read back, which for a large weight at a small
+// batch is much of a step's memory traffic.
+template <typename T, bool kMomentum>
+class ApplyOuterOp : public SmaOpBase {
+ public:
+  explicit ApplyOuterOp(tensorflow::OpKernelConstruction* ctx)
+      : SmaOpBase(ctx) {
+    if (kMomentum) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("use_nesterov", &use_nesterov_));
+    }
+  }
+
+  void Compute(tensorflow::OpKernelContext* ctx) override {
+    namespace sm = small_matmul;
+    constexpr int kVars = kMomentum ? 2 : 1;
+    std::vector<tensorflow::Tensor> vars;
+    tensorflow::Status status;
+    auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
+                                  UpdateVariableNames(kMomentum), &vars,
+                                  &status);
+    OP_REQUIRES_OK(ctx, status);
+    const tensorflow::Tensor& lr = ctx->input(kVars);
+    const tensorflow::Tensor& a = ctx->input(kVars + 1);
+    const tensorflow::Tensor& b = ctx->input(kVars + 2);
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, lr, kMomentum ? "lr" : "alpha"));
+    T momentum = T(0);
+    if (kMomentum) {
+      const tensorflow::Tensor& m = ctx->input(kVars + 3);
+      OP_REQUIRES_OK(ctx, CheckScalar(ctx, m, "momentum"));
+      momentum = m.scalar<T>()();
+    }
+    OP_REQUIRES(ctx,
+                TensorShapeUtils::IsMatrix(a.shape()) &&
+                    TensorShapeUtils::IsMatrix(b.shape()) &&
+                    a.dim_size(0) == b.dim_size(0),
+                errors::InvalidArgument(
+                    name(), ": 'a' and 'b' must be matrices with as many "
+                    "rows, got ", a.shape().DebugString(), " and ",
+                    b.shape().DebugString()));
+    const Index depth = a.dim_size(0);
+    const Index rows = a.dim_size(1);
+    const Index cols = b.dim_size(1);
+    OP_REQUIRES(ctx,
+                vars[0].shape() == tensorflow::TensorShape({rows, cols}),
+                errors::InvalidArgument(
+                    name(), ": var must have the shape of aᵀ·b [", rows,
+                    ", ", cols, "], got ", vars[0].shape().DebugString()));
+    const T step = lr.scalar<T>()();
+    const bool nesterov = use_nesterov_;
+    T* var = vars[0].flat<T>().data();
+    T* accum = kMomentum ? vars[1].flat<T>().data() : nullptr;
+    const T* a_data = a.flat<T>().data();
+    const T* b_data = b.flat<T>().data();
+    const double bytes = sizeof(T);
+    const CPUDevice& d = ctx->eigen_device<CPUDevice>();
+    // A row at a time: a row of var and accum (and of the gradient) per
+    // pass over b, which stays in cache.
+    d.parallelFor(rows,
+                  Eigen::TensorOpCost(depth * bytes + 2 * cols * kVars * bytes,
+                                      cols * kVars * bytes,
+                                      2.0 * depth * cols + 4.0 * cols * kVars),
+                  [&](Index first, Index last) {
+                    sm::ApplyOuter(a_data, b_data, var, accum, depth, rows,
+                                   cols, step, momentum, nesterov, first,
+                                   last);
+                  });
+    MaybeForwardRef(ctx);
+  }
+
+ private:
+  bool use_nesterov_ = false;
+};
+
 #define TENSORBOW_REGISTER_MATMUL(T)                          \
   REGISTER_KERNEL_BUILDER(Name("TensorBowMatMul")             \
                               .Device(tensorflow::DEVICE_CPU) \
@@ -223,6 +302,24 @@ TENSORBOW_REGISTER_MATMUL(float)
 TENSORBOW_REGISTER_MATMUL(double)
 
 #undef TENSORBOW_REGISTER_MATMUL
+
+#define TENSORBOW_REGISTER_OUTER(op, T, momentum)               \
+  REGISTER_KERNEL_BUILDER(Name(op)                              \
+                              .Device(tensorflow::DEVICE_CPU)   \
+                              .TypeConstraint<T>("T"),          \
+                          ApplyOuterOp<T, momentum>);
+#define TENSORBOW_REGISTER_OUTERS(T)                                        \
+  TENSORBOW_REGISTER_OUTER("TensorBowApplyMomentumOuter", T, true)          \
+  TENSORBOW_REGISTER_OUTER("TensorBowResourceApplyMomentumOuter", T, true)  \
+  TENSORBOW_REGISTER_OUTER("TensorBowApplyGradientDescentOuter", T, false)  \
+  TENSORBOW_REGISTER_OUTER("TensorBowResourceApplyGradientDescentOuter", T, \
+                           false)
+
+TENSORBOW_REGISTER_OUTERS(float)
+TENSORBOW_REGISTER_OUTERS(double)
+
+#undef TENSORBOW_REGISTER_OUTERS
+#undef TENSORBOW_REGISTER_OUTER
 
 }  // namespace
 }  // namespace tensorbow

@@ -127,6 +127,13 @@ inline tensorflow::Status CheckScalar(OpKernelContext* ctx, const Tensor& t,
   return absl::OkStatus();
 }
 
+// The variables of an SGD update (var) or of a momentum update (var, accum),
+// for LockVariables.
+inline std::vector<const char*> UpdateVariableNames(bool momentum) {
+  return momentum ? std::vector<const char*>{"var", "accum"}
+                  : std::vector<const char*>{"var"};
+}
+
 // Locks variable inputs 0 .. names.size() - 1 as TensorFlow's training ops
 // do (in address order) and gets their tensors into `vars`, each checked by
 // GetVariable and to have the shape of the first. Keep the returned holder

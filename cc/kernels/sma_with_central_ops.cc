@@ -131,11 +131,9 @@ class ApplySmaWithCentralOp : public SmaOpBase {
     {
       std::vector<Tensor> vars;
       tensorflow::Status status;
-      auto locks = LockVariables<T>(
-          ctx, use_exclusive_lock_,
-          kMomentum ? std::vector<const char*>{"var", "accum"}
-                    : std::vector<const char*>{"var"},
-          &vars, &status);
+      auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
+                                    UpdateVariableNames(kMomentum), &vars,
+                                    &status);
       OP_REQUIRES_OK(ctx, status);
       Tensor central, central_prev, next;
       OP_REQUIRES_OK(ctx, ReadResource<T>(ctx, central_index, "central",

@@ -231,6 +231,89 @@ TENSORBOW_INLINE void TransposedProductImpl(const T* a, const T* b, T* c,
   }
 }
 
+// The update of kind kGradientDescent, kMomentum or kNesterov of one vector
+// of var (and accum) by gradient g, in the order of TensorFlow's kernels.
+enum UpdateKind { kGradientDescent, kMomentum, kNesterov };
+
+template <typename T, UpdateKind kKind>
+TENSORBOW_INLINE void UpdateVec(T* var, T* accum, const Vec<T>& g, T lr,
+                                T momentum) {
+  Vec<T> v = Load(var);
+  if constexpr (kKind == kGradientDescent) {
+    v -= g * lr;
+  } else {
+    const Vec<T> acc = Load(accum) * momentum + g;
+    Store(accum, acc);
+    if constexpr (kKind == kMomentum) {
+      v -= acc * lr;
+    } else {
+      v -= g * lr + acc * momentum * lr;
+    }
+  }
+  Store(var, v);
+}
+
+template <typename T, UpdateKind kKind>
+TENSORBOW_INLINE void UpdateScalar(T* var, T* accum, T g, T lr, T momentum) {
+  if constexpr (kKind == kGradientDescent) {
+    *var -= g * lr;
+  } else {
+    *accum = *accum * momentum + g;
+    *var -= kKind == kMomentum ? *accum * lr : g * lr + *accum * momentum * lr;
+  }
+}
+
+// Row m of g = aᵀ·b, a tile of columns at a time in registers, applied to
+// var's (and accum's) row m as it is made.
+template <typename T, UpdateKind kKind>
+TENSORBOW_INLINE void ApplyOuterImpl(const T* a, const T* b, T* var,
+                                     T* accum, int64_t depth, int64_t rows,
+                                     int64_t cols, T lr, T momentum,
+                                     int64_t row_begin, int64_t row_end) {
+  for (int64_t m = row_begin; m < row_end; ++m) {
+    T* v = var + m * cols;
+    T* acc = accum == nullptr ? nullptr : accum + m * cols;
+    int64_t j = 0;
+    for (; j + kTile<T> <= cols; j += kTile<T>) {
+      Vec<T> g0 = {}, g1 = {};
+      for (int64_t k = 0; k < depth; ++k) {
+        const T akm = a[k * rows + m];
+        g0 += akm * Load(b + k * cols + j);
+        g1 += akm * Load(b + k * cols + j + kLanes<T>);
+      }
+      UpdateVec<T, kKind>(v + j, acc == nullptr ? nullptr : acc + j, g0, lr,
+                          momentum);
+      UpdateVec<T, kKind>(v + j + kLanes<T>,
+                          acc == nullptr ? nullptr : acc + j + kLanes<T>, g1,
+                          lr, momentum);
+    }
+    for (; j < cols; ++j) {
+      T g = T(0);
+      for (int64_t k = 0; k < depth; ++k) g += a[k * rows + m] * b[k * cols + j];
+      UpdateScalar<T, kKind>(v + j, acc == nullptr ? nullptr : acc + j, g, lr,
+                             momentum);
+    }
+  }
+}
+
+template <typename T>
+TENSORBOW_INLINE void ApplyOuterKind(const T* a, const T* b, T* var,
+                                     T* accum, int64_t depth, int64_t rows,
+                                     int64_t cols, T lr, T momentum,
+                                     bool nesterov, int64_t row_begin,
+                                     int64_t row_end) {
+  if (accum == nullptr) {
+    ApplyOuterImpl<T, kGradientDescent>(a, b, var, accum, depth, rows, cols,
+                                        lr, momentum, row_begin, row_end);
+  } else if (nesterov) {
+    ApplyOuterImpl<T, kNesterov>(a, b, var, accum, depth, rows, cols, lr,
+                                 momentum, row_begin, row_end);
+  } else {
+    ApplyOuterImpl<T, kMomentum>(a, b, var, accum, depth, rows, cols, lr,
+                                 momentum, row_begin, row_end);
+  }
+}
+
 }  // namespace
 
 TENSORBOW_CLONES void Product(Left<float> a, const float* b, float* c,
@@ -269,6 +352,24 @@ TENSORBOW_CLONES void TransposedProduct(const double* a, const double* b,
                                         int64_t depth, int64_t cols,
                                         int64_t n_begin, int64_t n_end) {
   TransposedProductImpl(a, b, c, rows, depth, cols, n_begin, n_end);
+}
+
+TENSORBOW_CLONES void ApplyOuter(const float* a, const float* b, float* var,
+                                 float* accum, int64_t depth, int64_t rows,
+                                 int64_t cols, float lr, float momentum,
+                                 bool nesterov, int64_t row_begin,
+                                 int64_t row_end) {
+  ApplyOuterKind(a, b, var, accum, depth, rows, cols, lr, momentum, nesterov,
+                 row_begin, row_end);
+}
+
+TENSORBOW_CLONES void ApplyOuter(const double* a, const double* b,
+                                 double* var, double* accum, int64_t depth,
+                                 int64_t rows, int64_t cols, double lr,
+                                 double momentum, bool nesterov,
+                                 int64_t row_begin, int64_t row_end) {
+  ApplyOuterKind(a, b, var, accum, depth, rows, cols, lr, momentum, nesterov,
+                 row_begin, row_end);
 }
 
 }  // namespace small_matmul

@@ -4,7 +4,8 @@
 //
 //   y  = x · W      few rows of the product: AccumulateProduct
 //   dx = dy · Wᵀ    few rows of the product: TransposedProduct
-//   dW = xᵀ · dy    a small inner dimension: Product
+//   dW = xᵀ · dy    a small inner dimension: Product, or ApplyOuter,
+//                   which applies it to the weight as it is made
 //
 // Each reads the large operand once and writes the product once, keeping a
 // tile of the product in registers. TensorFlow's Eigen contraction, tuned
@@ -64,6 +65,22 @@ void TransposedProduct(const float* a, const float* b, float* c, int64_t rows,
 void TransposedProduct(const double* a, const double* b, double* c,
                        int64_t rows, int64_t depth, int64_t cols,
                        int64_t n_begin, int64_t n_end);
+
+// With g = aᵀ·b (a: depth x rows, b: depth x cols), for the rows m in
+// [row_begin, row_end) of var (rows x cols): with accum null
+//   var[m] -= lr * g[m]                                   (gradient descent)
+// otherwise accum[m] = momentum * accum[m] + g[m] and
+//   var[m] -= lr * accum[m]                  (momentum; nesterov false)
+//   var[m] -= lr * g[m] + lr * momentum * accum[m]        (nesterov true).
+// g is never stored: each tile is applied as it is summed.
+void ApplyOuter(const float* a, const float* b, float* var, float* accum,
+                int64_t depth, int64_t rows, int64_t cols, float lr,
+                float momentum, bool nesterov, int64_t row_begin,
+                int64_t row_end);
+void ApplyOuter(const double* a, const double* b, double* var, double* accum,
+                int64_t depth, int64_t rows, int64_t cols, double lr,
+                double momentum, bool nesterov, int64_t row_begin,
+                int64_t row_end);
 
 }  // namespace small_matmul
 }  // namespace tensorbow

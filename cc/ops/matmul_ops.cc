@@ -1,7 +1,11 @@
-// Op registration of TensorBowMatMul, a MatMul for a small batch. The
-// kernel is in cc/kernels/matmul_ops.cc.
+// Op registrations of TensorBowMatMul, a MatMul for a small batch, and of
+// the apply ops that take a dense layer's weight gradient as its two
+// factors. The kernels are in cc/kernels/matmul_ops.cc.
+#include <vector>
+
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
 
 namespace tensorbow {
 
@@ -27,5 +31,99 @@ min_elements: the small-batch loops run only when op(b) or the product has
   784 x 10 weight: 0.2 ms against 0.3-0.6 ms, mostly the cost of splitting
   the work between threads).
 )doc");
+
+// ---- A dense layer's weight update from its gradient's factors --------------
+
+namespace {
+
+// var (input 0) and the variables after it have shape [k, n] for a: [b, k]
+// and b: [b, n], inputs `a` and `a` + 1; `scalars` are scalars. The ref
+// ops' output has var's shape.
+tensorflow::Status OuterApplyShape(
+    tensorflow::shape_inference::InferenceContext* c, int num_vars, int a,
+    std::vector<int> scalars, bool ref) {
+  using tensorflow::shape_inference::DimensionHandle;
+  using tensorflow::shape_inference::ShapeHandle;
+  ShapeHandle left, right, unused;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(a), 2, &left));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(a + 1), 2, &right));
+  DimensionHandle rows;
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(left, 0), c->Dim(right, 0), &rows));
+  ShapeHandle grad = c->Matrix(c->Dim(left, 1), c->Dim(right, 1));
+  for (int i : scalars) {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
+  }
+  if (ref) {
+    for (int i = 0; i < num_vars; ++i) {
+      TF_RETURN_IF_ERROR(c->Merge(grad, c->input(i), &grad));
+    }
+    c->set_output(0, grad);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("TensorBowApplyMomentumOuter")
+    .Input("var: Ref(T)")
+    .Input("accum: Ref(T)")
+    .Input("lr: T")
+    .Input("a: T")
+    .Input("b: T")
+    .Input("momentum: T")
+    .Output("out: Ref(T)")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .Attr("use_nesterov: bool = false")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      return OuterApplyShape(c, 2, 3, {2, 5}, true);
+    })
+    .Doc(R"doc(
+ApplyMomentum with the gradient aᵀ·b, without materialising it: for a
+dense layer y = x·W, a = x and b = dy. With grad = aᵀ·b,
+accum = momentum * accum + grad;
+var = var - lr * accum                              (use_nesterov false)
+var = var - lr * grad - lr * momentum * accum       (use_nesterov true)
+)doc");
+
+REGISTER_OP("TensorBowResourceApplyMomentumOuter")
+    .Input("var: resource")
+    .Input("accum: resource")
+    .Input("lr: T")
+    .Input("a: T")
+    .Input("b: T")
+    .Input("momentum: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .Attr("use_nesterov: bool = false")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      return OuterApplyShape(c, 2, 3, {2, 5}, false);
+    });
+
+REGISTER_OP("TensorBowApplyGradientDescentOuter")
+    .Input("var: Ref(T)")
+    .Input("alpha: T")
+    .Input("a: T")
+    .Input("b: T")
+    .Output("out: Ref(T)")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      return OuterApplyShape(c, 1, 2, {1}, true);
+    })
+    .Doc(R"doc(
+ApplyGradientDescent with the gradient aᵀ·b: var = var - alpha * aᵀ·b.
+)doc");
+
+REGISTER_OP("TensorBowResourceApplyGradientDescentOuter")
+    .Input("var: resource")
+    .Input("alpha: T")
+    .Input("a: T")
+    .Input("b: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      return OuterApplyShape(c, 1, 2, {1}, false);
+    });
 
 }  // namespace tensorbow
