@@ -229,6 +229,7 @@ def train_model(session_factory, waves=3):
   # `<apply op>>tensorbow_step`, with a TensorBow type of its own.
   substituted = sorted({op.type for op in executed
                         if op.type == "TensorBowMatMul" or
+                        op.type.endswith("Outer") or
                         (">tensorbow_" in op.name and
                          not op.type.startswith("TensorBow"))})
   return losses, values, substituted
@@ -256,6 +257,156 @@ def test_one_replica_with_substitution_equals_tf_session(monkeypatch):
   tb_losses, tb_values, substituted = train_model(
       lambda g: tb.TensorBowSession(graph=g, replicas=1))
   assert "TensorBowMatMul" in substituted
+  # Both dense weights' momentum updates take their gradients' factors.
+  assert {"TensorBowApplyMomentumOuter",
+          "TensorBowResourceApplyMomentumOuter"} & set(substituted)
   np.testing.assert_allclose(tb_losses, tf_losses, rtol=1e-5)
   for a, b in zip(tb_values, tf_values):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ---- A dense weight's update from its gradient's factors ---------------------
+
+
+def dense_model(optimizer, gate=tf1.train.Optimizer.GATE_OP):
+  """x [None, 30] -> dense 30 x 20 (tanh) -> dense 20 x 1, squared error.
+
+  Both weights' gradients are products with the batch as inner dimension,
+  so both updates can take them as factors."""
+  graph = tf.Graph()
+  rng = np.random.RandomState(5)
+  with graph.as_default():
+    x = tf1.placeholder(tf.float32, [None, 30], name="x")
+    y = tf1.placeholder(tf.float32, [None, 1], name="y")
+    w1 = tf1.get_variable("w1", initializer=(0.3 * rng.randn(30, 20))
+                          .astype(np.float32))
+    w2 = tf1.get_variable("w2", initializer=(0.3 * rng.randn(20, 1))
+                          .astype(np.float32))
+    loss = tf.reduce_mean(tf.square(tf.matmul(tf.tanh(tf.matmul(x, w1)), w2)
+                                    - y))
+    grads = tf1.gradients(loss, [w1, w2], gate_gradients=gate)
+    train = optimizer.apply_gradients(zip(grads, [w1, w2]))
+    init = tf1.global_variables_initializer()
+  xs = rng.randn(8, 30).astype(np.float32)
+  ys = rng.randn(8, 1).astype(np.float32)
+  return graph, (x, y, [w1, w2], grads, loss, train, init), xs, ys
+
+
+OPTIMIZERS = {
+    "sgd": lambda: tf1.train.GradientDescentOptimizer(0.1),
+    "momentum": lambda: tf1.train.MomentumOptimizer(0.1, 0.9),
+    "nesterov": lambda: tf1.train.MomentumOptimizer(0.1, 0.9,
+                                                    use_nesterov=True),
+}
+
+
+def train_dense(session_factory, optimizer, fetch_grads=False, waves=4):
+  graph, (x, y, weights, grads, loss, train, init), xs, ys = dense_model(
+      OPTIMIZERS[optimizer]())
+  with graph.as_default():
+    with session_factory(graph) as sess:
+      sess.run(init)
+      fetches = [loss, train] + (grads if fetch_grads else [])
+      results = [sess.run(fetches, {x: xs, y: ys}) for _ in range(waves)]
+      values = sess.run(weights)
+      executed = getattr(sess, "execution_graph", graph).get_operations()
+  fused = sorted(op.type for op in executed if op.type.endswith("Outer"))
+  losses = [r[0] for r in results]
+  fetched = [r[2:] for r in results]
+  return losses, values, fetched, fused
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_fused_dense_updates_equal_tf_session(monkeypatch, optimizer):
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "all")
+  tf_losses, tf_values, _, _ = train_dense(
+      lambda g: tf1.Session(graph=g), optimizer)
+  tb_losses, tb_values, _, fused = train_dense(
+      lambda g: tb.TensorBowSession(graph=g, replicas=1), optimizer)
+  assert len(fused) == 2, fused  # both weights
+  np.testing.assert_allclose(tb_losses, tf_losses, rtol=1e-5)
+  for a, b in zip(tb_values, tf_values):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fetched_gradient_is_still_computed(monkeypatch):
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "all")
+  _, tf_values, tf_grads, _ = train_dense(
+      lambda g: tf1.Session(graph=g), "momentum", fetch_grads=True)
+  _, tb_values, tb_grads, fused = train_dense(
+      lambda g: tb.TensorBowSession(graph=g, replicas=1), "momentum",
+      fetch_grads=True)
+  assert fused
+  for tb_wave, tf_wave in zip(tb_grads, tf_grads):
+    for a, b in zip(tb_wave, tf_wave):
+      assert np.abs(b).max() > 0
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  for a, b in zip(tb_values, tf_values):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_outer_applies_only_where_the_gradient_is_the_products():
+  graph, (_, _, weights, grads, _, _, _), _, _ = dense_model(
+      OPTIMIZERS["momentum"]())
+  ops = graph.get_operations()
+  found = kernels.outer_applies(ops)
+  assert sorted(found) == sorted(
+      op.name for op in ops if op.type.endswith("ApplyMomentum"))
+  for outer in found.values():
+    assert outer.matmul.type == "MatMul"
+    assert outer.matmul.get_attr("transpose_a")
+    # tf.gradients' gating: the fused op waits for the input gradient.
+    assert outer.waits
+  # A gradient also read by another op (a clip, a summary) is left alone.
+  with graph.as_default():
+    tf.identity(grads[0], name="reads_the_gradient")
+    found = kernels.outer_applies(graph.get_operations())
+  assert len(found) == 1
+  # Without gating the gradient feeds the apply op directly.
+  graph, _, _, _ = dense_model(OPTIMIZERS["sgd"](),
+                               gate=tf1.train.Optimizer.GATE_NONE)
+  found = kernels.outer_applies(graph.get_operations())
+  assert len(found) == 2 and all(not o.waits for o in found.values())
+  del weights
+
+
+def test_with_tensorflows_kernel_timed_faster_nothing_is_fused(
+    monkeypatch, tmp_path):
+  from tensorbow.rewrite import kernel_choice  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv("TENSORBOW_CACHE_DIR", str(tmp_path))
+  timed = []
+
+  def outer_timer(fused, op_type, a_shape, b_shape, dtype, nesterov):
+    timed.append((fused, op_type, a_shape, b_shape))
+    return 1.0 if fused else 0.5
+
+  monkeypatch.setattr(kernel_choice, "_timed_outer", outer_timer)
+  _, values, _, fused = train_dense(
+      lambda g: tb.TensorBowSession(graph=g, replicas=1), "momentum")
+  assert fused == []
+  # Timed on the session's shapes: 8 rows, the weights' sizes.
+  assert sorted(t[2:] for t in timed if t[0]) == [([8, 20], [8, 1]),
+                                                  ([8, 30], [8, 20])]
+  assert all(t[1] == "ResourceApplyMomentum" for t in timed)
+  _, tf_values, _, _ = train_dense(lambda g: tf1.Session(graph=g), "momentum")
+  for a, b in zip(values, tf_values):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_faster_graph_def_fuses_as_the_replicas_do():
+  graph, (x, y, weights, _, loss, train, init), xs, ys = dense_model(
+      OPTIMIZERS["momentum"]())
+  faster = _faster(graph)
+  assert sum(op.type.endswith("Outer") for op in faster.get_operations()) == 2
+  losses = []
+  for g in (graph, faster):
+    with tf1.Session(graph=g) as sess:
+      sess.run(g.get_operation_by_name(init.name))
+      feed = {g.get_tensor_by_name(x.name): xs,
+              g.get_tensor_by_name(y.name): ys}
+      losses.append([sess.run([g.get_tensor_by_name(loss.name),
+                               g.get_operation_by_name(train.name)],
+                              feed)[0] for _ in range(4)])
+  assert losses[0][-1] < losses[0][0]
+  np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+  del weights

@@ -18,6 +18,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tensorbow import ops as tb_ops
 from tensorbow.rewrite import kernels
 
 _CACHE_FILE = "kernel_choices.json"
@@ -62,7 +63,56 @@ def _timed(graph_def, fetch, values, copies=4, repeats=2, runs=3):
     # control dependency waits for.
     target = tf.add_n([tf.reduce_sum(out) for out in outputs])
     init = tf.compat.v1.global_variables_initializer()
-  with tf.compat.v1.Session(graph=graph) as sess:
+  return _best_seconds(graph, target, init, copies, repeats, runs)
+
+
+def _timed_outer(fused, op_type, a_shape, b_shape, dtype, nesterov, copies=4,
+                 repeats=2, runs=3):
+  """Seconds per apply op of type `op_type` (a dense one, see
+  kernels.outer_applies) on resource variables with gradient aᵀ·b: as a
+  MatMul and TensorFlow's op, or `fused` as TensorBow's op taking a and b.
+  Timed as `_timed` times, on `copies` variables of their own."""
+  graph = tf.Graph()
+  rng = np.random.RandomState(0)
+  momentum = "Momentum" in op_type
+  with graph.as_default():
+    applies = []
+    for k in range(copies):
+
+      def variable(name, shape):
+        return tf.compat.v1.get_variable(
+            f"copy_{k}_{name}", initializer=rng.uniform(-1, 1, shape).astype(
+                dtype), use_resource=True, trainable=False)
+
+      a, b = variable("a", a_shape), variable("b", b_shape)
+      var = variable("var", [a_shape[1], b_shape[1]])
+      accum = variable("accum", var.shape.as_list()) if momentum else None
+      lr = tf.constant(0.01, dtype)
+      if fused:
+        applies.append(tb_ops.apply_outer(
+            var.handle, accum.handle if momentum else None, lr,
+            a.read_value(), b.read_value(),
+            tf.constant(0.9, dtype) if momentum else None, nesterov))
+      else:
+        grad = tf.matmul(a.read_value(), b.read_value(), transpose_a=True)
+        if momentum:
+          applies.append(tf.raw_ops.ResourceApplyMomentum(
+              var=var.handle, accum=accum.handle, lr=lr, grad=grad,
+              momentum=tf.constant(0.9, dtype), use_nesterov=nesterov))
+        else:
+          applies.append(tf.raw_ops.ResourceApplyGradientDescent(
+              var=var.handle, alpha=lr, delta=grad))
+    target = tf.group(*applies)
+    init = tf.compat.v1.global_variables_initializer()
+  return _best_seconds(graph, target, init, copies, repeats, runs)
+
+
+def _best_seconds(graph, target, init, copies, repeats, runs):
+  # TensorFlow's own session, also under tensorbow-run, whose stand-in
+  # would plan (and time kernels for) a run that writes.
+  session = getattr(tf.compat.v1.Session, "_tensorbow_original",
+                    tf.compat.v1.Session)
+  with session(graph=graph) as sess:
     sess.run(init)
     for _ in range(2):
       sess.run(target)
@@ -85,11 +135,15 @@ class Chooser(object):
       give their own).
     cache_dir: where the choices are kept (None: TENSORBOW_CACHE_DIR or
       ~/.cache/tensorbow; "" keeps none).
+    outer_timer: `outer_timer(fused, op_type, a_shape, b_shape, dtype,
+      nesterov)` -> seconds per apply op, as `_timed_outer` (tests give
+      their own).
   """
 
-  def __init__(self, rows, timer=None, cache_dir=None):
+  def __init__(self, rows, timer=None, cache_dir=None, outer_timer=None):
     self.rows = max(1, int(rows))
     self._timer = timer or _timed
+    self._outer_timer = outer_timer or _timed_outer
     if cache_dir is None:
       cache_dir = os.environ.get(
           "TENSORBOW_CACHE_DIR",
@@ -125,15 +179,42 @@ class Chooser(object):
                                         own.name + ":0", values)}
       cache.setdefault(self._machine, {})[key] = entry
       self._save(cache)
+    return self._decide(op, op.type, shapes, entry)
+
+  def keep_outer(self, op, matmul):
+    """Whether apply op `op` is faster taking its gradient as the factors
+    of `matmul` (kernels.outer_applies) than after it, on a replica's
+    shapes."""
+    if op.name in self._decided:
+      return self._decided[op.name]
+    shapes = [self._concrete(t) for t in matmul.inputs]
+    dtype = op.get_attr("T").as_numpy_dtype
+    nesterov = ("use_nesterov" in op.node_def.attr and
+                op.get_attr("use_nesterov"))
+    key = json.dumps([op.type, "MatMul(transpose_a)", nesterov,
+                      np.dtype(dtype).name, shapes])
+    cache = self._load()
+    entry = cache.get(self._machine, {}).get(key)
+    if entry is None:
+      op_type = op.type if op.type.startswith("Resource") else (
+          "Resource" + op.type)
+      entry = {fused: self._outer_timer(
+          fused == "tensorbow", op_type, shapes[0], shapes[1], dtype,
+          nesterov) for fused in ("tf", "tensorbow")}
+      cache.setdefault(self._machine, {})[key] = entry
+      self._save(cache)
+    return self._decide(op, f"{op.type}(MatMul)", shapes, entry)
+
+  def _decide(self, op, kind, shapes, entry):
     chosen = entry["tensorbow"] < entry["tf"]
     self._decided[op.name] = chosen
-    self.choices.append(dict(op=op.name, type=op.type, shapes=shapes,
+    self.choices.append(dict(op=op.name, type=kind, shapes=shapes,
                              tf_seconds=entry["tf"],
                              tensorbow_seconds=entry["tensorbow"],
                              substitute=chosen))
     logging.getLogger("tensorbow").debug(
         "TensorBow kernels: %s (%s %s): TensorFlow %.1f us, TensorBow "
-        "%.1f us -> %s", op.name, op.type, shapes, entry["tf"] * 1e6,
+        "%.1f us -> %s", op.name, kind, shapes, entry["tf"] * 1e6,
         entry["tensorbow"] * 1e6, "TensorBow's" if chosen else
         "TensorFlow's")
     return chosen

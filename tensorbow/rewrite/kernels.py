@@ -36,7 +36,12 @@ oneDNN; `benchmarks/matmul_shapes.py`, `benchmarks/conv_shapes.py`):
   3x3 stage: 0.87 -> 0.62 ms at batch 4, 11.5 -> 4.7 ms at 64. Smaller maps
   (ResNet's 16x16 and 8x8 stages) and a single input channel (LeNet's conv1)
   were slower that way, so those are left to TensorFlow.
+* **Momentum and plain SGD updates of a dense weight** whose gradient is
+  a MatMul xᵀ·dy over a small batch (`outer_applies`): TensorBow's apply
+  op takes x and dy and applies the gradient as it is made, so the
+  gradient, as large as the weight, is never written and read back.
 """
+import collections
 import os
 
 import tensorflow as tf
@@ -92,9 +97,22 @@ def faster_graph_def(graph):
   """
   graph_def = tf.compat.v1.GraphDef()
   graph_def.versions.CopyFrom(graph.graph_def_versions)
+  fused = outer_applies(graph.get_operations())
+  dropped = set("^" + outer.matmul.name for outer in fused.values())
   for op in graph.get_operations():
-    for node in substitute(op.node_def, op) or [op.node_def]:
-      graph_def.node.add().CopyFrom(node)
+    node = tf.compat.v1.NodeDef()
+    node.CopyFrom(op.node_def)
+    inputs = [i for i in node.input if i not in dropped]
+    del node.input[:]
+    node.input.extend(inputs)
+    if op.name in fused:
+      outer = fused[op.name]
+      nodes = outer_apply(node, op, *outer.matmul.node_def.input[:2],
+                          [w for w in outer.waits if w not in dropped])
+    else:
+      nodes = substitute(node, op) or [node]
+    for out in nodes:
+      graph_def.node.add().CopyFrom(out)
   return graph_def
 
 
@@ -263,3 +281,89 @@ def _conv2d(like, suffix, inputs, padding):
   node.attr["padding"].s = padding.encode()
   node.attr["data_format"].s = b"NHWC"
   return node
+
+
+# ---- A dense layer's weight gradient applied as it is made -------------------
+
+# Apply op -> (the TensorBow op taking the gradient as aᵀ·b, its grad input).
+_OUTER_APPLIES = {
+    "ApplyMomentum": ("TensorBowApplyMomentumOuter", 3),
+    "ResourceApplyMomentum": ("TensorBowResourceApplyMomentumOuter", 3),
+    "ApplyGradientDescent": ("TensorBowApplyGradientDescentOuter", 2),
+    "ResourceApplyGradientDescent": (
+        "TensorBowResourceApplyGradientDescentOuter", 2),
+}
+
+
+# A fusable apply op's MatMul and the control inputs ("^name") of the
+# Identity ops between them, which the fused op takes over.
+Outer = collections.namedtuple("Outer", ["matmul", "waits"])
+
+
+def outer_applies(ops):
+  """{apply op name: Outer} for the apply ops among `ops` that can take
+  their gradient as the factors of the MatMul making it.
+
+  The weight gradient of a dense layer y = x·W is xᵀ·dy; at a small batch
+  writing it out and reading it back costs more than the product. An apply
+  op qualifies if its gradient comes from such a MatMul (transpose_a, not
+  transpose_b; through Identity ops, as tf.gradients' gating adds) that
+  nothing else consumes, its inner dimension (the batch) small or unknown,
+  and all of them among `ops` outside control flow. The MatMul stays in
+  the graph for any fetch of it; only the apply op stops reading it. What
+  the skipped Identity ops waited for, the fused op waits for: with
+  tf.gradients' gating, the layer's input gradient, which reads the weight
+  before the update.
+  """
+  names = set(op.name for op in ops)
+  found = {}
+  for op in ops:
+    if op.type not in _OUTER_APPLIES or op.name not in names:
+      continue
+    tensor = op.inputs[_OUTER_APPLIES[op.type][1]]
+    consumer = op
+    waits = []
+    while (tensor.op.type == "Identity" and tensor.op.name in names and
+           tensor.consumers() == [consumer]):
+      consumer = tensor.op
+      waits += _control_inputs(consumer.node_def)
+      tensor = tensor.op.inputs[0]
+    matmul = tensor.op
+    if (matmul.type == "MatMul" and matmul.name in names and
+        tensor.consumers() == [consumer] and
+        matmul.get_attr("transpose_a") and
+        not matmul.get_attr("transpose_b") and
+        matmul.get_attr("T") in _FLOATS and
+        matmul.get_attr("T") == op.get_attr("T") and
+        not any(o._get_control_flow_context() is not None  # pylint: disable=protected-access
+                for o in (op, matmul)) and
+        _dims(matmul.inputs[0], 2) is not None and
+        _small(_dims(matmul.inputs[0], 2)[0])):
+      found[op.name] = Outer(matmul, waits)
+  return found
+
+
+def outer_apply(node, op, a, b, waits):
+  """The NodeDefs of TensorBow's apply op replacing `node` (a copy of apply
+  op `op`), its gradient given as aᵀ·b by input names `a` and `b`, and
+  waiting for control inputs `waits`.
+
+  The waits are put on an Identity of `a`, as tf.gradients' gating puts
+  them on the gradient: an apply op waiting on a computation through a
+  control dependency could not run in a commit of its own (phases.split).
+  """
+  op_type, grad = _OUTER_APPLIES[op.type]
+  nodes = []
+  if waits:
+    gate = _node(node, "gated", "Identity", [a] + list(dict.fromkeys(waits)),
+                 T=node.attr["T"])
+    nodes.append(gate)
+    a = gate.name + ":0"
+  data = _data_inputs(node)
+  fused = _node(node, None, op_type,
+                data[:grad] + [a, b] + data[grad + 1:] +
+                _control_inputs(node), T=node.attr["T"])
+  for attr in ("use_locking", "use_nesterov"):
+    if attr in node.attr:
+      fused.attr[attr].CopyFrom(node.attr[attr])
+  return nodes + [fused]

@@ -293,6 +293,10 @@ class Replicator(object):
       input_map[key + ":0"] = tensor
       return key + ":0"
 
+    fused = self._outer_applies(new_ops)
+    # Nothing waits for a MatMul only its fused apply op read (tf.gradients'
+    # gating does): waiting for a value with no effects changes no result.
+    dropped = set("^" + outer.matmul.name for outer in fused.values())
     for op in new_ops:
       node = tf.compat.v1.NodeDef()
       node.CopyFrom(op.node_def)
@@ -312,7 +316,7 @@ class Replicator(object):
         inputs = list(node.input) + [
             "^" + n for n in sorted(self._taken_over.get(op.name, ()))
             if "^" + n not in node.input]
-      inputs = [resolve(i) for i in inputs]
+      inputs = [resolve(i) for i in inputs if i not in dropped]
       del node.input[:]
       node.input.extend(inputs)
       var = (analysis.variable_of(op.inputs[0])
@@ -329,6 +333,12 @@ class Replicator(object):
       elif op.type == "HistogramSummary" and self._num_replicas > 1:
         for out in self._first_replica_only(node, aux):
           graph_def.node.add().CopyFrom(out)
+      elif op.name in fused:
+        outer = fused[op.name]
+        for out in kernels.outer_apply(
+            node, op, *[resolve(i) for i in outer.matmul.node_def.input[:2]],
+            [resolve(w) for w in outer.waits if w not in dropped]):
+          graph_def.node.add().CopyFrom(out)
       else:
         faster = kernels.substitute(node, op) if self._fast_kernels else None
         if faster and self.chooser is not None and not self.chooser.keep(
@@ -337,6 +347,24 @@ class Replicator(object):
         for out in faster or [node]:
           graph_def.node.add().CopyFrom(out)
     return graph_def, input_map
+
+  def _outer_applies(self, new_ops):
+    """{apply op name: kernels.Outer} of `kernels.outer_applies` among
+    `new_ops` to fuse: those the algorithm leaves as they are (shared or
+    unsynchronised variables) and, when measured, faster fused. Not
+    where the algorithm averages the gradients crossing the cut: the
+    average of the factors is not the factors of the average."""
+    if not self._fast_kernels or self._algorithm.averages_gradients:
+      return {}
+    fused = {}
+    for name, outer in kernels.outer_applies(new_ops).items():
+      op = self._graph.get_operation_by_name(name)
+      var = analysis.variable_of(op.inputs[0])
+      if var is not None and var.name in self._states:
+        continue
+      if self.chooser is None or self.chooser.keep_outer(op, outer.matmul):
+        fused[name] = outer
+    return fused
 
   def _first_replica_only(self, node, aux):
     """A HistogramSummary NodeDef taking its values from the first replica
