@@ -370,6 +370,25 @@ def test_outer_applies_only_where_the_gradient_is_the_products():
   del weights
 
 
+def test_the_fused_update_waits_for_what_the_gradient_waited_for():
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf1.placeholder(tf.float32, [None, 3])
+    w = tf1.get_variable("w", [3, 2])
+    steps = tf1.get_variable("steps", [], tf.int32, trainable=False,
+                             initializer=tf1.zeros_initializer())
+    dy = tf1.placeholder(tf.float32, [None, 2])
+    count = tf1.assign_add(steps, 1)
+    # A gradient made by hand, inside a control dependency.
+    with tf.control_dependencies([count]):
+      grad = tf.matmul(x, dy, transpose_a=True)
+    tf1.train.GradientDescentOptimizer(0.1).apply_gradients([(grad, w)])
+  found = kernels.outer_applies(graph.get_operations())
+  assert len(found) == 1
+  outer, = found.values()
+  assert "^" + count.op.name in outer.waits
+
+
 def test_with_tensorflows_kernel_timed_faster_nothing_is_fused(
     monkeypatch, tmp_path):
   from tensorbow.rewrite import kernel_choice  # pylint: disable=g-import-not-at-top

@@ -311,14 +311,14 @@ def outer_applies(ops):
   nothing else consumes, its inner dimension (the batch) small or unknown,
   and all of them among `ops` outside control flow. The MatMul stays in
   the graph for any fetch of it; only the apply op stops reading it. What
-  the skipped Identity ops waited for, the fused op waits for: with
-  tf.gradients' gating, the layer's input gradient, which reads the weight
-  before the update.
+  the skipped Identity ops and the MatMul waited for, the fused op waits
+  for: with tf.gradients' gating, the layer's input gradient, which reads
+  the weight before the update.
   """
   names = set(op.name for op in ops)
   found = {}
   for op in ops:
-    if op.type not in _OUTER_APPLIES or op.name not in names:
+    if op.type not in _OUTER_APPLIES:
       continue
     tensor = op.inputs[_OUTER_APPLIES[op.type][1]]
     consumer = op
@@ -339,7 +339,8 @@ def outer_applies(ops):
                 for o in (op, matmul)) and
         _dims(matmul.inputs[0], 2) is not None and
         _small(_dims(matmul.inputs[0], 2)[0])):
-      found[op.name] = Outer(matmul, waits)
+      found[op.name] = Outer(matmul,
+                             waits + _control_inputs(matmul.node_def))
   return found
 
 
