@@ -395,3 +395,48 @@ def test_suite_takes_the_tf1_mode():
   assert bench_main.parse_args(["replicas", "--tf_mode", "v1"]).tf_mode == "v1"
   with pytest.raises(SystemExit):
     bench_main.parse_args(["replicas", "--tf_mode", "eager"])
+
+
+def test_lenet_bound_trains_each_replica_as_its_own_lenet():
+  """One step of the k-replica graph equals k plain LeNet steps, each on
+  its replica's rows from its replica's weights."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from benchmarks import lenet_bound  # pylint: disable=g-import-not-at-top
+  replicas = 2
+  vec = lenet_bound.vectorised(replicas)
+  graph, sess = vec["sess"].graph, vec["sess"]
+  names = ["conv1/w", "conv1/b", "conv2/w", "conv2/b", "fc1/w", "fc1/b",
+           "fc2/w", "fc2/b"]
+  variables = {v.op.name: v for v in graph.get_collection(
+      tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+  values = dict(zip(names, sess.run([variables[n] for n in names])))
+
+  def replica_slice(name, value, r):
+    if name.startswith("conv"):
+      width = value.shape[-1] // replicas
+      return value[..., r * width:(r + 1) * width]
+    return value[r, 0] if name.endswith("/b") else value[r]
+
+  # The images (rank 4), then the labels.
+  xs, ys = [value for _, value in sorted(
+      vec["feed"].items(), key=lambda kv: kv[0].shape.rank, reverse=True)]
+  sess.run(vec["train"], vec["feed"])
+  after = dict(zip(names, sess.run([variables[n] for n in names])))
+  rows = lenet_bound.BATCH
+  for r in range(replicas):
+    plain = lenet_bound.plain(rows)
+    p_graph, p_sess = plain["sess"].graph, plain["sess"]
+    by_name = {v.op.name: v for v in p_graph.get_collection(
+        tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+    with p_graph.as_default():
+      p_sess.run([by_name[name].assign(replica_slice(name, values[name], r))
+                  for name in names])
+    p_x, p_y = sorted(plain["feed"],
+                      key=lambda t: t.shape.rank, reverse=True)
+    p_sess.run(plain["train"], {p_x: xs[r * rows:(r + 1) * rows],
+                                p_y: ys[r * rows:(r + 1) * rows]})
+    for name in names:
+      expected = p_sess.run(by_name[name])
+      got = replica_slice(name, after[name], r)
+      assert not np.allclose(got, replica_slice(name, values[name], r))
+      np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
