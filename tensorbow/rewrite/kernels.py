@@ -296,7 +296,8 @@ _OUTER_APPLIES = {
 
 
 # A fusable apply op's MatMul and the control inputs ("^name") of the
-# Identity ops between them, which the fused op takes over.
+# MatMul and of the Identity ops between them, which the fused op takes
+# over.
 Outer = collections.namedtuple("Outer", ["matmul", "waits"])
 
 

@@ -249,8 +249,9 @@ class Replicator(object):
               self._states[name] = state
       local = set(op.name for op in new_ops)
       self._push_orderings(new_ops)
+      fused = self._outer_applies(new_ops)
       for g in range(self._num_groups):
-        graph_def, input_map = self._group_graph_def(new_ops, local, g)
+        graph_def, input_map = self._group_graph_def(new_ops, local, fused, g)
         scope = f"{self._prefix}/group_{g}/"
         with graph.device(self._devices[g] if self._devices else None):
           tf.compat.v1.import_graph_def(graph_def, input_map=input_map,
@@ -264,7 +265,7 @@ class Replicator(object):
           self._seeds[op.name] = self._make_seed(op)
           self._pending_seed.add(op.name)
 
-  def _group_graph_def(self, new_ops, local, group):
+  def _group_graph_def(self, new_ops, local, fused, group):
     graph_def = tf.compat.v1.GraphDef()
     graph_def.versions.CopyFrom(self._graph.graph_def_versions)
     input_map = {}
@@ -293,7 +294,6 @@ class Replicator(object):
       input_map[key + ":0"] = tensor
       return key + ":0"
 
-    fused = self._outer_applies(new_ops)
     # Nothing waits for a MatMul only its fused apply op read (tf.gradients'
     # gating does): waiting for a value with no effects changes no result.
     dropped = set("^" + outer.matmul.name for outer in fused.values())
