@@ -361,13 +361,13 @@ def test_outer_applies_only_where_the_gradient_is_the_products():
   with graph.as_default():
     tf.identity(grads[0], name="reads_the_gradient")
     found = kernels.outer_applies(graph.get_operations())
-  assert len(found) == 1
+  assert [o.matmul.outputs[0].shape.as_list() for o in found.values()] == [
+      weights[1].shape.as_list()]
   # Without gating the gradient feeds the apply op directly.
   graph, _, _, _ = dense_model(OPTIMIZERS["sgd"](),
                                gate=tf1.train.Optimizer.GATE_NONE)
   found = kernels.outer_applies(graph.get_operations())
   assert len(found) == 2 and all(not o.waits for o in found.values())
-  del weights
 
 
 def test_the_fused_update_waits_for_what_the_gradient_waited_for():

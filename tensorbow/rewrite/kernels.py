@@ -98,7 +98,7 @@ def faster_graph_def(graph):
   graph_def = tf.compat.v1.GraphDef()
   graph_def.versions.CopyFrom(graph.graph_def_versions)
   fused = outer_applies(graph.get_operations())
-  dropped = set("^" + outer.matmul.name for outer in fused.values())
+  dropped = unwaited(fused)
   for op in graph.get_operations():
     node = tf.compat.v1.NodeDef()
     node.CopyFrom(op.node_def)
@@ -106,9 +106,7 @@ def faster_graph_def(graph):
     del node.input[:]
     node.input.extend(inputs)
     if op.name in fused:
-      outer = fused[op.name]
-      nodes = outer_apply(node, op, *outer.matmul.node_def.input[:2],
-                          [w for w in outer.waits if w not in dropped])
+      nodes = outer_apply(node, op, fused[op.name], dropped)
     else:
       nodes = substitute(node, op) or [node]
     for out in nodes:
@@ -345,15 +343,27 @@ def outer_applies(ops):
   return found
 
 
-def outer_apply(node, op, a, b, waits):
-  """The NodeDefs of TensorBow's apply op replacing `node` (a copy of apply
-  op `op`), its gradient given as aᵀ·b by input names `a` and `b`, and
-  waiting for control inputs `waits`.
+def unwaited(fused):
+  """The control inputs ("^name") nothing needs to wait for once the apply
+  ops of `fused` ({name: Outer}) are fused: their MatMuls, which only those
+  apply ops read (tf.gradients' gating waits for them); waiting for a value
+  with no effects changes no result."""
+  return set("^" + outer.matmul.name for outer in fused.values())
 
-  The waits are put on an Identity of `a`, as tf.gradients' gating puts
-  them on the gradient: an apply op waiting on a computation through a
-  control dependency could not run in a commit of its own (phases.split).
+
+def outer_apply(node, op, outer, dropped, resolve=lambda name: name):
+  """The NodeDefs of TensorBow's apply op replacing `node` (a copy of apply
+  op `op`), its gradient given as the factors of `outer.matmul`, and
+  waiting for `outer.waits` but those in `dropped` (see `unwaited`);
+  `resolve` maps the user graph's input names to the copy's.
+
+  The waits are put on an Identity of the first factor, as tf.gradients'
+  gating puts them on the gradient: an apply op waiting on a computation
+  through a control dependency could not run in a commit of its own
+  (phases.split).
   """
+  a, b = [resolve(i) for i in outer.matmul.node_def.input[:2]]
+  waits = [resolve(w) for w in outer.waits if w not in dropped]
   op_type, grad = _OUTER_APPLIES[op.type]
   nodes = []
   if waits:

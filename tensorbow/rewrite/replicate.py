@@ -294,9 +294,7 @@ class Replicator(object):
       input_map[key + ":0"] = tensor
       return key + ":0"
 
-    # Nothing waits for a MatMul only its fused apply op read (tf.gradients'
-    # gating does): waiting for a value with no effects changes no result.
-    dropped = set("^" + outer.matmul.name for outer in fused.values())
+    dropped = kernels.unwaited(fused)
     for op in new_ops:
       node = tf.compat.v1.NodeDef()
       node.CopyFrom(op.node_def)
@@ -334,10 +332,8 @@ class Replicator(object):
         for out in self._first_replica_only(node, aux):
           graph_def.node.add().CopyFrom(out)
       elif op.name in fused:
-        outer = fused[op.name]
-        for out in kernels.outer_apply(
-            node, op, *[resolve(i) for i in outer.matmul.node_def.input[:2]],
-            [resolve(w) for w in outer.waits if w not in dropped]):
+        for out in kernels.outer_apply(node, op, fused[op.name], dropped,
+                                       resolve):
           graph_def.node.add().CopyFrom(out)
       else:
         faster = kernels.substitute(node, op) if self._fast_kernels else None
