@@ -27,7 +27,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from benchmarks.lenet_throughput import bias
 from benchmarks.lenet_throughput import build_lenet
+from benchmarks.lenet_throughput import weight
 
 BATCH = 4
 
@@ -66,16 +68,6 @@ def vectorised(replicas):
   n = replicas
   graph = tf.Graph()
   with graph.as_default():
-
-    def weight(name, shape):
-      return tf.compat.v1.get_variable(
-          name, shape, initializer=tf.compat.v1.truncated_normal_initializer(
-              stddev=0.1))
-
-    def bias(name, shape):
-      return tf.compat.v1.get_variable(
-          name, shape, initializer=tf.compat.v1.constant_initializer(0.1))
-
     x = tf.compat.v1.placeholder(tf.float32, [n * BATCH, 28, 28, 1])
     y = tf.compat.v1.placeholder(tf.int64, [n * BATCH])
     # Row i of replica r is image i of channel group r.

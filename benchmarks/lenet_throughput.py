@@ -28,30 +28,33 @@ import tensorbow as tb
 from tensorbow.rewrite import kernels
 
 
+def weight(name, shape):
+  """A LeNet weight: truncated normal, stddev 0.1."""
+  return tf.compat.v1.get_variable(
+      name, shape, initializer=tf.compat.v1.truncated_normal_initializer(
+          stddev=0.1))
+
+
+def bias(name, shape):
+  """A LeNet bias: 0.1."""
+  return tf.compat.v1.get_variable(
+      name, shape, initializer=tf.compat.v1.constant_initializer(0.1))
+
+
 def build_lenet():
   """The graph: placeholders x [None, 28, 28, 1], y [None]; returns ops."""
-
-  def weight(name, shape):
-    return tf.compat.v1.get_variable(
-        name, shape, initializer=tf.compat.v1.truncated_normal_initializer(
-            stddev=0.1))
-
-  def bias(name, n):
-    return tf.compat.v1.get_variable(
-        name, [n], initializer=tf.compat.v1.constant_initializer(0.1))
-
   x = tf.compat.v1.placeholder(tf.float32, [None, 28, 28, 1], name="x")
   y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
-  h = tf.nn.relu(tf.nn.conv2d(x, weight("conv1/w", [5, 5, 1, 32]),
-                              strides=1, padding="SAME") + bias("conv1/b", 32))
+  h = tf.nn.relu(tf.nn.conv2d(x, weight("conv1/w", [5, 5, 1, 32]), strides=1,
+                              padding="SAME") + bias("conv1/b", [32]))
   h = tf.nn.max_pool2d(h, 2, 2, "SAME")
-  h = tf.nn.relu(tf.nn.conv2d(h, weight("conv2/w", [5, 5, 32, 64]),
-                              strides=1, padding="SAME") + bias("conv2/b", 64))
+  h = tf.nn.relu(tf.nn.conv2d(h, weight("conv2/w", [5, 5, 32, 64]), strides=1,
+                              padding="SAME") + bias("conv2/b", [64]))
   h = tf.nn.max_pool2d(h, 2, 2, "SAME")
   h = tf.reshape(h, [-1, 7 * 7 * 64])
   h = tf.nn.relu(tf.matmul(h, weight("fc1/w", [7 * 7 * 64, 512])) +
-                 bias("fc1/b", 512))
-  logits = tf.matmul(h, weight("fc2/w", [512, 10])) + bias("fc2/b", 10)
+                 bias("fc1/b", [512]))
+  logits = tf.matmul(h, weight("fc2/w", [512, 10])) + bias("fc2/b", [10])
   loss = tf.reduce_mean(
       tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
   train = tf.compat.v1.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
