@@ -828,3 +828,107 @@ def test_the_rewrite_uses_registered_op_types():
   for op_type in types:
     assert op_def_registry.get(op_type) is not None, op_type
   assert set(sma._FUSED_KINDS.values()) == set(sma._WITH_CENTRAL)  # pylint: disable=protected-access
+
+
+# ---- The steps with the gradient given as its factors (dense layers) ------
+
+OUTER_SHAPES = [(3, 5), (70, 300)]  # (70, 300): two blocks, a vector tail
+
+
+@pytest.mark.parametrize("batch", [4, 0], ids=["batch4", "empty-batch"])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "nesterov"])
+@pytest.mark.parametrize("shape", OUTER_SHAPES,
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("kind,use_locking", KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64],
+                         ids=["f32", "f64"])
+def test_apply_sma_outer(dtype, kind, use_locking, shape, optimizer, batch):
+  """The *Outer steps equal the NumPy step with the gradient aᵀ·b."""
+  rng = np.random.default_rng(3)
+  w0, a0, c0 = (_rand(rng, shape, dtype) for _ in range(3))
+  steps = [dict(z=_rand(rng, shape, dtype),
+                x=_rand(rng, (batch, shape[0]), dtype),
+                dy=_rand(rng, (batch, shape[1]), dtype),
+                alpha=_scalar(dtype, al), lr=_scalar(dtype, lr),
+                m=_scalar(dtype, m))
+           for al, lr, m in [(0.3, 0.05, 0.9), (0.125, 0.7, 0.5)]]
+  lib = tb_ops.library()
+  g = tf.Graph()
+  with g.as_default():
+    w, w_in = graphs.variable_input(kind, "w", w0)
+    a, a_in = graphs.variable_input(kind, "accum", a0)
+    c, c_in = _resource("c", c0)
+    z_ph, x_ph, dy_ph = (tf1.placeholder(dtype, None) for _ in range(3))
+    alpha_ph, lr_ph, m_ph = (tf1.placeholder(dtype, []) for _ in range(3))
+    prefix = "resource_" if kind == "resource" else ""
+    if optimizer == "sgd":
+      op = getattr(lib, f"tensor_bow_{prefix}apply_sma_gradient_descent_outer")(
+          w_in, c_in, z_ph, alpha_ph, lr_ph, x_ph, dy_ph,
+          use_locking=use_locking)
+    else:
+      op = getattr(lib, f"tensor_bow_{prefix}apply_sma_momentum_outer")(
+          w_in, a_in, c_in, z_ph, alpha_ph, lr_ph, x_ph, dy_ph, m_ph,
+          use_locking=use_locking, use_nesterov=optimizer == "nesterov")
+    init = tf1.global_variables_initializer()
+  w_ref, a_ref = w0, a0
+  with _session(g) as sess:
+    sess.run(init)
+    for s in steps:
+      out = sess.run(op, {z_ph: s["z"], x_ph: s["x"], dy_ph: s["dy"],
+                          alpha_ph: s["alpha"], lr_ph: s["lr"],
+                          m_ph: s["m"]})
+      grad = s["x"].T @ s["dy"]
+      if optimizer == "sgd":
+        w_ref, c_ref = _np_gd(w_ref, s["z"], s["alpha"], s["lr"], grad)
+      else:
+        w_ref, a_ref, c_ref = _np_momentum(
+            w_ref, a_ref, s["z"], s["alpha"], s["lr"], grad, s["m"],
+            optimizer == "nesterov")
+      w_val, a_val, c_val = sess.run([w, a, c])
+      _assert_close(w_val, w_ref, dtype)
+      _assert_close(a_val, a_ref, dtype)
+      _assert_close(c_val, c_ref, dtype)
+      if kind == "ref":
+        _assert_close(out, w_ref, dtype)
+
+
+@pytest.mark.parametrize("kind", ["ref", "resource"])
+@pytest.mark.parametrize("x_shape,dy_shape,message", [
+    ((4, 3), (5, 5), r"'a' and 'b' must be matrices with as many rows, got "
+     r"\[4,3\] and \[5,5\]"),
+    ((4, 5), (4, 3), r"var must have the shape of aᵀ·b \[5, 3\], got \[3,5\]"),
+    ((4, 3, 1), (4, 5), r"'a' and 'b' must be matrices"),
+], ids=["batches", "var", "rank"])
+def test_apply_sma_outer_bad_factors_change_nothing(kind, x_shape, dy_shape,
+                                                    message):
+  w0 = np.arange(15, dtype=np.float32).reshape(3, 5)
+  lib = tb_ops.library()
+  g = tf.Graph()
+  with g.as_default():
+    w, w_in = graphs.variable_input(kind, "w", w0)
+    a, a_in = graphs.variable_input(kind, "accum", w0 + 1)
+    c, c_in = _resource("c", w0 + 2)
+    x_ph, dy_ph = (tf1.placeholder(tf.float32, None) for _ in range(2))
+    prefix = "resource_" if kind == "resource" else ""
+    op = getattr(lib, f"tensor_bow_{prefix}apply_sma_momentum_outer")(
+        w_in, a_in, c_in, w0 - 1, 0.5, 0.1, x_ph, dy_ph, 0.9)
+    init = tf1.global_variables_initializer()
+  with _session(g) as sess:
+    sess.run(init)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+      sess.run(op, {x_ph: np.ones(x_shape, np.float32),
+                    dy_ph: np.ones(dy_shape, np.float32)})
+    for v, expected in [(w, w0), (a, w0 + 1), (c, w0 + 2)]:
+      np.testing.assert_array_equal(sess.run(v), expected)
+
+
+def test_outer_factor_shapes_checked_at_graph_construction():
+  with tf.Graph().as_default():
+    w, w_in = graphs.variable_input("resource", "w",
+                                    np.zeros((3, 5), np.float32))
+    c, c_in = _resource("c", np.zeros((3, 5), np.float32))
+    with pytest.raises(ValueError, match="Dimension 1 in both shapes must be "
+                       "equal, but are 6 and 5"):
+      tb_ops.library().tensor_bow_resource_apply_sma_gradient_descent_outer(
+          w_in, c_in, np.zeros((3, 5), np.float32), 0.5, 0.1,
+          np.zeros((4, 3), np.float32), np.zeros((4, 6), np.float32))

@@ -4,7 +4,9 @@ L replicas' ops are run for several waves, concurrently (one TensorFlow run
 of all of them) and one after another in a shuffled order, and compared
 with a NumPy implementation of DESIGN.md section 3. The large shape spans
 several of the kernel's chunks, so replicas meet in the chunk locks and the
-buffer rotation at the end of a wave is checked on a split variable.
+buffer rotation at the end of a wave is checked on a split variable. The
+*OuterWithCentral forms take a dense layer's gradient as its factors x and
+dy; they are checked the same way with the gradient xᵀ·dy.
 """
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from tensorbow import ops as tb_ops
 tf1 = tf.compat.v1
 L = 3
 ALPHA, MU, LR, MOMENTUM = 0.3, 0.6, 0.1, 0.7
+BATCH = 4  # of the factors of the *Outer forms' gradients
 
 
 def _tol(dtype):
@@ -26,8 +29,10 @@ def _tol(dtype):
 class Wave(object):
   """L replicas of one variable and their fused ops, in a graph of its own."""
 
-  def __init__(self, optimizer, dtype, shape, use_locking=False, seed=0):
+  def __init__(self, optimizer, dtype, shape, use_locking=False, seed=0,
+               outer=False):
     self.optimizer = optimizer
+    self.outer = outer
     self.dtype = dtype
     rng = np.random.RandomState(seed)
     self.z0 = rng.uniform(-1, 1, shape).astype(dtype)
@@ -44,14 +49,41 @@ class Wave(object):
       self.w = [var(f"w{r}", w) for r, w in enumerate(self.w0)]
       self.a = [var(f"a{r}", np.zeros(shape, dtype)) for r in range(L)]
       self.g = [tf1.placeholder(dtype, None, name=f"g{r}") for r in range(L)]
+      # The Outer forms' factors: the gradient is x[r]ᵀ·dy[r].
+      self.x = [tf1.placeholder(dtype, None, name=f"x{r}") for r in range(L)]
+      self.dy = [tf1.placeholder(dtype, None, name=f"dy{r}")
+                 for r in range(L)]
       self.ops = [self._op(r, use_locking) for r in range(L)]
       self.all = tf.group(*self.ops)
       self.init = tf1.global_variables_initializer()
       self.read_z = tf.identity(self.z.read_value())
 
+  def feed(self, r, rng):
+    """A feed of replica r's gradient (or its factors), and the gradient."""
+    if not self.outer:
+      g = rng.uniform(-1, 1, self.z0.shape).astype(self.dtype)
+      return {self.g[r]: g}, g
+    x = rng.uniform(-1, 1, (BATCH, self.z0.shape[0])).astype(self.dtype)
+    dy = rng.uniform(-1, 1, (BATCH, self.z0.shape[1])).astype(self.dtype)
+    return {self.x[r]: x, self.dy[r]: dy}, x.astype(np.float64).T @ dy
+
   def _op(self, r, use_locking):
     c = lambda v: tf.constant(v, self.dtype)
     central = (self.z.handle, self.zp.handle, self.next.handle)
+    attrs = dict(replica=r, num_replicas=L, barrier="b",
+                 use_locking=use_locking)
+    if self.outer:
+      lib = tb_ops.library()
+      if self.optimizer == "sgd":
+        apply = (lib.
+                 tensor_bow_resource_apply_sma_gradient_descent_outer_with_central)
+        return apply(
+            self.w[r].handle, *central, c(ALPHA), c(LR), self.x[r],
+            self.dy[r], c(MU), **attrs)
+      return lib.tensor_bow_resource_apply_sma_momentum_outer_with_central(
+          self.w[r].handle, self.a[r].handle, *central, c(ALPHA), c(LR),
+          self.x[r], self.dy[r], c(MOMENTUM), c(MU),
+          use_nesterov=self.optimizer == "nesterov", **attrs)
     if self.optimizer == "sgd":
       return tb_ops.resource_apply_sma_gradient_descent_with_central(
           self.w[r].handle, *central, c(ALPHA), c(LR), self.g[r], c(MU),
@@ -80,16 +112,20 @@ def reference_wave(optimizer, z, zp, ws, accums, grads):
   return z_new, z, new_ws, new_accums
 
 
+# (200, 300) as a gradient's factors: 54 rows a chunk, the last one short.
 @pytest.mark.parametrize("concurrent", [True, False],
                          ids=["one-run", "one-by-one"])
 @pytest.mark.parametrize("use_locking", [False, True],
                          ids=["unlocked", "locked"])
-@pytest.mark.parametrize("shape", [(3,), (200, 300)], ids=["3", "200x300"])
+@pytest.mark.parametrize("shape,outer", [
+    ((3,), False), ((200, 300), False), ((3, 5), True), ((200, 300), True)
+], ids=["3", "200x300", "3x5-outer", "200x300-outer"])
 @pytest.mark.parametrize("optimizer", ["sgd", "momentum", "nesterov"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64],
                          ids=["f32", "f64"])
-def test_waves_match_numpy(dtype, optimizer, shape, use_locking, concurrent):
-  wave = Wave(optimizer, dtype, shape, use_locking)
+def test_waves_match_numpy(dtype, optimizer, shape, outer, use_locking,
+                           concurrent):
+  wave = Wave(optimizer, dtype, shape, use_locking, outer=outer)
   rng = np.random.RandomState(1)
   z, zp = wave.z0.astype(np.float64), wave.z0.astype(np.float64)
   ws = [w.astype(np.float64) for w in wave.w0]
@@ -97,13 +133,12 @@ def test_waves_match_numpy(dtype, optimizer, shape, use_locking, concurrent):
   with tf1.Session(graph=wave.graph) as sess:
     sess.run(wave.init)
     for _ in range(3):
-      grads = [rng.uniform(-1, 1, shape).astype(dtype) for _ in range(L)]
-      feed = dict(zip(wave.g, grads))
+      feeds, grads = zip(*[wave.feed(r, rng) for r in range(L)])
       if concurrent:
-        sess.run(wave.all, feed)
+        sess.run(wave.all, {k: v for f in feeds for k, v in f.items()})
       else:
         for r in rng.permutation(L):
-          sess.run(wave.ops[r], {wave.g[r]: grads[r]})
+          sess.run(wave.ops[r], feeds[r])
       z, zp, ws, accums = reference_wave(optimizer, z, zp, ws, accums, grads)
       got_z, got_zp = sess.run([wave.z, wave.zp])
       np.testing.assert_allclose(got_z, z, **_tol(dtype))
@@ -151,6 +186,29 @@ def test_wrong_gradient_shape_is_an_error():
                        match=r"'grad' must have the shape of var \[3\], "
                        r"got \[4\]"):
       sess.run(wave.ops[0], {wave.g[0]: np.ones(4, np.float32)})
+
+
+@pytest.mark.parametrize("x_shape,dy_shape,message", [
+    ((4, 3), (5, 5), r"'a' and 'b' must be matrices with as many rows, got "
+     r"\[4,3\] and \[5,5\]"),
+    ((4, 5), (4, 3), r"var must have the shape of aᵀ·b \[5, 3\], got \[3,5\]"),
+], ids=["batches", "var"])
+def test_wrong_factor_shapes_are_an_error_and_change_nothing(
+    x_shape, dy_shape, message):
+  wave = Wave("momentum", np.float32, (3, 5), outer=True)
+  with tf1.Session(graph=wave.graph) as sess:
+    sess.run(wave.init)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+      sess.run(wave.ops[0], {wave.x[0]: np.ones(x_shape, np.float32),
+                             wave.dy[0]: np.ones(dy_shape, np.float32)})
+    np.testing.assert_array_equal(sess.run(wave.w[0]), wave.w0[0])
+    np.testing.assert_array_equal(sess.run(wave.a[0]), np.zeros((3, 5)))
+    np.testing.assert_array_equal(sess.run(wave.z), wave.z0)
+    # The wave goes on: the failed pass was not counted.
+    rng = np.random.RandomState(3)
+    for r in range(L):
+      sess.run(wave.ops[r], wave.feed(r, rng)[0])
+    np.testing.assert_array_equal(sess.run(wave.zp), wave.z0)
 
 
 def test_non_scalar_central_momentum_is_an_error():

@@ -250,22 +250,10 @@ class ApplyOuterOp : public SmaOpBase {
       OP_REQUIRES_OK(ctx, CheckScalar(ctx, m, "momentum"));
       momentum = m.scalar<T>()();
     }
-    OP_REQUIRES(ctx,
-                TensorShapeUtils::IsMatrix(a.shape()) &&
-                    TensorShapeUtils::IsMatrix(b.shape()) &&
-                    a.dim_size(0) == b.dim_size(0),
-                errors::InvalidArgument(
-                    name(), ": 'a' and 'b' must be matrices with as many "
-                    "rows, got ", a.shape().DebugString(), " and ",
-                    b.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckOuterFactors(ctx, vars[0], a, b));
     const Index depth = a.dim_size(0);
     const Index rows = a.dim_size(1);
     const Index cols = b.dim_size(1);
-    OP_REQUIRES(ctx,
-                vars[0].shape() == tensorflow::TensorShape({rows, cols}),
-                errors::InvalidArgument(
-                    name(), ": var must have the shape of aᵀ·b [", rows,
-                    ", ", cols, "], got ", vars[0].shape().DebugString()));
     const T step = lr.scalar<T>()();
     const bool nesterov = use_nesterov_;
     T* var = vars[0].flat<T>().data();

@@ -127,6 +127,29 @@ inline tensorflow::Status CheckScalar(OpKernelContext* ctx, const Tensor& t,
   return absl::OkStatus();
 }
 
+// For an update taking its gradient as aᵀ·b: a and b must be matrices with
+// as many rows, and var must have the shape of aᵀ·b.
+inline tensorflow::Status CheckOuterFactors(OpKernelContext* ctx,
+                                            const Tensor& var, const Tensor& a,
+                                            const Tensor& b) {
+  if (!TensorShapeUtils::IsMatrix(a.shape()) ||
+      !TensorShapeUtils::IsMatrix(b.shape()) ||
+      a.dim_size(0) != b.dim_size(0)) {
+    return errors::InvalidArgument(
+        ctx->op_kernel().name(),
+        ": 'a' and 'b' must be matrices with as many rows, got ",
+        a.shape().DebugString(), " and ", b.shape().DebugString());
+  }
+  if (var.shape() !=
+      tensorflow::TensorShape({a.dim_size(1), b.dim_size(1)})) {
+    return errors::InvalidArgument(
+        ctx->op_kernel().name(), ": var must have the shape of aᵀ·b [",
+        a.dim_size(1), ", ", b.dim_size(1), "], got ",
+        var.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
 // The variables of an SGD update (var) or of a momentum update (var, accum),
 // for LockVariables.
 inline std::vector<const char*> UpdateVariableNames(bool momentum) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cc/kernels/sma_kernel_util.h"
+#include "cc/kernels/small_matmul.h"
 
 namespace tensorbow {
 
@@ -248,6 +249,107 @@ class ApplySmaMomentumOp : public SmaOpBase {
   bool use_nesterov_ = false;
 };
 
+// Elements of a weight gradient made at a time by the *Outer kernels: a
+// stretch that stays in cache until the update has read it.
+constexpr Index kOuterBlock = 1 << 14;
+
+// ApplySmaMomentumOp (kMomentum) or ApplySmaGradientDescentOp with the
+// gradient given as aᵀ·b, a dense layer's input and output gradient at a
+// small batch: each stretch of whole rows of the gradient is made into a
+// buffer and applied from there, so the weight-sized gradient is never
+// written to memory and read back.
+template <typename T, bool kMomentum>
+class ApplySmaOuterOp : public SmaOpBase {
+ public:
+  explicit ApplySmaOuterOp(OpKernelConstruction* ctx) : SmaOpBase(ctx) {
+    if (kMomentum) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("use_nesterov", &use_nesterov_));
+    }
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    std::vector<const char*> names = UpdateVariableNames(kMomentum);
+    names.push_back("correction");
+    std::vector<Tensor> vars;
+    tensorflow::Status status;
+    auto locks = LockVariables<T>(ctx, use_exclusive_lock_, names, &vars,
+                                  &status);
+    OP_REQUIRES_OK(ctx, status);
+    const int first = static_cast<int>(names.size());
+    const Tensor& central = ctx->input(first);
+    const Tensor& alpha = ctx->input(first + 1);
+    const Tensor& lr = ctx->input(first + 2);
+    const Tensor& a = ctx->input(first + 3);
+    const Tensor& b = ctx->input(first + 4);
+    OP_REQUIRES_OK(ctx, CheckSameShape(ctx, vars[0], central, "central"));
+    OP_REQUIRES_OK(ctx, CheckOuterFactors(ctx, vars[0], a, b));
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, alpha, "alpha"));
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, lr, "lr"));
+    T momentum = T(0);
+    if (kMomentum) {
+      const Tensor& m = ctx->input(first + 5);
+      OP_REQUIRES_OK(ctx, CheckScalar(ctx, m, "momentum"));
+      momentum = m.scalar<T>()();
+    }
+    const Index depth = a.dim_size(0);
+    const Index rows = a.dim_size(1);
+    const Index cols = b.dim_size(1);
+    if (rows * cols == 0) {
+      MaybeForwardRef(ctx);
+      return;
+    }
+    const Index block = small_matmul::RowsFor(kOuterBlock, cols);
+    T* w = vars[0].flat<T>().data();
+    T* acc = kMomentum ? vars[1].flat<T>().data() : nullptr;
+    T* c = vars.back().flat<T>().data();
+    const T* z = central.flat<T>().data();
+    const T* a_data = a.flat<T>().data();
+    const T* b_data = b.flat<T>().data();
+    const T alpha_t = alpha.scalar<T>()();
+    const T lr_t = lr.scalar<T>()();
+    const bool nesterov = use_nesterov_;
+    const Index elements = block * cols;
+    const Eigen::TensorOpCost cost =
+        functor::ElementCost<T>(kMomentum ? 4 : 3, kMomentum ? 3 : 2,
+                                2 * static_cast<int>(depth) + 9) *
+        static_cast<double>(elements);
+    ctx->eigen_device<CPUDevice>().parallelFor(
+        (rows + block - 1) / block, cost, [&](Index first, Index last) {
+          std::vector<T> g(elements);
+          for (Index i = first; i < last; ++i) {
+            const Index begin = i * block;
+            const Index end = std::min(rows, begin + block);
+            small_matmul::OuterRows(a_data, b_data, g.data(), depth, rows,
+                                    cols, begin, end);
+            const Index at = begin * cols;
+            const Index n = (end - begin) * cols;
+            using Momentum = functor::ApplySmaMomentum<CPUDevice, T>;
+            if (!kMomentum) {
+              functor::ApplySmaGradientDescent<CPUDevice, T>::Step(
+                  w + at, c + at, z + at, g.data(), n, alpha_t, lr_t);
+            } else if (nesterov) {
+              Momentum::template Step<true>(w + at, acc + at, c + at, z + at,
+                                            g.data(), n, alpha_t, lr_t,
+                                            momentum);
+            } else {
+              Momentum::template Step<false>(w + at, acc + at, c + at,
+                                             z + at, g.data(), n, alpha_t,
+                                             lr_t, momentum);
+            }
+          }
+        });
+    MaybeForwardRef(ctx);
+  }
+
+ private:
+  bool use_nesterov_ = false;
+};
+
+template <typename T>
+using ApplySmaGradientDescentOuterOp = ApplySmaOuterOp<T, false>;
+template <typename T>
+using ApplySmaMomentumOuterOp = ApplySmaOuterOp<T, true>;
+
 template <typename T>
 class SmaCorrectionOp : public SmaOpBase {
  public:
@@ -462,6 +564,17 @@ REGISTER_KERNEL_BUILDER(Name("TensorBowSetSmaParticipants")
                               .Device(tensorflow::DEVICE_CPU)            \
                               .TypeConstraint<T>("T"),                   \
                           ApplySmaCentralLeaderOp<T>);
+
+#define TENSORBOW_REGISTER_OUTER(T)                                    \
+  TENSORBOW_REGISTER_PAIR("ApplySmaGradientDescentOuter",              \
+                          ApplySmaGradientDescentOuterOp, T)           \
+  TENSORBOW_REGISTER_PAIR("ApplySmaMomentumOuter",                     \
+                          ApplySmaMomentumOuterOp, T)
+
+TENSORBOW_REGISTER_OUTER(float)
+TENSORBOW_REGISTER_OUTER(double)
+
+#undef TENSORBOW_REGISTER_OUTER
 
 TENSORBOW_REGISTER_CPU(Eigen::half)
 TENSORBOW_REGISTER_CPU(Eigen::bfloat16)

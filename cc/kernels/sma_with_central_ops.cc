@@ -10,6 +10,7 @@
 
 #include "cc/kernels/sma_kernel_util.h"
 #include "cc/kernels/sma_ops.h"
+#include "cc/kernels/small_matmul.h"
 
 namespace tensorbow {
 namespace functor {
@@ -100,8 +101,11 @@ constexpr int64_t kChunk = 1 << 14;
 // replicas work on different chunks, and each chunk's lock orders the
 // replicas that add to `next` there. The N-th replica to finish the
 // variable rotates the buffers, z_prev <- z <- next <- z_prev, so the
-// central update moves no data.
-template <typename T, bool kMomentum>
+// central update moves no data. With kOuter the gradient comes as aᵀ·b
+// (a dense layer's input and output gradient): chunks are whole rows, and
+// each chunk's rows of the gradient are made into a buffer, outside the
+// chunk's lock, and applied from there.
+template <typename T, bool kMomentum, bool kOuter>
 class ApplySmaWithCentralOp : public SmaOpBase {
  public:
   explicit ApplySmaWithCentralOp(OpKernelConstruction* ctx)
@@ -150,29 +154,39 @@ class ApplySmaWithCentralOp : public SmaOpBase {
       const int first_value = central_index + 3;
       const Tensor& alpha = ctx->input(first_value);
       const Tensor& lr = ctx->input(first_value + 1);
+      // The gradient, or with kOuter its factors a (here) and b.
       const Tensor& grad = ctx->input(first_value + 2);
+      const Tensor& factor_b = ctx->input(first_value + (kOuter ? 3 : 2));
       const Tensor& central_momentum = ctx->input(ctx->num_inputs() - 1);
-      OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, grad,
-                                         kMomentum ? "grad" : "delta"));
+      OP_REQUIRES_OK(ctx, kOuter ? CheckOuterFactors(ctx, var, grad, factor_b)
+                                 : CheckSameShape(ctx, var, grad,
+                                                  kMomentum ? "grad"
+                                                            : "delta"));
       OP_REQUIRES_OK(ctx, CheckScalar(ctx, alpha, "alpha"));
       OP_REQUIRES_OK(ctx, CheckScalar(ctx, lr, "lr"));
       OP_REQUIRES_OK(ctx, CheckScalar(ctx, central_momentum,
                                       "central_momentum"));
       T momentum = T(0);
       if (kMomentum) {
-        const Tensor& m = ctx->input(first_value + 3);
+        const Tensor& m = ctx->input(first_value + (kOuter ? 4 : 3));
         OP_REQUIRES_OK(ctx, CheckScalar(ctx, m, "momentum"));
         momentum = m.scalar<T>()();
       }
       const int64_t n = var.NumElements();
-      const int64_t num_chunks = (n + kChunk - 1) / kChunk;
+      // With kOuter var is rows x cols, and a and b have depth rows.
+      const int64_t depth = kOuter ? grad.dim_size(0) : 0;
+      const int64_t rows = kOuter ? grad.dim_size(1) : n;
+      const int64_t cols = kOuter ? std::max<int64_t>(1, factor_b.dim_size(1))
+                                  : 1;
+      const int64_t chunk =
+          kOuter ? cols * small_matmul::RowsFor(kChunk, cols) : kChunk;
+      const int64_t num_chunks = (n + chunk - 1) / chunk;
       OP_REQUIRES_OK(ctx, barrier->UseChunks(num_chunks));
       const int64_t offset = replica_ * num_chunks / stagger_;
       Pass pass{vars,
                 central,
                 central_prev,
                 next,
-                grad,
                 alpha.scalar<T>()(),
                 lr.scalar<T>()(),
                 momentum,
@@ -183,15 +197,25 @@ class ApplySmaWithCentralOp : public SmaOpBase {
       device.parallelFor(
           num_chunks,
           functor::ElementCost<T>(kMomentum ? 6 : 5, kMomentum ? 3 : 2,
-                                  kMomentum ? 12 : 8) *
-              static_cast<double>(kChunk),
+                                  (kMomentum ? 12 : 8) + 2 * depth) *
+              static_cast<double>(chunk),
           [&](Index first, Index last) {
+            std::vector<T> made(kOuter ? chunk : 0);
             for (Index i = first; i < last; ++i) {
               const int64_t k = (i + offset) % num_chunks;
-              const int64_t begin = k * kChunk;
-              const int64_t size = std::min(kChunk, n - begin);
+              const int64_t begin = k * chunk;
+              const int64_t size = std::min(chunk, n - begin);
+              const T* g = grad.flat<T>().data() + begin;
+              if (kOuter) {
+                const int64_t row = begin / cols;
+                small_matmul::OuterRows(grad.flat<T>().data(),
+                                        factor_b.flat<T>().data(),
+                                        made.data(), depth, rows, cols, row,
+                                        row + size / cols);
+                g = made.data();
+              }
               barrier->InChunk(k, participants, [&](bool is_first) {
-                pass.Run(device, begin, size, is_first);
+                pass.Run(device, begin, size, g, is_first);
               });
             }
           });
@@ -208,7 +232,6 @@ class ApplySmaWithCentralOp : public SmaOpBase {
     const Tensor& central;
     const Tensor& central_prev;
     Tensor& next;
-    const Tensor& grad;
     T alpha, lr, momentum, central_momentum;
     bool use_nesterov;
 
@@ -224,20 +247,22 @@ class ApplySmaWithCentralOp : public SmaOpBase {
       return functor::ConstFlat<T>(t.template flat<T>().data() + begin, size);
     }
 
-    void Run(const CPUDevice& d, int64_t begin, int64_t size,
+    // `grad`: the chunk's gradient, from its first element.
+    void Run(const CPUDevice& d, int64_t begin, int64_t size, const T* grad,
              bool first) const {
+      const functor::ConstFlat<T> g(grad, size);
       if (kMomentum) {
         functor::ApplySmaMomentumWithCentral<CPUDevice, T>()(
             d, Slice(vars[0], begin, size), Slice(vars[1], begin, size),
             ConstSlice(central, begin, size),
             ConstSlice(central_prev, begin, size), Slice(next, begin, size),
-            alpha, lr, ConstSlice(grad, begin, size), momentum,
+            alpha, lr, g, momentum,
             use_nesterov, central_momentum, first);
       } else {
         functor::ApplySmaGradientDescentWithCentral<CPUDevice, T>()(
             d, Slice(vars[0], begin, size), ConstSlice(central, begin, size),
             ConstSlice(central_prev, begin, size), Slice(next, begin, size),
-            alpha, lr, ConstSlice(grad, begin, size), central_momentum,
+            alpha, lr, g, central_momentum,
             first);
       }
     }
@@ -304,12 +329,22 @@ class ApplySmaWithCentralOp : public SmaOpBase {
       Name("TensorBowResourceApplySmaGradientDescentWithCentral")         \
           .Device(tensorflow::DEVICE_CPU)                                  \
           .TypeConstraint<T>("T"),                                         \
-      ApplySmaWithCentralOp<T, false>);                                  \
+      (ApplySmaWithCentralOp<T, false, false>));                         \
   REGISTER_KERNEL_BUILDER(                                                 \
       Name("TensorBowResourceApplySmaMomentumWithCentral")                \
           .Device(tensorflow::DEVICE_CPU)                                  \
           .TypeConstraint<T>("T"),                                         \
-      ApplySmaWithCentralOp<T, true>);
+      (ApplySmaWithCentralOp<T, true, false>));                          \
+  REGISTER_KERNEL_BUILDER(                                                 \
+      Name("TensorBowResourceApplySmaGradientDescentOuterWithCentral")    \
+          .Device(tensorflow::DEVICE_CPU)                                  \
+          .TypeConstraint<T>("T"),                                         \
+      (ApplySmaWithCentralOp<T, false, true>));                          \
+  REGISTER_KERNEL_BUILDER(                                                 \
+      Name("TensorBowResourceApplySmaMomentumOuterWithCentral")           \
+          .Device(tensorflow::DEVICE_CPU)                                  \
+          .TypeConstraint<T>("T"),                                         \
+      (ApplySmaWithCentralOp<T, true, true>));
 
 TENSORBOW_REGISTER_WITH_CENTRAL(float)
 TENSORBOW_REGISTER_WITH_CENTRAL(double)

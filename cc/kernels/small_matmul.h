@@ -21,6 +21,7 @@
 #ifndef TENSORBOW_CC_KERNELS_SMALL_MATMUL_H_
 #define TENSORBOW_CC_KERNELS_SMALL_MATMUL_H_
 
+#include <algorithm>
 #include <cstdint>
 
 namespace tensorbow {
@@ -81,6 +82,23 @@ void ApplyOuter(const double* a, const double* b, double* var, double* accum,
                 int64_t depth, int64_t rows, int64_t cols, double lr,
                 double momentum, bool nesterov, int64_t row_begin,
                 int64_t row_end);
+
+// Rows [row_begin, row_end) of g = aᵀ·b (a: depth x rows, b: depth x
+// cols) into `out`, from its first row: the weight gradient of a dense
+// layer a stretch at a time, for an update that reads it from cache.
+template <typename T>
+inline void OuterRows(const T* a, const T* b, T* out, int64_t depth,
+                      int64_t rows, int64_t cols, int64_t row_begin,
+                      int64_t row_end) {
+  Product(Left<T>{a + row_begin, 1, rows}, b, out, depth, cols, 0,
+          row_end - row_begin);
+}
+
+// How many whole rows of a `cols`-wide matrix make about `elements`
+// elements (at least one row).
+inline int64_t RowsFor(int64_t elements, int64_t cols) {
+  return std::max<int64_t>(1, elements / std::max<int64_t>(1, cols));
+}
 
 }  // namespace small_matmul
 }  // namespace tensorbow

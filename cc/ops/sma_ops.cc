@@ -31,10 +31,20 @@ ShapeHandle VariableShape(InferenceContext* c, int index, bool resource) {
 // `resource_inputs` and the dense inputs `dense_inputs` (all of them the
 // variable's shape), checks `scalar_inputs` are scalars, and sets the ref
 // output of the reference-variable forms to the variable's shape.
+// With `outer` >= 0, inputs `outer` and `outer` + 1 are the factors a and b
+// of a gradient aᵀ·b in place of a dense input: matrices with as many rows.
 Status SmaShape(InferenceContext* c, std::vector<int> ref_inputs,
                 std::vector<int> resource_inputs, std::vector<int> dense_inputs,
-                std::vector<int> scalar_inputs) {
+                std::vector<int> scalar_inputs, int outer = -1) {
   ShapeHandle s = c->UnknownShape();
+  if (outer >= 0) {
+    ShapeHandle a, b;
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(outer), 2, &a));
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(outer + 1), 2, &b));
+    tensorflow::shape_inference::DimensionHandle unused;
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(a, 0), c->Dim(b, 0), &unused));
+    s = c->Matrix(c->Dim(a, 1), c->Dim(b, 1));
+  }
   for (int i : ref_inputs) {
     TF_RETURN_IF_ERROR(c->Merge(s, VariableShape(c, i, false), &s));
   }
@@ -127,6 +137,79 @@ REGISTER_OP("TensorBowResourceApplySmaMomentum")
     .Attr("use_nesterov: bool = false")
     .SetShapeFn([](InferenceContext* c) {
       return SmaShape(c, {}, {0, 1, 2}, {3, 6}, {4, 5, 7});
+    });
+
+// ---- The same, with the gradient given as its factors ------------------------
+
+REGISTER_OP("TensorBowApplySmaGradientDescentOuter")
+    .Input("var: Ref(T)")
+    .Input("correction: resource")
+    .Input("central: T")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("a: T")
+    .Input("b: T")
+    .Output("out: Ref(T)")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {0}, {1}, {2}, {3, 4}, 5);
+    })
+    .Doc(R"doc(
+TensorBowApplySmaGradientDescent with delta = aᵀ·b, never materialised: for
+a dense layer y = x·W, a = x and b = dy.
+)doc");
+
+REGISTER_OP("TensorBowResourceApplySmaGradientDescentOuter")
+    .Input("var: resource")
+    .Input("correction: resource")
+    .Input("central: T")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("a: T")
+    .Input("b: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {}, {0, 1}, {2}, {3, 4}, 5);
+    });
+
+REGISTER_OP("TensorBowApplySmaMomentumOuter")
+    .Input("var: Ref(T)")
+    .Input("accum: Ref(T)")
+    .Input("correction: resource")
+    .Input("central: T")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("a: T")
+    .Input("b: T")
+    .Input("momentum: T")
+    .Output("out: Ref(T)")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .Attr("use_nesterov: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {0, 1}, {2}, {3}, {4, 5, 8}, 6);
+    })
+    .Doc(R"doc(
+TensorBowApplySmaMomentum with grad = aᵀ·b, never materialised.
+)doc");
+
+REGISTER_OP("TensorBowResourceApplySmaMomentumOuter")
+    .Input("var: resource")
+    .Input("accum: resource")
+    .Input("correction: resource")
+    .Input("central: T")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("a: T")
+    .Input("b: T")
+    .Input("momentum: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .Attr("use_nesterov: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {}, {0, 1, 2}, {3}, {4, 5, 8}, 6);
     });
 
 // ---- Generic correction around any optimizer's apply op ---------------------
@@ -313,6 +396,59 @@ REGISTER_OP("TensorBowResourceApplySmaMomentumWithCentral")
 As TensorBowResourceApplySmaGradientDescentWithCentral with the momentum
 step of TensorBowResourceApplySmaMomentum:
 accum = momentum * accum + grad; var = var - lr * accum - c (or Nesterov's).
+)doc");
+
+REGISTER_OP("TensorBowResourceApplySmaGradientDescentOuterWithCentral")
+    .Input("var: resource")
+    .Input("central: resource")
+    .Input("central_prev: resource")
+    .Input("next: resource")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("a: T")
+    .Input("b: T")
+    .Input("central_momentum: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .Attr("replica: int >= 0")
+    .Attr("num_replicas: int >= 1")
+    .Attr("stagger: int >= 0 = 0")
+    .Attr("barrier: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {}, {0, 1, 2, 3}, {}, {4, 5, 8}, 6);
+    })
+    .Doc(R"doc(
+TensorBowResourceApplySmaGradientDescentWithCentral with delta = aᵀ·b,
+never materialised: for a dense layer y = x·W, a = x and b = dy.
+)doc");
+
+REGISTER_OP("TensorBowResourceApplySmaMomentumOuterWithCentral")
+    .Input("var: resource")
+    .Input("accum: resource")
+    .Input("central: resource")
+    .Input("central_prev: resource")
+    .Input("next: resource")
+    .Input("alpha: T")
+    .Input("lr: T")
+    .Input("a: T")
+    .Input("b: T")
+    .Input("momentum: T")
+    .Input("central_momentum: T")
+    .Attr("T: {float, double}")
+    .Attr("use_locking: bool = false")
+    .Attr("use_nesterov: bool = false")
+    .Attr("replica: int >= 0")
+    .Attr("num_replicas: int >= 1")
+    .Attr("stagger: int >= 0 = 0")
+    .Attr("barrier: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      return SmaShape(c, {}, {0, 1, 2, 3, 4}, {}, {5, 6, 9, 10}, 7);
+    })
+    .Doc(R"doc(
+TensorBowResourceApplySmaMomentumWithCentral with grad = aᵀ·b, never
+materialised.
 )doc");
 
 REGISTER_OP("TensorBowResetSmaBarriers")
