@@ -40,7 +40,13 @@ def _train(monkeypatch, tmp_path, faster):
     uses_tensorbow = any(n.op.startswith("TensorBow") for n in graph_def.node)
     return 1.0 if uses_tensorbow == (faster == "tf") else 0.5
 
+  def outer_timer(fused, op_type, a_shape, b_shape, dtype, nesterov):
+    del a_shape, b_shape, dtype, nesterov
+    calls.append(op_type)
+    return 1.0 if fused == (faster == "tf") else 0.5
+
   monkeypatch.setattr(kernel_choice, "_timed", timer)
+  monkeypatch.setattr(kernel_choice, "_timed_outer", outer_timer)
   monkeypatch.setenv("TENSORBOW_CACHE_DIR", str(tmp_path))
   graph, x, y, w, train, init = _build()
   with tb.TensorBowSession(graph=graph, replicas=2) as sess:
@@ -57,6 +63,10 @@ def test_the_faster_kernel_is_used(monkeypatch, tmp_path, faster):
   assert choices and all(c["substitute"] == (faster == "tensorbow")
                          for c in choices)
   assert ("TensorBowMatMul" in types) == (faster == "tensorbow")
+  # The SMA step takes the weight's gradient as its factors (x, dy).
+  assert bool({"TensorBowApplySmaGradientDescentOuter",
+               "TensorBowResourceApplySmaGradientDescentOuterWithCentral"} &
+              types) == (faster == "tensorbow")
   # Both kernels timed once per op, the replicas' rows (8) on unknowns.
   assert len(calls) == 2 * len(choices)
   assert [8, 64] in choices[0]["shapes"] or [8, 1] in choices[0]["shapes"]

@@ -13,6 +13,9 @@ from tensorflow.python.ops import control_flow_util
 import tensorbow as tb
 from tensorbow.rewrite import kernels
 
+import graphs
+import references
+
 tf1 = tf.compat.v1
 
 
@@ -310,7 +313,7 @@ def train_dense(session_factory, optimizer, fetch_grads=False, waves=4):
       results = [sess.run(fetches, {x: xs, y: ys}) for _ in range(waves)]
       values = sess.run(weights)
       executed = getattr(sess, "execution_graph", graph).get_operations()
-  fused = sorted(op.type for op in executed if op.type.endswith("Outer"))
+  fused = sorted(op.type for op in executed if "Outer" in op.type)
   losses = [r[0] for r in results]
   fetched = [r[2:] for r in results]
   return losses, values, fetched, fused
@@ -429,3 +432,47 @@ def test_faster_graph_def_fuses_as_the_replicas_do():
   assert losses[0][-1] < losses[0][0]
   np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
   del weights
+
+
+# ---- Under SMA: the step and the correction from the gradient's factors ------
+
+SMA_X = np.random.RandomState(9).randn(8, 3).astype(np.float32)
+SMA_Y = np.random.RandomState(10).randn(8, 1).astype(np.float32)
+SMA_OPTIMIZERS = {
+    "sgd": (lambda: tf1.train.GradientDescentOptimizer(0.1), {}),
+    "momentum": (lambda: tf1.train.MomentumOptimizer(0.1, 0.9),
+                 {"momentum": 0.9}),
+    "nesterov": (lambda: tf1.train.MomentumOptimizer(0.1, 0.9,
+                                                     use_nesterov=True),
+                 {"momentum": 0.9, "nesterov": True}),
+}
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+@pytest.mark.parametrize("use_resource", [True, False])
+@pytest.mark.parametrize("optimizer", sorted(SMA_OPTIMIZERS))
+def test_sma_with_fused_dense_updates_equals_numpy(monkeypatch, optimizer,
+                                                   use_resource, replicas):
+  """The weight's update takes x and the residual's gradient (a resource
+  variable's as one op with its share of the central update; a reference
+  variable's as the SMA step and the leader), the bias's its gradient: both
+  follow DESIGN.md's SMA wave by wave."""
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "all")
+  make, kwargs = SMA_OPTIMIZERS[optimizer]
+  m = graphs.build(make, use_resource)
+  expected = references.sma([graphs.W0, graphs.B0], [(SMA_X, SMA_Y)] * 4,
+                            replicas, 0.5, 0.8, 0.1, **kwargs)
+  with tb.TensorBowSession(graph=m.graph, replicas=replicas, alpha=0.5,
+                           central_momentum=0.8) as sess:
+    sess.run(m.init)
+    for z, loss, _, _ in expected:
+      fetched, _ = sess.run([m.loss, m.train], {m.x: SMA_X, m.y: SMA_Y})
+      np.testing.assert_allclose(fetched, loss, rtol=1e-5)
+      for value, want in zip(sess.run([m.w, m.b]), z):
+        np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
+    types = set(op.type for op in sess.execution_graph.get_operations())
+  name = "GradientDescent" if optimizer == "sgd" else "Momentum"
+  fused = (f"TensorBowResourceApplySma{name}OuterWithCentral" if use_resource
+           else f"TensorBowApplySma{name}Outer")
+  assert fused in types
+  assert not any(t.endswith(f"Apply{name}Outer") for t in types), types

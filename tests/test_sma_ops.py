@@ -823,11 +823,13 @@ def test_the_rewrite_uses_registered_op_types():
   from tensorbow.algorithms import sma  # pylint: disable=g-import-not-at-top
   tb_ops.library()
   types = [t for pair in sma._SMA_OPS.values() for t in pair]  # pylint: disable=protected-access
-  types += [t for t, _ in sma._WITH_CENTRAL.values()]  # pylint: disable=protected-access
-  assert len(types) == 12
+  for fused in sma._FUSED.values():  # pylint: disable=protected-access
+    types += list(fused.step) + [fused.with_central]
+  types += list(sma._FUSED_KINDS)  # pylint: disable=protected-access
+  assert len(types) == 6 + 4 * 3 + 8
   for op_type in types:
     assert op_def_registry.get(op_type) is not None, op_type
-  assert set(sma._FUSED_KINDS.values()) == set(sma._WITH_CENTRAL)  # pylint: disable=protected-access
+  assert set(sma._FUSED_KINDS.values()) == set(sma._FUSED)  # pylint: disable=protected-access
 
 
 # ---- The steps with the gradient given as its factors (dense layers) ------

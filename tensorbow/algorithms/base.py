@@ -34,6 +34,10 @@ class Algorithm(object):
   averages_gradients = False
   # The shard sizes follow the replicas' task times (next_shares).
   adapts_shards = False
+  # apply_nodes also takes TensorBow's apply ops fed a dense layer's
+  # gradient as its factors (rewrite/kernels.py's outer_applies) in place
+  # of the optimizer's.
+  takes_outer_applies = False
 
   def __eq__(self, other):
     return type(self) is type(other) and vars(self) == vars(other)

@@ -11,9 +11,15 @@ Each optimizer apply op on a model variable becomes, in the copies:
   leader op: the last replica of the wave updates the central model from
   every replica's correction buffer.
 
+SGD and momentum come either as TensorFlow's apply ops or as TensorBow's
+taking a dense layer's gradient as its factors xᵀ·dy; each fused op has a
+form taking the factors too.
+
 Op types come from the tables below, by the apply op's type and the
 variable's kind, never from editing type names.
 """
+import collections
+
 import tensorflow as tf
 
 from tensorbow import ops as tb_ops
@@ -28,38 +34,51 @@ _FLOAT_TYPES = tuple(t.as_datatype_enum for t in (
 # add each replica's share to a buffer of the variable's own dtype.
 _FUSABLE_TYPES = (tf.float32.as_datatype_enum, tf.float64.as_datatype_enum)
 
-# The optimizers' apply ops that SMA fuses with its correction, by type.
+# The optimizers' apply ops that SMA fuses with its correction, by type:
+# TensorFlow's, and TensorBow's taking a dense layer's gradient as its
+# factors (rewrite/kernels.py's outer_applies).
 _FUSED_KINDS = {
     "ApplyGradientDescent": "sgd",
     "ResourceApplyGradientDescent": "sgd",
     "ApplyMomentum": "momentum",
     "ResourceApplyMomentum": "momentum",
+    "TensorBowApplyGradientDescentOuter": "sgd_outer",
+    "TensorBowResourceApplyGradientDescentOuter": "sgd_outer",
+    "TensorBowApplyMomentumOuter": "momentum_outer",
+    "TensorBowResourceApplyMomentumOuter": "momentum_outer",
 }
-# TensorBow's SMA op types by role: (for a reference, for a resource
+# A fused kind's TensorBow ops: the step with the correction (for a
+# reference, for a resource variable); the step, the correction and the
+# replica's share of the central update (resource variables only); and how
+# many of the apply op's data inputs are its variables, after which the
+# SMA inputs go (correction, central and alpha, or the central model's
+# three handles and alpha).
+_Fused = collections.namedtuple("_Fused", ["step", "with_central", "vars"])
+_FUSED = {
+    "sgd": _Fused(("TensorBowApplySmaGradientDescent",
+                   "TensorBowResourceApplySmaGradientDescent"),
+                  "TensorBowResourceApplySmaGradientDescentWithCentral", 1),
+    "momentum": _Fused(("TensorBowApplySmaMomentum",
+                        "TensorBowResourceApplySmaMomentum"),
+                       "TensorBowResourceApplySmaMomentumWithCentral", 2),
+    "sgd_outer": _Fused(
+        ("TensorBowApplySmaGradientDescentOuter",
+         "TensorBowResourceApplySmaGradientDescentOuter"),
+        "TensorBowResourceApplySmaGradientDescentOuterWithCentral", 1),
+    "momentum_outer": _Fused(
+        ("TensorBowApplySmaMomentumOuter",
+         "TensorBowResourceApplySmaMomentumOuter"),
+        "TensorBowResourceApplySmaMomentumOuterWithCentral", 2),
+}
+# Around any other optimizer's apply op (for a reference, for a resource
 # variable).
 _SMA_OPS = {
-    "sgd_step": ("TensorBowApplySmaGradientDescent",
-                 "TensorBowResourceApplySmaGradientDescent"),
-    "momentum_step": ("TensorBowApplySmaMomentum",
-                      "TensorBowResourceApplySmaMomentum"),
     "correction": ("TensorBowSmaCorrection",
                    "TensorBowResourceSmaCorrection"),
     "apply_correction": ("TensorBowApplySmaCorrection",
                          "TensorBowResourceApplySmaCorrection"),
     "leader": ("TensorBowApplySmaCentralLeader",
                "TensorBowResourceApplySmaCentralLeader"),
-}
-# Resource variables only: fused kind -> (op type doing the step, the
-# correction and the replica's share of the central update; its inputs
-# from the apply op's data inputs, the central model's three handles and
-# alpha).
-_WITH_CENTRAL = {
-    "sgd": ("TensorBowResourceApplySmaGradientDescentWithCentral",
-            lambda data, central, alpha: [data[0]] + central + [alpha] +
-            data[1:]),
-    "momentum": ("TensorBowResourceApplySmaMomentumWithCentral",
-                 lambda data, central, alpha: data[:2] + central + [alpha] +
-                 data[2:]),
 }
 
 
@@ -93,6 +112,7 @@ class SMA(base.Algorithm):
   """
 
   name = "sma"
+  takes_outer_applies = True
 
   def __init__(self, alpha=None, central_momentum=0.9):
     if alpha is not None and not 0.0 < float(alpha) <= 1.0:
@@ -169,9 +189,10 @@ class SMA(base.Algorithm):
                                             handle, aux)
         handles.append(name)
         extra += nodes
-      op_type, arrange = _WITH_CENTRAL[kind]
-      inputs = arrange(data, handles, alpha)
-      fused = make(node.name, op_type, inputs + [momentum] + control,
+      spec = _FUSED[kind]
+      inputs = (data[:spec.vars] + handles + [alpha] + data[spec.vars:] +
+                [momentum])
+      fused = make(node.name, spec.with_central, inputs + control,
                    attrs=("T", "use_locking", "use_nesterov"))
       fused.attr["replica"].i = group
       fused.attr["stagger"].i = builder.num_groups
@@ -192,15 +213,11 @@ class SMA(base.Algorithm):
         builder.run_before_training(state.correction.set(
             tf.zeros_like(state.central_value), builder.all_replicas()))
     step = node.name + ">tensorbow_step"
-    if kind == "sgd":
-      var_in, lr, delta = data
-      nodes = [make(step, _SMA_OPS["sgd_step"][resource],
-                    [var_in, correction, central, alpha, lr, delta] + control)]
-    elif kind == "momentum":
-      var_in, accum, lr, grad, opt_momentum = data
-      nodes = [make(step, _SMA_OPS["momentum_step"][resource],
-                    [var_in, accum, correction, central, alpha, lr, grad,
-                     opt_momentum] + control,
+    if kind is not None:
+      spec = _FUSED[kind]
+      nodes = [make(step, spec.step[resource],
+                    data[:spec.vars] + [correction, central, alpha] +
+                    data[spec.vars:] + control,
                     attrs=("T", "use_locking", "use_nesterov"))]
     else:
       # Any other optimizer: the correction before its apply op, applied

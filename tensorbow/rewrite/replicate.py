@@ -325,9 +325,13 @@ class Replicator(object):
               None, op, f"TensorBow cannot train apply op '{op.name}': an "
               "op consumes its output; only control dependencies on it are "
               "supported")
-        for extra in self._algorithm.apply_nodes(
+        before = []
+        if op.name in fused:
+          *before, node = kernels.outer_apply(node, op, fused[op.name],
+                                              dropped, resolve)
+        for out in before + self._algorithm.apply_nodes(
             self, self._states[var.name], node, var, group, aux):
-          graph_def.node.add().CopyFrom(extra)
+          graph_def.node.add().CopyFrom(out)
       elif op.type == "HistogramSummary" and self._num_replicas > 1:
         for out in self._first_replica_only(node, aux):
           graph_def.node.add().CopyFrom(out)
@@ -347,16 +351,18 @@ class Replicator(object):
   def _outer_applies(self, new_ops):
     """{apply op name: kernels.Outer} of `kernels.outer_applies` among
     `new_ops` to fuse: those the algorithm leaves as they are (shared or
-    unsynchronised variables) and, when measured, faster fused. Not
-    where the algorithm averages the gradients crossing the cut: the
-    average of the factors is not the factors of the average."""
+    unsynchronised variables) or takes fused (`takes_outer_applies`),
+    and, when measured, faster fused. Not where the algorithm averages
+    the gradients crossing the cut: the average of the factors is not the
+    factors of the average."""
     if not self._fast_kernels or self._algorithm.averages_gradients:
       return {}
     fused = {}
     for name, outer in kernels.outer_applies(new_ops).items():
       op = self._graph.get_operation_by_name(name)
       var = analysis.variable_of(op.inputs[0])
-      if var is not None and var.name in self._states:
+      if (var is not None and var.name in self._states and
+          not self._algorithm.takes_outer_applies):
         continue
       if self.chooser is None or self.chooser.keep_outer(op, outer.matmul):
         fused[name] = outer
