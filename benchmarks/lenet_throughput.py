@@ -13,6 +13,8 @@ model in one `run`: what concurrency alone gives, without SMA. "tf+k" is
 plain TensorFlow on the graph with the kernel substitutions TensorBow's
 replicas use (tensorbow/rewrite/kernels.py), so that what TensorBow gains
 by its kernels and by running replicas concurrently can be told apart.
+Algorithm "sma-whole" is SMA with every dense gradient written out whole,
+not taken as its factors into SMA's step (`takes_outer_applies`).
 """
 import argparse
 import json
@@ -25,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 import tensorbow as tb
+from tensorbow.algorithms import sma
 from tensorbow.rewrite import kernels
 
 
@@ -59,6 +62,12 @@ def build_lenet():
       tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
   train = tf.compat.v1.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
   return x, y, loss, train
+
+
+class WholeGradientSMA(sma.SMA):
+  """SMA whose steps take every gradient whole."""
+
+  takes_outer_applies = False
 
 
 class Config(object):
@@ -107,6 +116,8 @@ class Config(object):
       self.session = tf.compat.v1.Session(graph=self.graph)
       self.images_per_run = batch_size * copies
     else:
+      if algorithm == "sma-whole":
+        algorithm = WholeGradientSMA(alpha=1.0 / replicas)
       self.session = tb.TensorBowSession(graph=self.graph, replicas=replicas,
                                          algorithm=algorithm)
       self.images_per_run = batch_size * replicas
