@@ -332,8 +332,23 @@ def test_nonfinite_propagate_spreads_nan_as_tensorflow(use_resource):
     assert np.isnan(sess.run(m.w)).all()
 
 
+def _fused_sma_update(sess):
+  return any(op.type.startswith(("TensorBowApplySma",
+                                 "TensorBowResourceApplySma")) and
+             "Outer" in op.type
+             for op in sess.execution_graph.get_operations())
+
+
+# TensorFlow's kernels, or every substitute: then w's SMA step takes its
+# gradient's factors (x, dy), and those are what is checked.
+KERNELS = ["0", "all"]
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("use_resource", [True, False])
-def test_nonfinite_raise_names_the_replica_and_commits_nothing(use_resource):
+def test_nonfinite_raise_names_the_replica_and_commits_nothing(
+    monkeypatch, use_resource, kernels):
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", kernels)
   m = Model("momentum", use_resource, check_numerics=False)
   ref_model = Model("momentum", use_resource, check_numerics=False)
   with m.session(3, nonfinite="raise") as sess, ref_model.session(
@@ -348,11 +363,14 @@ def test_nonfinite_raise_names_the_replica_and_commits_nothing(use_resource):
     assert "applied to w)" in message and "nothing was committed" in message
     assert_same_state(before, state(sess, m))
     assert_same_training(sess, m, reference, ref_model)
+    assert _fused_sma_update(sess) == (kernels == "all")
 
 
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("use_resource", [True, False])
 def test_nonfinite_skip_leaves_the_replica_out_and_reseeds_it(
-    use_resource, caplog):
+    monkeypatch, use_resource, kernels, caplog):
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", kernels)
   replicas, lr, alpha, mu = 3, 0.1, 0.3, 0.5
   m = Model("sgd", use_resource, check_numerics=False)
   waves = [Y, _nan_in_shard(replicas, 1), Y, _nan_in_shard(replicas, 2), Y,
@@ -367,6 +385,7 @@ def test_nonfinite_skip_leaves_the_replica_out_and_reseeds_it(
     np.testing.assert_allclose(sess.run(m.w), z[0], rtol=1e-5, atol=1e-6)
     # The global step counts every wave, replica 0 skipped or not.
     assert sess.run(m.step_var) == len(waves)
+    assert _fused_sma_update(sess) == (kernels == "all")
   for r in range(replicas):
     assert f"replica {r}:" in caplog.text
 
