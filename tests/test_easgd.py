@@ -57,6 +57,34 @@ def test_easgd_trains_as_the_numpy_reference(optimizer, period, use_resource):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("use_resource", [True, False],
+                         ids=["resource", "ref"])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum"])
+def test_easgd_with_fused_dense_updates_trains_as_the_numpy_reference(
+    monkeypatch, optimizer, use_resource):
+  """EASGD inherits SMA's steps taking w's gradient as x and dy; its alpha
+  of 0 between communication waves goes through them too."""
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "all")
+  make, options = OPTIMIZERS[optimizer]
+  model = graphs.build(make, use_resource)
+  with tb.TensorBowSession(graph=model.graph, replicas=REPLICAS,
+                           algorithm=tb.algorithms.EASGD(0.2, 2)) as sess:
+    sess.run(model.init)
+    losses = [sess.run([model.loss, model.train], {model.x: x, model.y: y})[0]
+              for x, y in BATCHES]
+    params = sess.run([model.w, model.b])
+    types = {op.type for op in sess.execution_graph.get_operations()}
+  assert any(t.startswith(("TensorBowApplySma", "TensorBowResourceApplySma"))
+             and "Outer" in t for t in types), types
+  alphas = [0.2 if k % 2 == 0 else 0.0 for k in range(1, WAVES + 1)]
+  expected = references.sma([graphs.W0, graphs.B0], BATCHES, REPLICAS,
+                            alphas, 0.0, LR, **options)
+  for (_, loss, _, _), got in zip(expected, losses):
+    np.testing.assert_allclose(got, loss, rtol=1e-5)
+  for got, want in zip(params, expected[-1][0]):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_easgd_by_name_takes_the_session_alpha_and_its_default():
   model = graphs.build(OPTIMIZERS["sgd"][0])
   with tb.TensorBowSession(graph=model.graph, replicas=REPLICAS,
