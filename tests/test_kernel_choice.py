@@ -101,3 +101,36 @@ def test_real_timings_are_positive(tmp_path, monkeypatch):
   assert choices
   for c in choices:
     assert c["tf_seconds"] > 0 and c["tensorbow_seconds"] > 0
+
+
+def test_a_failed_measurement_keeps_tensorflows_kernel(monkeypatch, tmp_path,
+                                                       caplog):
+  """Timing a substitute can fail (a shape known only at run time); the
+  run then trains with TensorFlow's kernels, as without substitutes."""
+
+  def broken(*args):
+    del args
+    raise ValueError("Dimensions must be equal")
+
+  monkeypatch.setattr(kernel_choice, "_timed", broken)
+  monkeypatch.setattr(kernel_choice, "_timed_outer", broken)
+  monkeypatch.setenv("TENSORBOW_CACHE_DIR", str(tmp_path))
+  graph, x, y, w, train, init = _build()
+  with caplog.at_level("WARNING", logger="tensorbow"):
+    with tb.TensorBowSession(graph=graph, replicas=2) as sess:
+      sess.run(init)
+      for _ in range(3):
+        sess.run(train, {x: X, y: Y})
+      types = {op.type for op in sess.execution_graph.get_operations()}
+      weights = sess.run(w)
+  assert not any(t.startswith("TensorBowMatMul") or t.endswith("Outer") or
+                 t.endswith("OuterWithCentral") for t in types)
+  warned = [r for r in caplog.records if "could not time" in r.getMessage()]
+  assert warned and len(warned) == len({r.getMessage() for r in warned})
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "0")
+  graph, x, y, w, train, init = _build()
+  with tb.TensorBowSession(graph=graph, replicas=2) as sess:
+    sess.run(init)
+    for _ in range(3):
+      sess.run(train, {x: X, y: Y})
+    np.testing.assert_allclose(weights, sess.run(w), rtol=1e-5, atol=1e-6)

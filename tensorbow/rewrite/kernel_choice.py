@@ -173,10 +173,13 @@ class Chooser(object):
       own.device = ""
       replaced = kernels.substitute(own, op)
       inputs = [_placeholder(f"input_{i}", v) for i, v in enumerate(values)]
-      entry = {"tf": self._timer(_graph_def(inputs + [own]),
-                                 own.name + ":0", values),
-               "tensorbow": self._timer(_graph_def(inputs + replaced),
-                                        own.name + ":0", values)}
+      entry = self._measure(op, lambda: {
+          "tf": self._timer(_graph_def(inputs + [own]), own.name + ":0",
+                            values),
+          "tensorbow": self._timer(_graph_def(inputs + replaced),
+                                   own.name + ":0", values)})
+      if entry is None:
+        return False
       cache.setdefault(self._machine, {})[key] = entry
       self._save(cache)
     return self._decide(op, op.type, shapes, entry)
@@ -198,12 +201,29 @@ class Chooser(object):
     if entry is None:
       op_type = op.type if op.type.startswith("Resource") else (
           "Resource" + op.type)
-      entry = {fused: self._outer_timer(
+      entry = self._measure(op, lambda: {fused: self._outer_timer(
           fused == "tensorbow", op_type, shapes[0], shapes[1], dtype,
-          nesterov) for fused in ("tf", "tensorbow")}
+          nesterov) for fused in ("tf", "tensorbow")})
+      if entry is None:
+        return False
       cache.setdefault(self._machine, {})[key] = entry
       self._save(cache)
     return self._decide(op, f"{op.type}(MatMul)", shapes, entry)
+
+  def _measure(self, op, time_both):
+    """`time_both()`, or None (TensorFlow's kernel is kept for `op`) if
+    timing fails: the shapes a replica runs are not always known before
+    its first run (a dimension the graph leaves unknown and a reshape
+    fixes), and a failed measurement must not fail the user's run."""
+    try:
+      return time_both()
+    except Exception as e:  # pylint: disable=broad-except
+      self._decided[op.name] = False
+      logging.getLogger("tensorbow").warning(
+          "TensorBow kernels: could not time a substitute for %s (%s); "
+          "TensorFlow's kernel is kept: %s", op.name, op.type,
+          str(e).splitlines()[0] if str(e) else type(e).__name__)
+      return None
 
   def _decide(self, op, kind, shapes, entry):
     chosen = entry["tensorbow"] < entry["tf"]
