@@ -60,6 +60,25 @@ class ExecutionGraph(object):
                                     name="")
     self._imported.update(new)
     self.version = version
+    self._keep_static_shapes(new)
+
+  def _keep_static_shapes(self, names):
+    """Gives imported tensors the static shapes the user's have.
+
+    A GraphDef carries no shape set from Python (`set_shape`, as
+    `shuffle_batch` and `dequeue_many` do on their outputs), so import
+    would leave them unknown: replicas copied from here would not know
+    the batch size their graph was built for.
+    """
+    for name in names:
+      user_op = self.user_graph.get_operation_by_name(name)
+      op = self.graph.get_operation_by_name(name)
+      for user_tensor, tensor in zip(user_op.outputs, op.outputs):
+        if user_tensor.shape != tensor.shape:
+          try:
+            tensor.set_shape(user_tensor.shape)
+          except ValueError:
+            pass  # not compatible: the imported op's own inference rules
 
   def _control_stub(self, name):
     """A tensor of this graph whose op waits for op `name`."""
