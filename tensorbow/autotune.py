@@ -98,6 +98,7 @@ class AutoTuner(object):
     self.decisions = []
     self._runs = 0
     self._untried = []  # stream-group counts still to try
+    self._split = True  # whether the batch is split across the replicas
     self._start(None)
 
   def _start(self, rows):
@@ -126,24 +127,33 @@ class AutoTuner(object):
     groups = runtime.num_stream_groups if runtime is not None else 1
     inline = runtime.inline if runtime is not None else False
     following = self.observe(session.replicas, groups, trainer.last_rows,
-                             seconds, inline)
+                             seconds, inline,
+                             batch=(trainer.last_batch
+                                    if trainer.last_batch != trainer.last_rows
+                                    else None))
     if following is not None and following != (session.replicas, groups,
                                                 inline):
       session._set_replicas(*following)  # pylint: disable=protected-access
     return result
 
-  def observe(self, replicas, groups, rows, seconds, inline=False):
+  def observe(self, replicas, groups, rows, seconds, inline=False,
+              batch=None):
     """Records a training run of `rows` rows at `replicas` replicas on
     `groups` stream groups, its ops on the tasks' threads if `inline`, that
     took `seconds`; returns (L, stream groups or None, inline) for the next
-    run, or None to keep them."""
+    run, or None to keep them. `batch`: the rows of each replica's own
+    element of an input pipeline (None: the run's batch was split).
+    """
     setting = (replicas, groups, inline)
     self._runs += 1
-    if rows != self._rows:
+    # Each replica its own element of `batch` rows: L is not bounded by
+    # the rows, and a change of L is no change of batch.
+    self._split = batch is None
+    if (rows if batch is None else batch) != self._rows:
       if self._rows is not None:
         self._decide(setting, rows, None, setting,
                      "batch size changed: tuning again")
-      self._start(rows)
+      self._start(rows if batch is None else batch)
     if self.settled:
       return None
     self._samples.append(rows / max(seconds, 1e-9))
@@ -173,7 +183,8 @@ class AutoTuner(object):
 
   def _next_replicas(self, setting, rows, throughput):
     replicas, _, inline = setting
-    limit = min(self.max_replicas, max(1, rows))
+    limit = (min(self.max_replicas, max(1, rows)) if self._split
+             else self.max_replicas)
     if self._best is None or throughput >= self.gain * self._best[-1]:
       first = self._best is None
       self._best = setting + (throughput,)

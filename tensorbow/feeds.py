@@ -1,8 +1,9 @@
 """A training run's feeds and fetches: checked, sharded, merged.
 
 Fed values are checked as TensorFlow checks them, batch feeds split with
-`numpy.array_split` (one shard per replica), and each fetch's per-replica
-values merged back (DESIGN.md).
+`numpy.array_split` (one shard per replica), a pipeline's elements handed
+one to each replica, and each fetch's per-replica values merged back
+(DESIGN.md).
 """
 import numpy as np
 import tensorflow as tf
@@ -11,25 +12,27 @@ import tensorflow as tf
 _BFLOAT16 = np.dtype(tf.bfloat16.as_numpy_dtype)
 
 
+class Elements(list):
+  """A feed's value per replica: the elements a wave took from an input
+  pipeline, one for each replica."""
+
+
 def check(plan, fed, replicas):
-  """The fed values, in plan order, as checked NumPy arrays.
+  """The fed values, in plan order, as checked NumPy arrays (an
+  `Elements` of them for an element feed).
 
   Checked as TensorFlow checks them: dtype and shape, and every batch
   feed's rows.
   """
   values = []
   rows = []
-  for t, name, is_batch, dtype, shape, value in zip(
-      plan.feeds, plan.names, plan.batch, plan.np_dtypes, plan.shapes, fed):
-    if isinstance(value, tf.Tensor):
-      raise TypeError(
-          f"The value of a feed cannot be a tf.Tensor object (feed "
-          f"{t.name}); feed NumPy arrays, lists or scalars")
-    array = np.asarray(value, dtype=dtype)
-    if not _shape_fits(shape, array.shape):
-      raise ValueError(
-          f"Cannot feed value of shape {array.shape} for Tensor {t.name}, "
-          f"which has shape {t.shape}")
+  for t, name, is_batch, is_elements, dtype, shape, value in zip(
+      plan.feeds, plan.names, plan.batch, plan.elements, plan.np_dtypes,
+      plan.shapes, fed):
+    if is_elements:
+      values.append(Elements(_checked(t, dtype, shape, v) for v in value))
+      continue
+    array = _checked(t, dtype, shape, value)
     if is_batch:
       rows.append((name, array.shape[0]))
     values.append(array)
@@ -47,6 +50,26 @@ def check(plan, fed, replicas):
           f"({replicas} replicas); got {_described(rows)}")
   return values
 
+def _checked(tensor, dtype, shape, value):
+  if isinstance(value, tf.Tensor):
+    raise TypeError(
+        f"The value of a feed cannot be a tf.Tensor object (feed "
+        f"{tensor.name}); feed NumPy arrays, lists or scalars")
+  array = np.asarray(value, dtype=dtype)
+  if not _shape_fits(shape, array.shape):
+    raise ValueError(
+        f"Cannot feed value of shape {array.shape} for Tensor {tensor.name}, "
+        f"which has shape {tensor.shape}")
+  return array
+
+
+def total_rows(value):
+  """The rows of a checked feed value: an element feed's, all replicas'."""
+  if isinstance(value, Elements):
+    return sum(len(v) for v in value)
+  return len(value)
+
+
 def shard_sizes(rows, shares):
   """Rows per replica for `rows` rows in proportion to `shares`: at least
   one each, the rest rounded down and handed out by largest remainder
@@ -63,11 +86,14 @@ def shard_sizes(rows, shares):
 
 def shard(plan, values, sizes=None):
   """Per feed, one array per replica: batch feeds split (into `sizes`
-  rows, or numpy.array_split's), others whole."""
+  rows, or numpy.array_split's), element feeds one element each, others
+  whole."""
   n = plan.replicas
   shards = []
   for array, is_batch in zip(values, plan.batch):
-    if is_batch and n > 1:
+    if isinstance(array, Elements):
+      shards.append([_contiguous(v) for v in array])
+    elif is_batch and n > 1:
       parts = (np.split(array, np.cumsum(sizes)[:-1]) if sizes is not None
                else np.array_split(array, n))
       shards.append([_contiguous(s) for s in parts])

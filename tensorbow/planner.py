@@ -24,7 +24,10 @@ Plan = collections.namedtuple("Plan", [
     "feeds",  # fed tensors, by name
     "names",  # per feed: its tensor's name
     "batch",  # per feed: is it a batch feed (sharded)?
-    "batch_feed",  # position of the first batch feed, or -1
+    "elements",  # per feed: does each replica get an element of its own
+                 # (a pipeline's, built for a fixed batch)?
+    "batch_feed",  # position of the first batch feed (else of the first
+                   # element feed of rank >= 1), or -1: a replica's rows
     "dtypes",  # per feed: TF_DataType enum
     "np_dtypes",  # per feed: NumPy dtype
     "shapes",  # per feed: dims (None where unknown), or None: unknown rank
@@ -95,8 +98,10 @@ class Planner(object):
   def plan(self, handler, ops, fed, pulled=frozenset(), values=None):
     """The plan of a training run: `handler` and `fed` of the user's graph,
     `ops` its closure in the execution graph; the fed tensors named in
-    `pulled` come from an input pipeline; `values`, if given, what this
-    run feeds them (the shapes the kernels are chosen for)."""
+    `pulled` come from an input pipeline, one element per replica if
+    `takes_elements(pulled tensors)`; `values`, if given, what this run
+    feeds them, one replica's element for those (the shapes the kernels
+    are chosen for)."""
     fetchable = tb_runtime.fetchable_dtypes()
     for t in handler.fetches():
       if (t.dtype.base_dtype.as_datatype_enum not in fetchable and
@@ -107,18 +112,9 @@ class Planner(object):
     fed_names = frozenset(t.name for t in fed)
     echoed = [(i, [f.name for f in fed].index(t.name))
               for i, t in enumerate(handler.fetches()) if t.name in fed_names]
-    batch = [is_batch_feed(t) for t in fed]
-    whole = [t.name for t, b in zip(fed, batch)
-             if t.name in pulled and not b and t.shape.rank]
-    if whole and self._replicas > 1:
-      # A static batch size is built into the user's graph (the gradient
-      # of a mean divides by it): a shard would train wrongly.
-      tf.compat.v1.logging.warning(
-          "TensorBow: %s come from an input pipeline with a static batch "
-          "size, so every replica trains on the whole element, as with a "
-          "fed tensor of static shape; to split it across the replicas, "
-          "leave the batch size unknown (batch(..., drop_remainder=False))",
-          ", ".join(whole))
+    by_element = self.takes_elements([t for t in fed if t.name in pulled])
+    elements = [by_element and t.name in pulled for t in fed]
+    batch = [is_batch_feed(t) and not e for t, e in zip(fed, elements)]
     fed = [self._exec.tensor(t) for t in fed]
     skipped = set(i for i, _ in echoed)
     fetches = [self._exec.tensor(t) for t in handler.fetches()]
@@ -131,7 +127,9 @@ class Planner(object):
           self._stream_groups or
           tb_runtime.default_stream_groups(self._replicas), self._replicas,
           self._inline)
-    batch_names = [t.name for t, b in zip(fed, batch) if b]
+    # What a replica's own data flows from (batch-norm statistics).
+    batch_names = [t.name for t, b, e in zip(fed, batch, elements)
+                   if b or e]
     if self._replicas == 1:
       # One replica is plain training (DESIGN.md 2.7): the user's own graph,
       # or a copy of it training the same variables with faster kernels.
@@ -139,7 +137,8 @@ class Planner(object):
       if info is None:
         # As TensorFlow runs it; split in two only to check for
         # non-finite values before the writes.
-        return self._task_plan(fed, batch, [(task_fetches, list(targets))],
+        return self._task_plan(fed, batch, elements,
+                               [(task_fetches, list(targets))],
                                -1, [], lambda name: name,
                                self._nonfinite != "propagate")._replace(
                                    echoed=echoed)
@@ -162,9 +161,10 @@ class Planner(object):
           devices=self._cpu_devices())
     rep = self.replicator
     if rep.chooser is None and kernels.measured() and values is not None:
-      rows = [len(v) for v, b in zip(values, batch) if b and np.ndim(v)]
-      rep.chooser = kernel_choice.Chooser(
-          max(rows[0] // self._replicas, 1) if rows else 1)
+      rows = ([len(v) // self._replicas for v, b in zip(values, batch)
+               if b and np.ndim(v)] +
+              [len(v) for v, e in zip(values, elements) if e and np.ndim(v)])
+      rep.chooser = kernel_choice.Chooser(max(rows[0], 1) if rows else 1)
     rep.extend(info, fed_names)
     sync = rep.sync_op(info)
     sync_call = (self.runtime.add_call([], [], [sync]) if sync is not None
@@ -207,8 +207,8 @@ class Planner(object):
     # TensorFlow run per task, not a computation and a commit.
     atomic = not (self._algorithm.shares_model or (
         self._replicas == 1 and self._nonfinite == "propagate"))
-    return self._task_plan(fed, batch, tasks, sync_call, central_fetches,
-                           rep.user_name, atomic,
+    return self._task_plan(fed, batch, elements, tasks, sync_call,
+                           central_fetches, rep.user_name, atomic,
                            info.written,
                            [rep.replica_input] if by_group else []
                            )._replace(echoed=echoed)
@@ -219,8 +219,16 @@ class Planner(object):
             if d.device_type == "CPU"]
     return sorted(cpus, key=lambda n: int(n.rsplit(":", 1)[1]))
 
-  def _task_plan(self, fed, batch, tasks, sync_call, central_fetches,
-                 user_name, atomic, written=None, replica_feed=()):
+  def takes_elements(self, pulled):
+    """Whether each replica takes an element of its own from the input
+    pipeline that yields `pulled` (user tensors): with several replicas,
+    when the pipeline's batch size is built into the graph (DESIGN.md)."""
+    return self._replicas > 1 and any(
+        t.shape.rank and not is_batch_feed(t) for t in pulled)
+
+  def _task_plan(self, fed, batch, elements, tasks, sync_call,
+                 central_fetches, user_name, atomic, written=None,
+                 replica_feed=()):
     """The plan of a wave of `tasks`, with each task split into its
     computation and its commit if `atomic`. `tasks` are per stream group
     (fetches, targets) fed `replica_feed`, the replica's index, if given;
@@ -249,7 +257,7 @@ class Planner(object):
       compat.extend_session(self._session)
       snapshot = (written if written is not None and
                   any(s.may_fail for s in splits) else None)
-      return _new_plan(fed, batch, self._replicas, by_group, calls,
+      return _new_plan(fed, batch, elements, self._replicas, by_group, calls,
                        sync_call, central_fetches, splits[0], commit_calls,
                        described, snapshot)
     if self._nonfinite != "propagate":
@@ -260,8 +268,8 @@ class Planner(object):
           "waits on a computed op through a control dependency")
     calls = [self.runtime.add_call(call_feeds, f, t) for f, t in tasks]
     compat.extend_session(self._session)
-    return _new_plan(fed, batch, self._replicas, by_group, calls, sync_call,
-                     central_fetches)
+    return _new_plan(fed, batch, elements, self._replicas, by_group, calls,
+                     sync_call, central_fetches)
 
 
 def _aligned(splits, user_name):
@@ -308,16 +316,18 @@ def _described_internal(user_name, tensor):
   return user_name(tensor.name)
 
 
-def _new_plan(fed, batch, replicas, by_group, calls, sync_call,
+def _new_plan(fed, batch, elements, replicas, by_group, calls, sync_call,
               central_fetches, atomic=None, commit_calls=None, described=None,
               snapshot=None):
   """A Plan; `sync_call` is one call id or, per replica, one call id."""
   sync_calls = sync_call if isinstance(sync_call, list) else None
   if sync_calls is not None:
     sync_call = sync_calls[0]
+  rows = [i for i, t in enumerate(fed) if elements[i] and t.shape.rank]
   return Plan(
-      feeds=fed, names=[t.name for t in fed], batch=batch,
-      batch_feed=batch.index(True) if any(batch) else -1,
+      feeds=fed, names=[t.name for t in fed], batch=batch, elements=elements,
+      batch_feed=(batch.index(True) if any(batch) else
+                  rows[0] if rows else -1),
       dtypes=[t.dtype.base_dtype.as_datatype_enum for t in fed],
       np_dtypes=[t.dtype.base_dtype.as_numpy_dtype for t in fed],
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())

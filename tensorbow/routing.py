@@ -18,13 +18,22 @@ Route = collections.namedtuple("Route", [
     "order",  # per fed tensor: its position in feed_dict
     "handler",  # TensorFlow's fetch handler
     "signature",  # (fetched tensor names, target names, fed names)
-    "closure",  # (is_training, written variables or None, ops, pulled)
+    "closure",  # a Closure
     "pulled",  # a training run's input tensors taken from its pipeline
                # (tf.data iterators, queues) before the wave, by name
     "fetched",  # tensors and operations the handler fetches or runs
     "cacheable",  # no fetch is fed (the handler then holds a feed value)
 ])
 _MAX_ROUTES = 256
+
+# What a run executes, kept per signature.
+Closure = collections.namedtuple("Closure", [
+    "training",  # whether it holds an optimizer's apply op
+    "written",  # names of the variables it may write, or None: unknown
+    "ops",  # the ops it runs, in the execution graph, inputs first
+    "pulled",  # names of its input tensors taken from a pipeline first
+    "reads",  # names of the variable ops it runs
+])
 
 
 class Router(object):
@@ -40,7 +49,7 @@ class Router(object):
     self._graph = graph
     self._exec = execution
     self._lock = lock
-    self._closures = {}  # signature -> (is_training, written, ops)
+    self._closures = {}  # signature -> Closure
     self._routes = {}  # _run_key -> Route
 
   def route(self, fetches, feed_dict):
@@ -70,7 +79,8 @@ class Router(object):
     for t in route.fed:
       if not graph.is_feedable(t):
         raise ValueError(f"Tensor {t.name} may not be fed.")
-    sparse = compat.sparse_feed_keys(feed_dict) if route.closure[0] else ()
+    sparse = (compat.sparse_feed_keys(feed_dict) if route.closure.training
+              else ())
     if sparse:
       raise tf.errors.UnimplementedError(
           None, None,
@@ -125,7 +135,10 @@ class Router(object):
                               for t in op.outputs))
         if pulled:
           ops = analysis.closure(roots, fed_names | frozenset(pulled))
-        closure = (training, analysis.written_variables(ops), ops, pulled)
+        closure = Closure(
+            training, analysis.written_variables(ops), ops, pulled,
+            frozenset(op.name for op in ops
+                      if op.type in analysis.VARIABLE_OPS))
         self._closures[signature] = closure
     order = sorted(range(len(feeds)), key=lambda i: feeds[i][0].name)
     return Route(fed=[feeds[i][0] for i in order], order=order,
@@ -133,7 +146,7 @@ class Router(object):
                   signature=signature, closure=closure,
                   fetched=handler.fetches() + handler.targets(),
                   pulled=[self._graph.get_tensor_by_name(n)
-                          for n in closure[3]],
+                          for n in closure.pulled],
                   cacheable=cacheable)
 
 

@@ -227,7 +227,7 @@ class TensorBowSession(compat.SessionInterface):
     self._check_open()
     self._sync()
     route, fed_values = self._router.route(fetches, feed_dict or {})
-    if not route.closure[0]:
+    if not route.closure.training:
       return self._plain_run(route, fed_values, options, run_metadata)
     if self._tuner is not None:
       return self._tuner.train(self, route, fed_values, options, run_metadata)
@@ -247,10 +247,10 @@ class TensorBowSession(compat.SessionInterface):
     A Saver's save or restore also saves or restores the replicas' state
     beside the checkpoint.
     """
-    _, written, ops, _ = route.closure
+    written, ops = route.closure.written, route.closure.ops
     handler = route.handler
     feeds = {t.name: v for t, v in zip(route.fed, fed_values)}
-    self._trainer.refresh()
+    self._trainer.refresh(route.closure.reads)
     # Not under the lock: a run that blocks inside TensorFlow (a dequeue)
     # must not block the session's other runs, as with TensorFlow.
     try:

@@ -41,9 +41,14 @@ class Trainer(object):
     self.plans = {}  # training-run signature -> planner.Plan
     self._needs_refresh = False
     self._loaded_state = None  # replica state restored with a checkpoint
+    self._written_since_load = set()  # variables it no longer applies to
     self._waves = 0  # training runs completed
     self._shares = None  # per replica, its share of a batch (adapts_shards)
-    self.last_rows = 0  # the batch rows of the latest training run
+    self.last_rows = 0  # the rows the latest training run trained on
+    self.last_batch = 0  # the batch size its graph was built for
+    # Per training-run signature, pipeline elements taken by a wave that
+    # reached the end of its input (see _pull).
+    self._carried = {}
 
   @property
   def _runtime(self):
@@ -53,8 +58,17 @@ class Trainer(object):
   def _replicator(self):
     return self._planner.replicator
 
-  def refresh(self):
-    """Brings user-named slots up to date before a plain run reads them."""
+  def refresh(self, reads=None):
+    """Brings user-named slots up to date before a plain run that reads
+    variables `reads` (None: any) runs.
+
+    A run that reads no replicated variable (a queue runner's enqueue)
+    neither waits for a wave in flight nor is waited for by one.
+    """
+    replicator = self._replicator
+    if (not self._needs_refresh or replicator is None or
+        (reads is not None and not replicator.replicates_any(reads))):
+      return
     with self._lock:
       if self._needs_refresh and self._replicator is not None:
         refresh = self._replicator.refresh_op()
@@ -69,6 +83,7 @@ class Trainer(object):
         checkpoint.save(prefix, self.config(), self.replica_state())
       elif kind == "restore":
         self._loaded_state = checkpoint.load(prefix, self.config())
+        self._written_since_load = set()
 
   def config(self):
     """What a checkpoint's replica state must have been saved with."""
@@ -90,7 +105,8 @@ class Trainer(object):
     rep = self._replicator
     if self._loaded_state is not None:
       names = [n for n in rep.replicated_variables()
-               if all(k in self._loaded_state for k in rep.state_keys(n))]
+               if n not in self._written_since_load and
+               all(k in self._loaded_state for k in rep.state_keys(n))]
       if names:
         self._session.run(*rep.load_state_run(names, self._loaded_state))
         rep.mark_seeded(names)
@@ -100,44 +116,63 @@ class Trainer(object):
       self._session.run(*seed)
 
   def reseed(self, written):
-    if written is None or written:
-      with self._lock:
-        # Written since: what a restore loaded no longer applies.
+    """A plain run wrote variables `written` (None: maybe any): their
+    replicas are set from the central model before the next wave.
+
+    Without the lock when none of them is replicated (a queue runner's
+    epoch counter): such runs proceed while a wave runs.
+    """
+    if written is not None and not written:
+      return
+    if written is not None:
+      # What a restore loaded no longer applies to these.
+      self._written_since_load.update(written)
+      replicator = self._replicator
+      if replicator is None or not replicator.replicates_any(written):
+        return
+    with self._lock:
+      if written is None:
         self._loaded_state = None
-        if self._replicator is not None:
-          self._replicator.reseed(written)
+      if self._replicator is not None:
+        self._replicator.reseed(written)
 
   def train(self, route, fed_values, options, run_metadata):
     """A wave over `route`'s plan; `fed_values` in the order of route.fed."""
     handler = route.handler
+    first = fed_values = list(fed_values)
     if route.pulled:
-      # One element of the pipeline per wave, taken outside the lock: the
-      # runs that fill a queue are plain runs of this session. At the end
-      # of the pipeline OutOfRangeError propagates, nothing written.
+      # Taken outside the lock: the runs that fill a queue are plain runs
+      # of this session.
       self._check_open()
-      fed_values = list(fed_values) + self._session.run(
-          list(route.closure[3]), options=options)
+      by_element = self._planner.takes_elements(route.pulled)
+      taken = self._pull(route, self._replicas if by_element else 1,
+                         options)
+      if by_element:
+        first = fed_values + taken[0]
+        fed_values = fed_values + [feeds.Elements(e[i] for e in taken)
+                                   for i in range(len(route.pulled))]
+      else:
+        first = fed_values = fed_values + taken[0]
     with self._lock:
-      self._check_open()
-      plan = self.plans.get(route.signature)
-      if plan is None:
-        plan = self._planner.plan(handler, route.closure[2],
-                                  route.fed + route.pulled,
-                                  frozenset(route.closure[3]), fed_values)
-        if (self._planner.algorithm.averages_gradients and
-            self._replicas > 1 and plan.atomic is None):
-          raise tf.errors.UnimplementedError(
-              None, None,
-              f"TensorBow's {self._planner.algorithm.name} needs a training "
-              "run whose writes can run after its computation; in this one "
-              "a write waits on a computed op through a control dependency")
-        self.plans[route.signature] = plan
-      values = feeds.check(plan, fed_values, self._replicas)
-      self.last_rows = (len(values[plan.batch_feed]) if plan.batch_feed >= 0
-                        else 0)
+      try:
+        self._check_open()
+        plan, values = self._checked(route, fed_values, first)
+      except BaseException:
+        if route.pulled:  # nothing ran: the elements go to the next wave
+          self._carried[route.signature] = (
+              taken + self._carried.get(route.signature, []))
+        raise
+      self.last_rows = (feeds.total_rows(values[plan.batch_feed])
+                        if plan.batch_feed >= 0 else 0)
+      # What the graph was built for: the fed batch, or one element.
+      self.last_batch = (
+          0 if plan.batch_feed < 0 else
+          len(values[plan.batch_feed][0]) if plan.elements[plan.batch_feed]
+          else len(values[plan.batch_feed]))
       algorithm = self._planner.algorithm
       sizes = None
-      if algorithm.adapts_shards and plan.batch_feed >= 0:
+      if (algorithm.adapts_shards and plan.batch_feed >= 0 and
+          not plan.elements[plan.batch_feed]):
         if self._shares is None:
           self._shares = algorithm.first_shares(plan.replicas)
         sizes = feeds.shard_sizes(len(values[plan.batch_feed]), self._shares)
@@ -175,6 +210,10 @@ class Trainer(object):
         central = dict(zip(plan.central_fetches, central_values))
       for i, j in plan.echoed:
         central[i] = values[j]
+        if isinstance(values[j], feeds.Elements):
+          central[i] = feeds.merge(
+              list(values[j]),
+              [len(v) if np.ndim(v) else 1 for v in values[j]])
     sizes = ([len(s) for s in shards[plan.batch_feed]]
              if plan.batch_feed >= 0 else None)
     if committed is not None and not all(committed):
@@ -193,6 +232,46 @@ class Trainer(object):
         results.append(merge([o[k] for o in outputs], sizes))
         k += 1
     return handler.build_results(self, results)
+
+  def _checked(self, route, fed_values, first):
+    """(plan, checked values) of a training run over `route` fed
+    `fed_values`, `first` the values of one replica's element."""
+    plan = self.plans.get(route.signature)
+    if plan is None:
+      plan = self._planner.plan(route.handler, route.closure.ops,
+                                route.fed + route.pulled,
+                                frozenset(route.closure.pulled), first)
+      if (self._planner.algorithm.averages_gradients and
+          self._replicas > 1 and plan.atomic is None):
+        raise tf.errors.UnimplementedError(
+            None, None,
+            f"TensorBow's {self._planner.algorithm.name} needs a training "
+            "run whose writes can run after its computation; in this one "
+            "a write waits on a computed op through a control dependency")
+      self.plans[route.signature] = plan
+    return plan, feeds.check(plan, fed_values, self._replicas)
+
+  def _pull(self, route, count, options):
+    """`count` elements of `route`'s input pipeline, each a list of values
+    in the order of route.pulled.
+
+    At the end of the pipeline OutOfRangeError propagates and no wave
+    runs; the elements taken before it are kept and begin the next wave
+    of the same run (after the pipeline is re-initialised, say), so that
+    no element goes untrained.
+    """
+    taken = self._carried.pop(route.signature, [])
+    try:
+      while len(taken) < count:
+        taken.append(self._session.run(list(route.closure.pulled),
+                                       options=options))
+    except tf.errors.OutOfRangeError:
+      if taken:
+        self._carried[route.signature] = taken
+      raise
+    if len(taken) > count:  # L was lowered since they were taken
+      self._carried[route.signature] = taken[count:]
+    return taken[:count]
 
   def _after_wave(self, plan, sizes):
     """The algorithm's work after a completed wave: new shares from the

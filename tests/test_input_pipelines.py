@@ -1,10 +1,11 @@
 """Training runs whose batch comes from an input pipeline (DESIGN.md 2.4).
 
 A `tf.data` iterator's `get_next()` or a queue's dequeue in a training run
-is taken once per wave, before it, and its element split across the
-replicas as a fed batch would be. The model is least squares trained by
-gradient descent: the central model follows the NumPy SMA reference over
-the pipeline's batches in order (tests/references.py).
+is taken before the wave: an element of unknown batch size is split across
+the replicas as a fed batch would be; with a batch size built into the
+graph, each replica takes an element of its own. The model is least
+squares trained by gradient descent: the central model follows the NumPy
+SMA reference over the pipeline's batches in order (tests/references.py).
 """
 import threading
 import time
@@ -134,25 +135,104 @@ def test_queue_dequeue_trains_as_the_fed_batches_would():
   np.testing.assert_allclose(final, waves[-1][0], rtol=1e-5, atol=1e-6)
 
 
-def test_static_batch_size_gives_every_replica_the_whole_element():
+def ids_model(x, y, ids):
+  """`model`, plus a per-example fetch recording the rows each replica
+  trained on (merged in replica order, DESIGN.md 2.4)."""
+  w, loss, train = model(x, y)
+  return w, loss, train, tf.identity(ids)
+
+
+# 80 rows: ten elements of BATCH.
+X80 = np.concatenate([X, 0.5 - X])
+Y80 = np.concatenate([Y, 2 * Y])
+
+
+def element_dataset(rows):
+  ids = np.arange(rows, dtype=np.int64)
+  return tf.data.Dataset.from_tensor_slices(
+      (X80[:rows], Y80[:rows], ids)).batch(BATCH, drop_remainder=True)
+
+
+def test_static_batch_gives_each_replica_an_element_of_its_own():
   # With drop_remainder the batch size is part of the graph (the gradient
-  # of the mean divides by it), so the element is not split: every replica
-  # trains on all of it, as with a fed tensor of static shape.
+  # of the mean divides by it): each replica takes an element of its own,
+  # L elements a wave, as Crossbow's learners each keep their batch size.
   with tf.Graph().as_default():
-    dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(
-        BATCH, drop_remainder=True)
-    x, y = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    x, y, ids = tf.compat.v1.data.make_one_shot_iterator(
+        element_dataset(80)).get_next()
     assert x.shape.as_list() == [BATCH, 3]
-    w, loss, train = model(x, y)
+    w, loss, train, seen = ids_model(x, y, ids)
+    step = tf.compat.v1.train.get_or_create_global_step()
+    with tf.control_dependencies([train]):
+      train = tf.compat.v1.assign_add(step, 1)
     with tensorbow.TensorBowSession(replicas=REPLICAS) as sess:
       sess.run(tf.compat.v1.global_variables_initializer())
-      losses = train_epoch(sess, loss, train, w)
+      rows, losses = [], []
+      for _ in range(2):
+        got_ids, got_x, value, _ = sess.run([seen, x, loss, train])
+        rows.append(got_ids)
+        losses.append(value)
+        # The element fetched whole: the wave's L elements, in order.
+        np.testing.assert_array_equal(got_x, X80[got_ids])
+      # 10 elements of 8: the third wave finds 2 and commits nothing.
+      before = sess.run([w, step])
+      with pytest.raises(tf.errors.OutOfRangeError):
+        sess.run([loss, train])
+      after = sess.run([w, step])
+  np.testing.assert_array_equal(after[0], before[0])
+  assert before[1] == after[1] == 2  # one global step a wave
+  # Replica r trained on element r of its wave: rows 32k + 8r ... + 7.
+  np.testing.assert_array_equal(np.concatenate(rows), np.arange(64))
+  waves = sma([(X80[i:i + 32], Y80[i:i + 32]) for i in (0, 32)])
+  np.testing.assert_allclose(losses, [l for _, l in waves], rtol=1e-5)
+  np.testing.assert_allclose(before[0], waves[-1][0], rtol=1e-5, atol=1e-6)
+
+
+def test_elements_left_at_the_end_begin_the_next_epoch():
+  # 5 elements an epoch, 4 a wave: what a wave took before the end is
+  # trained first in the next epoch, so every element is trained once.
+  with tf.Graph().as_default():
+    iterator = tf.compat.v1.data.make_initializable_iterator(
+        element_dataset(40))
+    x, y, ids = iterator.get_next()
+    w, loss, train, seen = ids_model(x, y, ids)
+    with tensorbow.TensorBowSession(replicas=REPLICAS) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      rows, losses = [], []
+      for _ in range(4):
+        sess.run(iterator.initializer)
+        while True:
+          try:
+            got, value, _ = sess.run([seen, loss, train])
+          except tf.errors.OutOfRangeError:
+            break
+          rows.append(got)
+          losses.append(value)
       final = sess.run(w)
-  # Each replica's shard is the whole batch: the batch repeated L times.
-  waves = sma([(np.tile(bx, (REPLICAS, 1)), np.tile(by, (REPLICAS, 1)))
-               for bx, by in batches()])
+  # 4 epochs of 5 elements: 5 waves of 4.
+  order = np.concatenate([np.arange(40)] * 4)
+  np.testing.assert_array_equal(np.concatenate(rows), order)
+  waves = sma([(X80[order[i:i + 32]], Y80[order[i:i + 32]])
+               for i in range(0, 160, 32)])
   np.testing.assert_allclose(losses, [l for _, l in waves], rtol=1e-5)
   np.testing.assert_allclose(final, waves[-1][0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_refused_run_keeps_the_elements_it_took():
+  with tf.Graph().as_default():
+    x, y, ids = tf.compat.v1.data.make_one_shot_iterator(
+        element_dataset(64)).get_next()
+    lr = tf.compat.v1.placeholder(tf.float32, [])
+    w = tf.compat.v1.get_variable("w", initializer=W0)
+    loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+    train = tf.compat.v1.train.GradientDescentOptimizer(lr).minimize(loss)
+    seen = tf.identity(ids)
+    with tensorbow.TensorBowSession(replicas=REPLICAS) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      with pytest.raises(ValueError, match="Cannot feed value of shape"):
+        sess.run([seen, train], {lr: [LR, LR]})
+      got, _ = sess.run([seen, train], {lr: LR})
+  np.testing.assert_array_equal(got, np.arange(32))
 
 
 def test_fetching_the_element_returns_it_whole():

@@ -736,6 +736,10 @@ class Replicator(object):
   def replicated_variables(self):
     return sorted(self._seeds)
 
+  def replicates_any(self, names):
+    """Whether any of variable ops `names` has replicas."""
+    return any(n in self._seeds for n in names)
+
   def replicas_of(self, name):
     """The Replicated copies of variable op `name`."""
     return self._replicated[name]
