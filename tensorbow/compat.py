@@ -7,6 +7,7 @@ its C++ runtime needs. A TensorFlow upgrade touches this file only.
 """
 from tensorflow.python.client import session as _tf_session
 from tensorflow.python.framework import errors_impl as _errors_impl
+from tensorflow.python.framework import ops as _ops
 from tensorflow.python.framework import sparse_tensor as _sparse_tensor
 from tensorflow.python.framework import stack as _stack
 from tensorflow.python.util import nest as _nest
@@ -25,6 +26,27 @@ PYBIND11_ABI_IDS = (
     "_gcc_libstdcpp_cxxabi1011",
     "_clang_libstdcpp_cxxabi1011",
 )
+
+
+def session_graph(graph):
+  """The graph a session made with `graph=graph` runs, checked as
+  `tf.compat.v1.Session` checks it.
+
+  Raises:
+    TypeError: as TensorFlow's, for a `graph` that is not a `tf.Graph`.
+  """
+  if graph is None:
+    return _ops.get_default_graph()
+  if not isinstance(graph, _ops.Graph):
+    raise TypeError('Argument `graph` must be a tf.Graph, but got '
+                    f'"{type(graph).__name__}"')
+  return graph
+
+
+def session_config(session):
+  """The `ConfigProto` a `tf.compat.v1.Session` was made with (TensorFlow's
+  default one when it was given None)."""
+  return session._config  # pylint: disable=protected-access
 
 
 def fetch_handler(graph, fetches, feeds):

@@ -23,6 +23,7 @@ Route = collections.namedtuple("Route", [
                # (tf.data iterators, queues) before the wave, by name
     "fetched",  # tensors and operations the handler fetches or runs
     "cacheable",  # no fetch is fed (the handler then holds a feed value)
+    "sparse",  # a training run's SparseTensor feeds (not cached)
 ])
 _MAX_ROUTES = 256
 
@@ -79,15 +80,8 @@ class Router(object):
     for t in route.fed:
       if not graph.is_feedable(t):
         raise ValueError(f"Tensor {t.name} may not be fed.")
-    sparse = (compat.sparse_feed_keys(feed_dict) if route.closure.training
-              else ())
-    if sparse:
-      raise tf.errors.UnimplementedError(
-          None, None,
-          "TensorBow cannot split a SparseTensor feed across replicas "
-          f"(fed: {sparse[0].indices.op.name}, {sparse[0].values.op.name}, "
-          f"{sparse[0].dense_shape.op.name}) in a training run: feed the "
-          "batch dense")
+    if route.closure.training:
+      route = route._replace(sparse=compat.sparse_feed_keys(feed_dict))
     return route, [values[i] for i in route.order]
 
   def refuse_training(self, handler, fed_names, what):
@@ -147,7 +141,7 @@ class Router(object):
                   fetched=handler.fetches() + handler.targets(),
                   pulled=[self._graph.get_tensor_by_name(n)
                           for n in closure.pulled],
-                  cacheable=cacheable)
+                  cacheable=cacheable, sparse=())
 
 
 class _Uncacheable(Exception):

@@ -64,17 +64,15 @@ class TensorBowSession(compat.SessionInterface):
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)
     self._tuner = autotune.AutoTuner() if replicas == options.AUTO else None
-    if graph is None:
-      graph = tf.compat.v1.get_default_graph()
-    self._graph = graph
+    self._graph = compat.session_graph(graph)
     # TensorBow's ops go into a graph of the session's own (execution.py).
-    self._exec = execution.ExecutionGraph(graph)
-    self._config = config
+    self._exec = execution.ExecutionGraph(self._graph)
     self._session = compat.PlainSession(target=target,
                                         graph=self._exec.graph, config=config)
+    self._config = compat.session_config(self._session)  # TF's if None
     self._nonfinite = nonfinite
     self._lock = threading.RLock()
-    self._router = routing.Router(graph, self._exec, self._lock)
+    self._router = routing.Router(self._graph, self._exec, self._lock)
     self._closed = False
     self._context = None
     self._set_replicas(1 if self._tuner is not None else replicas)
@@ -108,8 +106,8 @@ class TensorBowSession(compat.SessionInterface):
 
   @property
   def graph_def(self):
-    infer = self._config is not None and self._config.graph_options.infer_shapes
-    return self._graph.as_graph_def(add_shapes=infer)
+    return self._graph.as_graph_def(
+        add_shapes=self._config.graph_options.infer_shapes)
 
   @property
   def execution_graph(self):
@@ -275,8 +273,6 @@ class TensorBowSession(compat.SessionInterface):
     if saver is not None:
       self._trainer.after_saver(*saver)
     return handler.build_results(self, values[:len(handler.fetches())])
-
-  # ---- For benchmarks and tuning -------------------------------------------
 
   def task_timings(self):
     """Start, end, replica and stream group of every learning task run."""

@@ -139,6 +139,14 @@ class Trainer(object):
   def train(self, route, fed_values, options, run_metadata):
     """A wave over `route`'s plan; `fed_values` in the order of route.fed."""
     handler = route.handler
+    if route.sparse and self._replicas > 1:
+      sparse = route.sparse[0]
+      raise tf.errors.UnimplementedError(
+          None, None,
+          "TensorBow cannot split a SparseTensor feed across replicas "
+          f"(fed: {sparse.indices.op.name}, {sparse.values.op.name}, "
+          f"{sparse.dense_shape.op.name}) in a training run: feed the "
+          "batch dense, or train one replica")
     first = fed_values = list(fed_values)
     if route.pulled:
       # Taken outside the lock: the runs that fill a queue are plain runs

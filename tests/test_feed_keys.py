@@ -1,6 +1,7 @@
 """Feed keys other than placeholders in a training run: a variable (its
 value replaced for the run, as tf.compat.v1.Session does) and a
-SparseTensor (refused: its rows cannot be split yet), never a silent
+SparseTensor (refused with several replicas: its rows cannot be split yet;
+trained as TensorFlow would with one), never a silent
 plain TensorFlow step."""
 import numpy as np
 import pytest
@@ -68,7 +69,7 @@ def test_variable_as_feed_key_trains_with_the_fed_value(use_resource):
   np.testing.assert_allclose(one[1][0], plain[1][0], rtol=1e-6)
 
 
-def test_sparse_tensor_feed_is_refused_in_training_and_kept_elsewhere():
+def _sparse_model():
   graph = tf.Graph()
   with graph.as_default():
     sparse = tf1.sparse_placeholder(tf.float32, shape=[None, 3])
@@ -81,7 +82,11 @@ def test_sparse_tensor_feed_is_refused_in_training_and_kept_elsewhere():
   rows, cols = np.nonzero(X > 0)
   value = tf1.SparseTensorValue(np.stack([rows, cols], 1), X[rows, cols],
                                 X.shape)
-  feed = {sparse: value, y: Y}
+  return graph, {sparse: value, y: Y}, w, loss, train, init
+
+
+def test_sparse_tensor_feed_is_refused_in_training_and_kept_elsewhere():
+  graph, feed, w, loss, train, init = _sparse_model()
   with tf1.Session(graph=graph) as sess:
     sess.run(init)
     expected = sess.run(loss, feed)
@@ -92,3 +97,16 @@ def test_sparse_tensor_feed_is_refused_in_training_and_kept_elsewhere():
     np.testing.assert_array_equal(sess.run(w),
                                   np.full([3, 1], 0.5, np.float32))
     np.testing.assert_allclose(sess.run(loss, feed), expected, rtol=1e-6)
+
+
+def test_sparse_tensor_feed_trains_one_replica_as_tensorflow():
+  graph, feed, w, loss, train, init = _sparse_model()
+  with tf1.Session(graph=graph) as sess:
+    sess.run(init)
+    expected = [sess.run([loss, train], feed)[0] for _ in range(3)]
+    expected_w = sess.run(w)
+  with tb.TensorBowSession(graph=graph, replicas=1) as sess:
+    sess.run(init)
+    losses = [sess.run([loss, train], feed)[0] for _ in range(3)]
+    np.testing.assert_allclose(sess.run(w), expected_w, rtol=1e-6)
+  np.testing.assert_allclose(losses, expected, rtol=1e-6)

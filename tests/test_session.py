@@ -463,6 +463,26 @@ def test_constructor_rejects_bad_arguments():
     tb.TensorBowSession(central_momentum=1.0)
 
 
+@pytest.mark.parametrize("arguments", [
+    dict(graph=1), dict(graph=tf.compat.v1.GraphDef()),
+    dict(target=tf.compat.v1.ConfigProto()), dict(target=3),
+    dict(config="config"), dict(config=tf.compat.v1.GraphOptions())])
+def test_bad_session_arguments_raise_as_tensorflow(arguments):
+  with pytest.raises(TypeError) as expected:
+    tf.compat.v1.Session(**arguments)
+  with pytest.raises(TypeError) as got:
+    tb.TensorBowSession(**arguments)
+  assert str(got.value) == str(expected.value)
+
+
+def test_config_none_is_tensorflows_default_config():
+  with tf.compat.v1.Session() as plain:
+    default = plain._config  # pylint: disable=protected-access
+  with tb.TensorBowSession() as sess:
+    assert sess._config == default  # pylint: disable=protected-access
+    assert sess.graph_def is not None
+
+
 def test_task_timings_record_every_replica():
   # A global step is refreshed by a synchronisation task after each wave.
   m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1),
