@@ -11,6 +11,7 @@ import time
 
 import tensorflow as tf
 
+from tensorbow import options as tb_options
 from tensorbow import session as tb_session
 
 _train = tf.compat.v1.train
@@ -34,7 +35,7 @@ class TensorBowSessionCreator(_train.ChiefSessionCreator):
   def __init__(self, scaffold=None, master="", config=None,
                checkpoint_dir=None, checkpoint_filename_with_path=None,
                **options):
-    tb_session.check_options(**options)
+    tb_options.check_options(**options)
     super().__init__(scaffold=scaffold, master=master, config=config,
                      checkpoint_dir=checkpoint_dir,
                      checkpoint_filename_with_path=(

@@ -20,19 +20,22 @@ stand-in whose constructor returns:
   graph without training runs it behaves as a plain session, so sessions
   the script opens for evaluation or other graphs need no exception.
 
+`tf.compat.v1.InteractiveSession` is replaced alike: its TensorBow session
+makes itself the default session until closed, as TensorFlow's does.
 `tf.compat.v1.train.ChiefSessionCreator` is replaced alike, by a
 `TensorBowSessionCreator` with the same options, both under its public
 names and where `MonitoredTrainingSession` and `MonitoredSession` find it:
 monitored sessions train with TensorBow, hooks and all. The originals are
-put back when the script ends, however it ends.
+put back when the script ends, however it ends, and a line on stderr says
+how many TensorBow sessions the script made and how many training runs
+they ran (with a warning if none trained).
 
 Limitations:
 
 - Only those names are patched. TensorFlow's other code that builds
   sessions from `tensorflow.python.client.session` (`Supervisor`,
   `SessionManager` and `WorkerSessionCreator` used directly, Keras's
-  backend session) and `tf.compat.v1.InteractiveSession` still get plain
-  TensorFlow sessions.
+  backend session) still get plain TensorFlow sessions.
 - `TensorBowSession` is not a subclass of `tf.compat.v1.Session`. The
   stand-in answers `isinstance(sess, tf.compat.v1.Session)` with True for
   both kinds of session and forwards class attributes (such as
@@ -56,14 +59,43 @@ import tensorflow as tf
 from tensorflow.python.training import monitored_session as _monitored_session  # pylint: disable=g-direct-tensorflow-import
 
 from tensorbow import monitored
+from tensorbow import options as tb_options
 from tensorbow import session as tb_session
 
 _API_PREFIX = "tensorflow."
 _PRIVATE_PREFIX = "tensorflow.python."
 
 
+class Report(object):
+  """What the TensorBow sessions a script made did: each session's counts
+  (TensorBowSession.counts, kept without the session)."""
+
+  def __init__(self):
+    self.counts = []
+
+  def made(self, session):
+    if isinstance(session, tb_session.TensorBowSession):
+      self.counts.append(session.counts)
+    return session
+
+  def __str__(self):
+    sessions = len(self.counts)
+    runs = sum(c["training_runs"] for c in self.counts)
+    if sessions == 0:
+      return ("tensorbow-run: warning: the script made no TensorBowSession; "
+              "whatever it trained ran on plain TensorFlow")
+    text = (f"tensorbow-run: the script made {sessions} TensorBowSession"
+            f"{'s' if sessions != 1 else ''}, which ran {runs} training "
+            f"run{'s' if runs != 1 else ''}")
+    if runs == 0:
+      text += ("; warning: no training run: whatever it trained ran on "
+               "plain TensorFlow")
+    return text
+
+
 def session_class(original, replicas=2, algorithm="sma", alpha=None,
-                  central_momentum=0.9, nonfinite="propagate"):
+                  central_momentum=0.9, nonfinite="propagate", report=None,
+                  interactive=False):
   """A stand-in for `tf.compat.v1.Session` that builds TensorBow sessions.
 
   Args:
@@ -74,11 +106,18 @@ def session_class(original, replicas=2, algorithm="sma", alpha=None,
     central_momentum: passed to `TensorBowSession`.
     nonfinite: passed to `TensorBowSession`.
 
+    report: a `Report` told of every session made, or None.
+    interactive: whether the sessions are `InteractiveSession`s (they make
+      themselves the default session, and their graph the default graph
+      if given).
+
   Returns:
     A class whose constructor takes `(target="", graph=None, config=None)`
     like `tf.compat.v1.Session` and returns an `original` session for a
     non-empty `target`, a `TensorBowSession` otherwise.
   """
+  report = report or Report()
+  made = interactive_session if interactive else tb_session.TensorBowSession
   options = dict(replicas=replicas, algorithm=algorithm, alpha=alpha,
                  central_momentum=central_momentum, nonfinite=nonfinite)
 
@@ -108,13 +147,33 @@ def session_class(original, replicas=2, algorithm="sma", alpha=None,
     def __new__(cls, target="", graph=None, config=None):
       if target:
         return original(target, graph, config)
-      return tb_session.TensorBowSession(target, graph, config, **options)
+      return report.made(made(target, graph, config, **options))
 
-  Session.__qualname__ = "Session"
+  Session.__qualname__ = Session.__name__ = original.__name__
   return Session
 
 
-def creator_class(original, **options):
+def interactive_session(target="", graph=None, config=None, **options):
+  """A TensorBowSession made as `tf.compat.v1.InteractiveSession` makes
+  itself: the default session until closed (and its graph, if given, the
+  default graph), so `Tensor.eval()` and `Operation.run()` use it."""
+  sess = tb_session.TensorBowSession(target, graph, config, **options)
+  contexts = ([graph.as_default()] if graph is not None else []) + [
+      sess.as_default()]
+  for context in contexts:
+    context.__enter__()
+  close = sess.close
+
+  def close_interactive():
+    close()
+    while contexts:
+      contexts.pop().__exit__(None, None, None)
+
+  sess.close = close_interactive
+  return sess
+
+
+def creator_class(original, report=None, **options):
   """A stand-in for `tf.compat.v1.train.ChiefSessionCreator`.
 
   Args:
@@ -141,6 +200,10 @@ def creator_class(original, **options):
         return original._get_session_manager(self)  # pylint: disable=protected-access
       return super()._get_session_manager()
 
+    def create_session(self):
+      session = super().create_session()
+      return report.made(session) if report is not None else session
+
   return ChiefSessionCreator
 
 
@@ -164,7 +227,7 @@ def _aliases(name, original):
 
 @contextlib.contextmanager
 def patch_session(replicas=2, algorithm="sma", alpha=None,
-                  central_momentum=0.9, nonfinite="propagate"):
+                  central_momentum=0.9, nonfinite="propagate", report=None):
   """Replaces `tf.compat.v1.Session` and `ChiefSessionCreator` by TensorBow
   stand-ins, then restores them.
 
@@ -195,12 +258,17 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
                        "tensorbow-run's stand-in; patch_session does not nest")
   options = dict(replicas=replicas, algorithm=algorithm, alpha=alpha,
                  central_momentum=central_momentum, nonfinite=nonfinite)
-  tb_session.check_options(**options)
-  stand_in = session_class(original, **options)
+  tb_options.check_options(**options)
+  report = report or Report()
+  stand_in = session_class(original, report=report, **options)
+  interactive = tf.compat.v1.InteractiveSession
   creator = _monitored_session.ChiefSessionCreator
   patches = [(m, "Session", original, stand_in)
              for m in _aliases("Session", original)]
-  creator_stand_in = creator_class(creator, **options)
+  patches += [(m, "InteractiveSession", interactive, session_class(
+      interactive, report=report, interactive=True, **options))
+              for m in _aliases("InteractiveSession", interactive)]
+  creator_stand_in = creator_class(creator, report=report, **options)
   patches += [(m, "ChiefSessionCreator", creator, creator_stand_in)
               for m in _aliases("ChiefSessionCreator", creator) +
               [_monitored_session]]
@@ -245,14 +313,14 @@ def _parser():
       "stay plain TensorFlow sessions).")
   parser.add_argument("--replicas", type=_replicas, default=2,
                       help="number of model replicas L (default: 2)")
-  parser.add_argument("--algorithm", choices=tb_session.ALGORITHMS,
+  parser.add_argument("--algorithm", choices=tb_options.ALGORITHMS,
                       default="sma",
                       help="synchronisation of the replicas (default: sma)")
   parser.add_argument("--alpha", type=_alpha, default=None,
                       help="SMA correction factor (default: 1/replicas)")
   parser.add_argument("--central_momentum", type=_momentum, default=0.9,
                       help="momentum of the central model (default: 0.9)")
-  parser.add_argument("--nonfinite", choices=tb_session.NONFINITE,
+  parser.add_argument("--nonfinite", choices=tb_options.NONFINITE,
                       default="propagate",
                       help="what a training run does with an infinity or NaN "
                       "(default: propagate, as TensorFlow)")
@@ -285,14 +353,16 @@ def main(argv=None):
   saved_argv, saved_path = sys.argv, list(sys.path)
   sys.argv = [args.script] + list(args.script_args)
   sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+  report = Report()
   try:
     with patch_session(args.replicas, args.algorithm, args.alpha,
-                       args.central_momentum, args.nonfinite), \
+                       args.central_momentum, args.nonfinite, report), \
         _tuner_log(args.replicas == "auto"):
       runpy.run_path(args.script, run_name="__main__")
   finally:
     sys.argv = saved_argv
     sys.path[:] = saved_path
+    print(report, file=sys.stderr, flush=True)
   return 0
 
 

@@ -24,10 +24,6 @@ from tensorbow import routing
 from tensorbow import waves
 from tensorbow.rewrite import analysis
 
-ALGORITHMS = options.ALGORITHMS
-NONFINITE = options.NONFINITE
-check_options = options.check_options
-
 
 class TensorBowSession(compat.SessionInterface):
   """Trains several replicas of a TF1 model at once, kept together by SMA.
@@ -59,7 +55,8 @@ class TensorBowSession(compat.SessionInterface):
   def __init__(self, target="", graph=None, config=None, *, replicas=2,
                algorithm="sma", alpha=None, central_momentum=0.9,
                nonfinite="propagate"):
-    check_options(replicas, algorithm, alpha, central_momentum, nonfinite)
+    options.check_options(replicas, algorithm, alpha, central_momentum,
+                          nonfinite)
     # Resolved for L whenever L is set (replicas="auto" changes it).
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)
@@ -75,6 +72,7 @@ class TensorBowSession(compat.SessionInterface):
     self._router = routing.Router(self._graph, self._exec, self._lock)
     self._closed = False
     self._context = None
+    self.counts = {"training_runs": 0}  # completed; outlives the session
     self._set_replicas(1 if self._tuner is not None else replicas)
 
   def _set_replicas(self, replicas, stream_groups=None, inline=False):
@@ -228,8 +226,12 @@ class TensorBowSession(compat.SessionInterface):
     if not route.closure.training:
       return self._plain_run(route, fed_values, options, run_metadata)
     if self._tuner is not None:
-      return self._tuner.train(self, route, fed_values, options, run_metadata)
-    return self._trainer.train(route, fed_values, options, run_metadata)
+      result = self._tuner.train(self, route, fed_values, options,
+                                 run_metadata)
+    else:
+      result = self._trainer.train(route, fed_values, options, run_metadata)
+    self.counts["training_runs"] += 1
+    return result
 
   def _sync(self):
     """Brings the execution graph up to the user's graph."""

@@ -392,3 +392,72 @@ def test_bad_arguments_exit_2(capsys, argv, message):
     run.main(argv)
   assert exit_info.value.code == 2
   assert message in capsys.readouterr().err
+
+
+INTERACTIVE_SCRIPT = """\
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+{mode}
+data = np.load(sys.argv[1])
+x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+w = tf.Variable(data["w0"])
+b = tf.Variable(data["b0"])
+loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(loss)
+sess = tf.compat.v1.InteractiveSession()
+tf.compat.v1.global_variables_initializer().run()
+for _ in range({steps}):
+  train.run({{x: data["x"], y: data["y"]}})
+np.savez(sys.argv[2], session=type(sess).__name__, w=w.eval(), b=b.eval(),
+         is_default=tf.compat.v1.get_default_session() is sess)
+sess.close()
+np.savez(sys.argv[3], default=tf.compat.v1.get_default_session() is None)
+"""
+
+
+def _run_child(tmp_path, script_text, *args):
+  script = tmp_path / "script.py"
+  script.write_text(script_text)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  done = subprocess.run(
+      [sys.executable, "-m", "tensorbow.run", "--replicas", "4",
+       str(script)] + [str(a) for a in args],
+      env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return done.stderr
+
+
+@pytest.mark.slow
+def test_interactive_session_trains_with_tensorbow(tmp_path,
+                                                   tf_mode_statement):
+  data = tmp_path / "data.npz"
+  np.savez(data, x=X16, y=Y16, w0=W0, b0=B0)
+  stderr = _run_child(
+      tmp_path, INTERACTIVE_SCRIPT.format(mode=tf_mode_statement, lr=LR,
+                                          steps=STEPS),
+      data, tmp_path / "out.npz", tmp_path / "after.npz")
+  out = np.load(tmp_path / "out.npz")
+  assert str(out["session"]) == "TensorBowSession" and out["is_default"]
+  # Closing it stops it being the default session, as TensorFlow's.
+  assert np.load(tmp_path / "after.npz")["default"]
+  waves = references.sma([W0, B0], [(X16, Y16)] * STEPS, 4, alpha=0.25,
+                         mu=0.9, lr=LR)
+  np.testing.assert_allclose(out["w"], waves[-1][0][0], rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_allclose(out["b"], waves[-1][0][1], rtol=1e-5,
+                             atol=1e-6)
+  assert (f"made 1 TensorBowSession, which ran {STEPS} training runs"
+          in stderr), stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_script_without_sessions_is_reported(tmp_path, tf_mode_statement):
+  stderr = _run_child(
+      tmp_path, f"import tensorflow as tf\n{tf_mode_statement}\n"
+      "print(tf.constant(1.0))\n")
+  assert "the script made no TensorBowSession" in stderr
