@@ -279,3 +279,14 @@ def test_auto_session_trains_and_reports_its_decisions(monkeypatch):
   assert decisions and decisions[0].replicas == 1
   assert all(isinstance(d, autotune.Decision) for d in decisions)
   assert sess.replicas == decisions[-1].next[0]
+
+
+def test_elements_of_a_fixed_batch_are_not_a_new_batch_size():
+  # Each replica its own element of 2 rows: L = 2 trains 4 rows a run, L = 3
+  # six. Neither is a new batch size, and L is not bounded by the 2 rows.
+  tuner = autotune.AutoTuner(warmup=0, measure=1, cores=1, min_seconds=0,
+                             patience=0)
+  assert tuner.observe(1, 1, 2, 1.0) == (2, None, False)
+  assert tuner.observe(2, 1, 4, 0.1, batch=2) == (3, None, False)
+  assert tuner.observe(3, 1, 6, 0.1, batch=2) == (4, None, False)
+  assert not any("batch size changed" in d.reason for d in tuner.decisions)
