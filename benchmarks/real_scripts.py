@@ -5,7 +5,8 @@
         [--replicas auto] [--repeats 3] [SCRIPT...]
 
 The scripts are in benchmarks/real_scripts/ (an MLP, the "Deep MNIST" CNN,
-an autoencoder with summaries and a Saver), each at its own batch size.
+an autoencoder with summaries and a Saver, the CIFAR-10 tutorial's queue
+runners and MonitoredTrainingSession), each at its own batch size.
 Each repeat runs every script once as `python script.py` and once as
 `python -m tensorbow.run --replicas R script.py`, alternating, and times
 the whole process. Prints per script the median wall time of each, their
@@ -21,7 +22,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "benchmarks", "real_scripts")
-DEFAULT = ("mlp.py", "cnn.py", "autoencoder.py")
+DEFAULT = ("mlp.py", "cnn.py", "autoencoder.py", "queue_cnn.py")
 _RESULT = re.compile(r"RESULT accuracy=(\S+) loss=(\S+)")
 # tensorbow-run's line for an auto-tuner decision: "... -> (L, groups,
 # inline) (why)".
