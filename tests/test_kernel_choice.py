@@ -71,14 +71,20 @@ def test_the_faster_kernel_is_used(monkeypatch, tmp_path, faster):
   assert len(calls) == 2 * len(choices)
   assert [8, 64] in choices[0]["shapes"] or [8, 1] in choices[0]["shapes"]
   # Same training either way.
+  np.testing.assert_allclose(weights, _with_tensorflows_kernels(monkeypatch),
+                             rtol=1e-5, atol=1e-6)
+
+
+def _with_tensorflows_kernels(monkeypatch):
+  """The weights _train's steps give without any substitute."""
   monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "0")
   graph, x, y, w, train, init = _build()
   with tb.TensorBowSession(graph=graph, replicas=2) as sess:
     sess.run(init)
     for _ in range(3):
       sess.run(train, {x: X, y: Y})
-    np.testing.assert_allclose(weights, sess.run(w), rtol=1e-5, atol=1e-6)
     assert sess.kernel_choices() == []
+    return sess.run(w)
 
 
 def test_choices_are_cached_per_machine_and_shape(monkeypatch, tmp_path):
@@ -127,10 +133,5 @@ def test_a_failed_measurement_keeps_tensorflows_kernel(monkeypatch, tmp_path,
                  t.endswith("OuterWithCentral") for t in types)
   warned = [r for r in caplog.records if "could not time" in r.getMessage()]
   assert warned and len(warned) == len({r.getMessage() for r in warned})
-  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "0")
-  graph, x, y, w, train, init = _build()
-  with tb.TensorBowSession(graph=graph, replicas=2) as sess:
-    sess.run(init)
-    for _ in range(3):
-      sess.run(train, {x: X, y: Y})
-    np.testing.assert_allclose(weights, sess.run(w), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(weights, _with_tensorflows_kernels(monkeypatch),
+                             rtol=1e-5, atol=1e-6)

@@ -31,6 +31,17 @@ B0 = np.array([0.1], np.float32)
 X16 = RNG.randn(16, 3).astype(np.float32)
 Y16 = RNG.randn(16, 1).astype(np.float32)
 
+# The least-squares model of the scripts below, `tf` imported.
+MODEL = """\
+data = np.load(sys.argv[1])
+x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+w = tf.Variable(data["w0"])
+b = tf.Variable(data["b0"])
+loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(loss)
+"""
+
 # An unmodified TF1 script: {imports} and {session} vary the spelling,
 # {mode} is the suite's TF1 mode (conftest.py).
 SCRIPT = """\
@@ -41,13 +52,7 @@ import numpy as np
 {imports}
 
 {mode}
-data = np.load(sys.argv[1])
-x = tf.compat.v1.placeholder(tf.float32, [None, 3])
-y = tf.compat.v1.placeholder(tf.float32, [None, 1])
-w = tf.Variable(data["w0"])
-b = tf.Variable(data["b0"])
-loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
-train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(loss)
+""" + MODEL + """\
 with {session} as sess:
   sess.run(tf.compat.v1.global_variables_initializer())
   losses = [float(sess.run([loss, train], {{x: data["x"], y: data["y"]}})[0])
@@ -401,13 +406,7 @@ import numpy as np
 import tensorflow as tf
 
 {mode}
-data = np.load(sys.argv[1])
-x = tf.compat.v1.placeholder(tf.float32, [None, 3])
-y = tf.compat.v1.placeholder(tf.float32, [None, 1])
-w = tf.Variable(data["w0"])
-b = tf.Variable(data["b0"])
-loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
-train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(loss)
+""" + MODEL + """\
 sess = tf.compat.v1.InteractiveSession()
 tf.compat.v1.global_variables_initializer().run()
 for _ in range({steps}):
