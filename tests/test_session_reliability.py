@@ -277,6 +277,37 @@ def test_queue_runner_pipeline_feeds_a_session():
   assert out["result"] == [1.0, 2.0, 3.0, 4.0, 5.0]
 
 
+@pytest.mark.parametrize("use_resource", [True, False],
+                         ids=["resource", "ref"])
+def test_concurrent_first_training_runs_plan_once(use_resource):
+  """Four threads make the first run of the same fetches at once: one
+  plan; every thread gets a wave's loss, and the waves are those of four
+  runs in turn."""
+  model, ref_model = Model(use_resource), Model(use_resource)
+  with model.session() as sess, ref_model.session() as reference:
+    start = threading.Barrier(4)
+    losses, errors = [], []
+
+    def step():
+      start.wait()
+      try:
+        losses.append(model.step(sess))
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(e)
+
+    threads = [threading.Thread(target=step) for _ in range(4)]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join(120)
+    assert not errors and len(losses) == 4
+    assert len(sess._trainer.plans) == 1  # pylint: disable=protected-access
+    expected = [ref_model.step(reference) for _ in range(4)]
+    np.testing.assert_allclose(sorted(losses), sorted(expected), rtol=1e-6)
+    np.testing.assert_allclose(sess.run(model.w), reference.run(ref_model.w),
+                               rtol=1e-6, atol=1e-7)
+
+
 def test_runs_after_close_raise_tensorflows_error():
   m = Model()
   sess = m.session(2)
