@@ -3,16 +3,23 @@
 TensorBow reuses TensorFlow's own fetch handling (so `run` accepts exactly
 the fetch structures `tf.compat.v1.Session.run` accepts), the default-session
 stack, and the pybind11 handles behind a `Session` and an `Operation` that
-its C++ runtime needs. A TensorFlow upgrade touches this file only.
+its C++ runtime needs. A TensorFlow upgrade touches this file only
+(tests/test_private_api.py fails on any use elsewhere).
 """
 from tensorflow.python.client import session as _tf_session
+from tensorflow.python.framework import error_interpolation as _interpolation
 from tensorflow.python.framework import errors_impl as _errors_impl
+from tensorflow.python.framework import op_def_registry as _op_def_registry
 from tensorflow.python.framework import ops as _ops
 from tensorflow.python.framework import sparse_tensor as _sparse_tensor
 from tensorflow.python.framework import stack as _stack
+from tensorflow.python.training import monitored_session as _monitored_session
 from tensorflow.python.util import nest as _nest
 
 SessionInterface = _tf_session.SessionInterface
+# The module whose ChiefSessionCreator MonitoredTrainingSession and
+# MonitoredSession use: tensorbow-run replaces it there.
+monitored_session = _monitored_session
 # The class behind `tf.compat.v1.Session`, reached without the public name,
 # which `tensorbow-run` replaces while a script runs.
 PlainSession = _tf_session.Session
@@ -170,3 +177,50 @@ def callable_from_options(run, callable_options):
 
   return call
 
+
+
+# ---- Graphs and operations ---------------------------------------------------
+
+
+def op_def(op_type):
+  """The registered `OpDef` of an op type."""
+  return _op_def_registry.get(op_type)
+
+
+def interpolate_graph(message, graph):
+  """An error message with TensorFlow's {{node ...}} tags expanded, as
+  TensorFlow's own errors show them."""
+  return _interpolation.interpolate_graph(message, graph)
+
+
+def add_control_inputs(op, ops):
+  """Makes graph op `op` wait for `ops`, changing no other op."""
+  op._add_control_inputs(list(ops))  # pylint: disable=protected-access
+
+
+def clear_device(op):
+  """Unpins graph op `op` from its device."""
+  op._set_device("")  # pylint: disable=protected-access
+
+
+def control_outputs(op):
+  """The ops that wait for `op` through a control dependency."""
+  return op._control_outputs  # pylint: disable=protected-access
+
+
+def in_control_flow(op):
+  """Whether `op` is inside a TF1 while loop or cond."""
+  return op._get_control_flow_context() is not None  # pylint: disable=protected-access
+
+
+def is_ref_dtype(dtype):
+  """Whether `dtype` is a reference variable's (`float32_ref`, ...)."""
+  return dtype._is_ref_dtype  # pylint: disable=protected-access
+
+
+def graph_function(graph, name):
+  """The function `name` defined in `graph` (a `tf.function` or Defun
+  body), or None if `graph` has none by that name."""
+  if not graph._is_function(name):  # pylint: disable=protected-access
+    return None
+  return graph._get_function(name)  # pylint: disable=protected-access

@@ -56,8 +56,8 @@ import runpy
 import sys
 
 import tensorflow as tf
-from tensorflow.python.training import monitored_session as _monitored_session  # pylint: disable=g-direct-tensorflow-import
 
+from tensorbow import compat
 from tensorbow import monitored
 from tensorbow import options as tb_options
 from tensorbow import session as tb_session
@@ -262,7 +262,7 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
   report = report or Report()
   stand_in = session_class(original, report=report, **options)
   interactive = tf.compat.v1.InteractiveSession
-  creator = _monitored_session.ChiefSessionCreator
+  creator = compat.monitored_session.ChiefSessionCreator
   patches = [(m, "Session", original, stand_in)
              for m in _aliases("Session", original)]
   patches += [(m, "InteractiveSession", interactive, session_class(
@@ -271,7 +271,7 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
   creator_stand_in = creator_class(creator, report=report, **options)
   patches += [(m, "ChiefSessionCreator", creator, creator_stand_in)
               for m in _aliases("ChiefSessionCreator", creator) +
-              [_monitored_session]]
+              [compat.monitored_session]]
   try:
     for module, name, _, new in patches:
       setattr(module, name, new)

@@ -3,8 +3,6 @@
 * No module imports another by file path: the reference models, their
   training loop, data loaders and benchmark suites are packages (`models`,
   `benchmarks`), imported by name.
-* `tensorbow/session.py` stays a thin facade (route, plan, execute,
-  merge: routing.py, planner.py, waves.py, feeds.py).
 * `import tensorbow` loads only TensorBow's own modules beyond what
   `import tensorflow` loads. (TensorFlow 2.21 itself imports absl and, in
   this environment, matplotlib, so "no absl" can only mean "none of
@@ -44,12 +42,6 @@ def test_no_module_imports_a_file_by_path():
                       os.path.join("tests", "test_layout.py"))
       and path_import.search(text)]
   assert not offenders, offenders
-
-
-def test_session_is_a_thin_facade():
-  with open(os.path.join(ROOT, "tensorbow", "session.py")) as f:
-    lines = len(f.readlines())
-  assert lines < 300, lines
 
 
 def test_import_tensorbow_loads_only_its_own_modules():

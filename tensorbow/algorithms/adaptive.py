@@ -18,8 +18,8 @@ heterogeneous multi-GPU systems).
 """
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework import op_def_registry  # pylint: disable=g-direct-tensorflow-import
 
+from tensorbow import compat
 from tensorbow.algorithms import base
 from tensorbow.rewrite import replicate
 
@@ -117,7 +117,7 @@ class Adaptive(base.Algorithm):
 
   def apply_nodes(self, builder, state, node, var, group, aux):
     del var, group
-    inputs = [a.name for a in op_def_registry.get(node.op).input_arg]
+    inputs = [a.name for a in compat.op_def(node.op).input_arg]
     lr = next((i for i, name in enumerate(inputs) if name in _LR_NAMES),
               None)
     if lr is None:

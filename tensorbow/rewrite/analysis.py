@@ -11,6 +11,8 @@ import collections
 
 import tensorflow as tf
 
+from tensorbow import compat
+
 VARIABLE_OPS = frozenset(["VariableV2", "Variable", "VarHandleOp"])
 # What a replicated variable becomes in the execution graph's copies: the
 # copy of the replica the task trains (cc/ops/replica_ops.cc).
@@ -79,9 +81,10 @@ def called_op_types(op):
   """The op types in the functions `op` runs, nested calls included; empty
   for an op that runs none."""
   graph = op.graph
-  if op.type not in _FUNCTION_CALLS and not graph._is_function(op.type):  # pylint: disable=protected-access
+  own = compat.graph_function(graph, op.type) is not None
+  if op.type not in _FUNCTION_CALLS and not own:
     return set()
-  names = [op.type] if graph._is_function(op.type) else []  # pylint: disable=protected-access
+  names = [op.type] if own else []
   names += _function_names(op.node_def)
   types, seen = set(), set()
   while names:
@@ -89,13 +92,13 @@ def called_op_types(op):
     if name in seen:
       continue
     seen.add(name)
-    function = graph._get_function(name)  # pylint: disable=protected-access
+    function = compat.graph_function(graph, name)
     if function is None:
       continue
     for node in function.definition.node_def:
       types.add(node.op)
       names += _function_names(node)
-      if graph._is_function(node.op):  # pylint: disable=protected-access
+      if compat.graph_function(graph, node.op) is not None:
         names.append(node.op)
   return types
 

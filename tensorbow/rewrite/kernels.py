@@ -47,6 +47,8 @@ import os
 
 import tensorflow as tf
 
+from tensorbow import compat
+
 # TensorBowMatMul's small dimension (small_matmul::kMaxSmall).
 SMALL = 16
 # Conv2DBackpropInput is replaced from this many feature-map pixels times
@@ -164,7 +166,7 @@ def _is_plain_same_conv(op):
   Not inside a while loop or cond: the equivalents add Consts, which would
   need the control-flow context's frame.
   """
-  if op._get_control_flow_context() is not None:  # pylint: disable=protected-access
+  if compat.in_control_flow(op):
     return False
   if op.get_attr("T") not in _FLOATS:
     return False
@@ -335,8 +337,7 @@ def outer_applies(ops):
         not matmul.get_attr("transpose_b") and
         matmul.get_attr("T") in _FLOATS and
         matmul.get_attr("T") == op.get_attr("T") and
-        not any(o._get_control_flow_context() is not None  # pylint: disable=protected-access
-                for o in (op, matmul)) and
+        not any(compat.in_control_flow(o) for o in (op, matmul)) and
         _dims(matmul.inputs[0], 2) is not None and
         _small(_dims(matmul.inputs[0], 2)[0])):
       found[op.name] = Outer(matmul,

@@ -12,6 +12,7 @@ import collections
 
 import tensorflow as tf
 
+from tensorbow import compat
 from tensorbow.rewrite import analysis
 
 # Ops whose outputs a commit may compute again instead of being fed: they
@@ -67,7 +68,7 @@ def orders_only(op, routing=frozenset()):
     # A group other ops wait on, e.g. tf.gradients' tuples: it must still
     # wait on the computed ops it groups, but not on writes. A group of
     # writes alone, or one nothing waits on (a target), keeps its edges.
-    return (bool(op._control_outputs) and  # pylint: disable=protected-access
+    return (bool(compat.control_outputs(op)) and
             not all(is_write_group(c) for c in op.control_inputs))
   if op.type in _CONTROL_FLOW and op.name not in routing:
     return False
@@ -76,7 +77,7 @@ def orders_only(op, routing=frozenset()):
 
 def _value_only(op):
   return not op.op_def.is_stateful and not any(
-      t.dtype._is_ref_dtype or  # pylint: disable=protected-access
+      compat.is_ref_dtype(t.dtype) or
       t.dtype.base_dtype in (tf.resource, tf.variant) for t in op.inputs)
 
 
@@ -108,7 +109,7 @@ def routing_ops(graph, ops):
     while stack:
       op = stack.pop()
       following = [c for t in op.outputs for c in t.consumers()]
-      following += op._control_outputs  # pylint: disable=protected-access
+      following += compat.control_outputs(op)
       for nxt in following:
         if nxt.name in region:
           continue
@@ -173,8 +174,8 @@ def split(fetches, targets, fed_names):
       if (t.op.name in after or t.op.name in rereadable or
           t.name in fed_names or t.name in seen):
         continue
-      if t.dtype._is_ref_dtype or t.dtype.base_dtype in (tf.resource,  # pylint: disable=protected-access
-                                                           tf.variant):
+      if compat.is_ref_dtype(t.dtype) or t.dtype.base_dtype in (tf.resource,
+                                                                tf.variant):
         return None
       seen.add(t.name)
       internal.append(t)

@@ -26,8 +26,8 @@ import re
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework import error_interpolation  # pylint: disable=g-direct-tensorflow-import
 
+from tensorbow import compat
 from tensorbow import ops as tb_ops
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import kernels
@@ -616,7 +616,7 @@ class Replicator(object):
         break
       except KeyError:
         continue
-    message = error_interpolation.interpolate_graph(message, graph)
+    message = compat.interpolate_graph(message, graph)
     return type(error)(op.node_def if op is not None else None, op, message)
 
   # ---- TensorBow's own state, for checkpoints -------------------------------
@@ -811,7 +811,7 @@ def after(ops, name, made=None):
   else:
     made = tf.identity(made, name=name)
   op = made if isinstance(made, tf.Operation) else made.op
-  op._add_control_inputs(list(ops))  # pylint: disable=protected-access
+  compat.add_control_inputs(op, ops)
   return made
 
 
@@ -824,7 +824,7 @@ def _unpin_shared_state(ops):
   unpinned = set()
 
   def stateful(t):
-    return t.dtype == tf.resource or t.dtype._is_ref_dtype  # pylint: disable=protected-access
+    return t.dtype == tf.resource or compat.is_ref_dtype(t.dtype)
 
   changed = True
   while changed:
@@ -840,7 +840,7 @@ def _unpin_shared_state(ops):
         changed = True
   for op in ops:
     if op.name in unpinned:
-      op._set_device("")  # pylint: disable=protected-access
+      compat.clear_device(op)
 
 
 # How TensorFlow's error messages name a node.
