@@ -3,11 +3,14 @@
 * No module imports another by file path: the reference models, their
   training loop, data loaders and benchmark suites are packages (`models`,
   `benchmarks`), imported by name.
+* No import circle: no module of the checkout imports, through others, a
+  module that imports it.
 * `import tensorbow` loads only TensorBow's own modules beyond what
   `import tensorflow` loads. (TensorFlow 2.21 itself imports absl and, in
   this environment, matplotlib, so "no absl" can only mean "none of
   TensorBow's making".)
 """
+import ast
 import os
 import re
 import subprocess
@@ -61,3 +64,72 @@ def test_import_tensorbow_loads_only_its_own_modules():
              if m.split(".")[0] != "tensorbow" and
              not re.fullmatch(r"[0-9a-f]{40}", m)]
   assert not foreign, foreign
+
+
+def _import_graph():
+  """{module: modules of the checkout it imports} for tensorbow, models,
+  benchmarks and examples. `from package import name` is an edge to the
+  package only if its __init__ defines `name` (else `name` is a module:
+  a submodule, or a built extension such as tensorbow._runtime)."""
+  files = {}
+  for folder in ("tensorbow", "models", "benchmarks", "examples"):
+    for root, _, names in os.walk(os.path.join(ROOT, folder)):
+      for name in names:
+        if name.endswith(".py"):
+          path = os.path.join(root, name)
+          module = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+          files[module[:-len(".__init__")] if module.endswith(".__init__")
+                else module] = path
+  trees = {m: ast.parse(open(p).read(), p) for m, p in files.items()}
+
+  def defines(package, name):
+    for node in trees[package].body:
+      targets = (node.targets if isinstance(node, ast.Assign) else
+                 [a for a in getattr(node, "names", [])]
+                 if isinstance(node, (ast.Import, ast.ImportFrom)) else [])
+      if getattr(node, "name", None) == name or any(
+          getattr(t, "id", None) == name or
+          getattr(t, "asname", None) == name or
+          getattr(t, "name", None) == name for t in targets):
+        return True
+    return False
+
+  graph = {}
+  for module, tree in trees.items():
+    edges = set()
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        edges |= {a.name for a in node.names if a.name in trees}
+      elif isinstance(node, ast.ImportFrom) and node.module in trees:
+        for alias in node.names:
+          full = f"{node.module}.{alias.name}"
+          if full in trees:
+            edges.add(full)
+          elif defines(node.module, alias.name):
+            edges.add(node.module)
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        edges |= {f"{node.module}.{a.name}" for a in node.names
+                  if f"{node.module}.{a.name}" in trees}
+    graph[module] = edges - {module}
+  return graph
+
+
+def test_no_import_circle():
+  graph = _import_graph()
+  state, path, circles = {}, [], []
+
+  def visit(module):
+    state[module] = "open"
+    path.append(module)
+    for other in sorted(graph[module]):
+      if state.get(other) == "open":
+        circles.append(path[path.index(other):] + [other])
+      elif other not in state:
+        visit(other)
+    path.pop()
+    state[module] = "done"
+
+  for module in sorted(graph):
+    if module not in state:
+      visit(module)
+  assert not circles, [" -> ".join(c) for c in circles]

@@ -8,7 +8,7 @@ and the flat [N, 784] Fashion-MNIST loader.
 """
 from models.data.batches import batches
 from models.data.cifar10 import read_cifar10
-from models.data.datasets import Dataset
+from models.data.dataset import Dataset
 from models.data.datasets import load_dataset
 from models.data.idx import load_fashion_mnist
 from models.data.idx import read_idx

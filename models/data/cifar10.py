@@ -17,7 +17,7 @@ import pickle
 
 import numpy as np
 
-from models.data.datasets import Dataset
+from models.data.dataset import Dataset
 
 NUM_CLASSES = 10
 HEIGHT, WIDTH, CHANNELS = 32, 32, 3

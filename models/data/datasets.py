@@ -1,28 +1,16 @@
-"""Data sets by name, in one layout: the `Dataset` tuple and `load_dataset`.
+"""Data sets by name, in one layout (`dataset.Dataset`): `load_dataset`.
 
 Every loader returns a `Dataset` whose images are float32 NHWC arrays in
 [0, 1] and whose labels are int64 in [0, num_classes), so a training script
 can switch between Fashion-MNIST, MNIST, CIFAR-10 and synthetic data with
 one flag.
 """
-import collections
-
 import numpy as np
 
+from models.data import cifar10
 from models.data import idx
-
-Dataset = collections.namedtuple(
-    "Dataset",
-    "train_images train_labels test_images test_labels num_classes")
-Dataset.__doc__ = """A classification data set held in memory.
-
-Attributes:
-  train_images: float32 [N, height, width, channels] in [0, 1].
-  train_labels: int64 [N] in [0, num_classes).
-  test_images: float32 [M, height, width, channels] in [0, 1].
-  test_labels: int64 [M] in [0, num_classes).
-  num_classes: the number of classes.
-"""
+from models.data import synthetic
+from models.data.dataset import Dataset
 
 NAMES = ("cifar10", "fashion_mnist", "mnist", "synthetic")
 
@@ -127,9 +115,6 @@ def load_dataset(name, data_dir=None, image_shape=None, train_size=None,
       size is negative or larger than the data set, or a file is malformed.
     FileNotFoundError: a file of the data set is missing.
   """
-  # Imported here: these modules import `Dataset` from this one.
-  from models.data import cifar10  # pylint: disable=g-import-not-at-top
-  from models.data import synthetic  # pylint: disable=g-import-not-at-top
 
   if name == "synthetic":
     return synthetic.synthetic_dataset(

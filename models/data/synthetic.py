@@ -10,7 +10,7 @@ stream of the seed, so the test set does not change with `train_size`.
 """
 import numpy as np
 
-from models.data.datasets import Dataset
+from models.data.dataset import Dataset
 
 # Templates are uniform in [_LOW, _HIGH]; the noise has this standard deviation.
 _LOW, _HIGH = 0.25, 0.75
