@@ -80,8 +80,10 @@ class Router(object):
     for t in route.fed:
       if not graph.is_feedable(t):
         raise ValueError(f"Tensor {t.name} may not be fed.")
-    if route.closure.training:
-      route = route._replace(sparse=compat.sparse_feed_keys(feed_dict))
+    sparse = (compat.sparse_feed_keys(feed_dict) if route.closure.training
+              else ())
+    if sparse:
+      route = route._replace(sparse=sparse)
     return route, [values[i] for i in route.order]
 
   def refuse_training(self, handler, fed_names, what):

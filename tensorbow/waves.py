@@ -152,7 +152,9 @@ class Trainer(object):
       # Taken outside the lock: the runs that fill a queue are plain runs
       # of this session.
       self._check_open()
-      by_element = self._planner.takes_elements(route.pulled)
+      plan = self.plans.get(route.signature)
+      by_element = (any(plan.elements) if plan is not None else
+                    self._planner.takes_elements(route.pulled))
       taken = self._pull(route, self._replicas if by_element else 1,
                          options)
       if by_element:
@@ -217,11 +219,10 @@ class Trainer(object):
             [fetched[i].name for i in plan.central_fetches])
         central = dict(zip(plan.central_fetches, central_values))
       for i, j in plan.echoed:
-        central[i] = values[j]
-        if isinstance(values[j], feeds.Elements):
-          central[i] = feeds.merge(
-              list(values[j]),
-              [len(v) if np.ndim(v) else 1 for v in values[j]])
+        central[i] = (feeds.merge(list(values[j]),
+                                  [len(v) if np.ndim(v) else 1
+                                   for v in values[j]])
+                      if isinstance(values[j], feeds.Elements) else values[j])
     sizes = ([len(s) for s in shards[plan.batch_feed]]
              if plan.batch_feed >= 0 else None)
     if committed is not None and not all(committed):
