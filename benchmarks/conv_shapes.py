@@ -4,7 +4,7 @@ For stride 1 and 'SAME' padding with an odd kernel, the input gradient is a
 forward convolution of the output gradient with the filter flipped and its
 channels swapped, and the filter gradient a convolution of the padded input
 (batch and channels swapped) with the output gradient as the filter
-(tensorbow/rewrite/kernels.py builds both). Each is timed against TF's own
+(tensorbow/rewrite/substitutes.py builds both). Each is timed against TF's own
 Conv2DBackpropInput / Conv2DBackpropFilter in one session, interleaved, as
 the median of `--repeats` measurements of `--seconds` each, one
 Session.run per op; the forward convolution is timed for scale.
@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks.suite import harness
-from tensorbow.rewrite import kernels
+from tensorbow.rewrite import substitutes
 
 # name: (height = width, input channels, filters, kernel size)
 SHAPES = {
@@ -63,7 +63,7 @@ def main():
   # The same graph with the replicas' forms under the same names.
   faster = tf.Graph()
   with faster.as_default():
-    tf.compat.v1.import_graph_def(kernels.faster_graph_def(graph), name="")
+    tf.compat.v1.import_graph_def(substitutes.faster_graph_def(graph), name="")
   runs = []  # (key, label, session, op)
   sessions = [tf.compat.v1.Session(graph=g) for g in (graph, faster)]
   for sess in sessions:
@@ -72,7 +72,7 @@ def main():
     runs.append((key, "forward", sessions[0], ops["forward"]))
     for label in ("dX", "dW"):
       runs.append((key, label + " tf", sessions[0], ops[label]))
-      if kernels.applies(ops[label]):
+      if substitutes.applies(ops[label]):
         runs.append((key, label + " TB", sessions[1],
                      faster.get_operation_by_name(ops[label].name)))
   samples = {}

@@ -11,7 +11,7 @@ images/s is reported with its ratio to TensorFlow at the same batch size.
 "tf N copies" is plain TensorFlow running N unsynchronised copies of the
 model in one `run`: what concurrency alone gives, without SMA. "tf+k" is
 plain TensorFlow on the graph with the kernel substitutions TensorBow's
-replicas use (tensorbow/rewrite/kernels.py), so that what TensorBow gains
+replicas use (tensorbow/rewrite/substitutes.py), so that what TensorBow gains
 by its kernels and by running replicas concurrently can be told apart.
 Algorithm "sma-whole" is SMA with every dense gradient written out whole,
 not taken as its factors into SMA's step (`takes_outer_applies`).
@@ -28,7 +28,7 @@ import tensorflow as tf
 
 import tensorbow as tb
 from tensorbow.algorithms import sma
-from tensorbow.rewrite import kernels
+from tensorbow.rewrite import substitutes
 
 
 def weight(name, shape):
@@ -105,7 +105,7 @@ class Config(object):
     if faster_kernels:
       graph = tf.Graph()
       with graph.as_default():
-        tf.compat.v1.import_graph_def(kernels.faster_graph_def(self.graph),
+        tf.compat.v1.import_graph_def(substitutes.faster_graph_def(self.graph),
                                       name="")
       self.feed = {graph.get_tensor_by_name(t.name): v
                    for t, v in self.feed.items()}

@@ -5,7 +5,7 @@ product x·W, the input gradient dY·Wᵀ and the weight gradient xᵀ·dY. The
 defaults are LeNet's fc1 (K = 3136, N = 512). Each product is timed in one
 session, TF's op and TensorBow's interleaved, as the median of `--repeats`
 measurements of `--seconds` each, a Session.run per product (the cost of an
-empty run is printed to subtract). See tensorbow/rewrite/kernels.py.
+empty run is printed to subtract). See tensorbow/rewrite/substitutes.py.
 
   python benchmarks/matmul_shapes.py --rows 1,4,16,64,256
 """

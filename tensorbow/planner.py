@@ -15,7 +15,7 @@ from tensorbow import compat
 from tensorbow import runtime as tb_runtime
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import kernel_choice
-from tensorbow.rewrite import kernels
+from tensorbow.rewrite import substitutes
 from tensorbow.rewrite import phases
 from tensorbow.rewrite import replicate
 
@@ -160,7 +160,7 @@ class Planner(object):
           share_variables=self._replicas == 1 or self._algorithm.shares_model,
           devices=self._cpu_devices())
     rep = self.replicator
-    if rep.chooser is None and kernels.measured() and values is not None:
+    if rep.chooser is None and substitutes.measured() and values is not None:
       rows = ([len(v) // self._replicas for v, b in zip(values, batch)
                if b and np.ndim(v)] +
               [len(v) for v, e in zip(values, elements) if e and np.ndim(v)])
@@ -295,10 +295,10 @@ def _aligned(splits, user_name):
 def _plain_copy_info(ops, batch_names, trainable):
   """With one replica: the TrainingInfo of a copy worth making, or None.
 
-  A copy pays only where `kernels` has a faster equivalent for one of its
+  A copy pays only where `substitutes` has a faster equivalent for one of its
   ops; a graph TensorBow cannot copy runs as the user wrote it.
   """
-  if not (kernels.enabled() and any(kernels.applies(op) for op in ops)):
+  if not (substitutes.enabled() and any(substitutes.applies(op) for op in ops)):
     return None
   try:
     return analysis.analyse_training(ops, batch_names, trainable)

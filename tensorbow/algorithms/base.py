@@ -35,7 +35,7 @@ class Algorithm(object):
   # The shard sizes follow the replicas' task times (next_shares).
   adapts_shards = False
   # apply_nodes also takes TensorBow's apply ops fed a dense layer's
-  # gradient as its factors (rewrite/kernels.py's outer_applies) in place
+  # gradient as its factors (rewrite/substitutes.py's outer_applies) in place
   # of the optimizer's.
   takes_outer_applies = False
 

@@ -36,7 +36,7 @@ _FUSABLE_TYPES = (tf.float32.as_datatype_enum, tf.float64.as_datatype_enum)
 
 # The optimizers' apply ops that SMA fuses with its correction, by type:
 # TensorFlow's, and TensorBow's taking a dense layer's gradient as its
-# factors (rewrite/kernels.py's outer_applies).
+# factors (rewrite/substitutes.py's outer_applies).
 _FUSED_KINDS = {
     "ApplyGradientDescent": "sgd",
     "ResourceApplyGradientDescent": "sgd",

@@ -1,8 +1,8 @@
-"""Keeps a substitute of `kernels` only where it is faster on this machine.
+"""Keeps a substitute of `substitutes` only where it is faster on this machine.
 
 Whether TensorBow's kernel (or rewrite) beats TensorFlow's own depends on
 the CPU, TensorFlow's build (oneDNN or not) and the shape. When the
-replicas' copies are built, each op `kernels` would substitute is timed
+replicas' copies are built, each op `substitutes` would substitute is timed
 both ways on the shapes a replica runs (unknown dimensions taken as the
 replica's rows), in a graph of its own with random inputs: the faster is
 kept. Choices are cached per machine (CPU, TensorFlow version, oneDNN
@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tensorbow import ops as tb_ops
-from tensorbow.rewrite import kernels
+from tensorbow.rewrite import substitutes
 
 _CACHE_FILE = "kernel_choices.json"
 # Inputs of TF's ops that hold a shape, not data: derived from the output.
@@ -69,7 +69,7 @@ def _timed(graph_def, fetch, values, copies=4, repeats=2, runs=3):
 def _timed_outer(fused, op_type, a_shape, b_shape, dtype, nesterov, copies=4,
                  repeats=2, runs=3):
   """Seconds per apply op of type `op_type` (a dense one, see
-  kernels.outer_applies) on resource variables with gradient aᵀ·b: as a
+  substitutes.outer_applies) on resource variables with gradient aᵀ·b: as a
   MatMul and TensorFlow's op, or `fused` as TensorBow's op taking a and b.
   Timed as `_timed` times, on `copies` variables of their own."""
   graph = tf.Graph()
@@ -171,7 +171,7 @@ class Chooser(object):
       del own.input[:]
       own.input.extend(f"input_{i}" for i in range(len(values)))
       own.device = ""
-      replaced = kernels.substitute(own, op)
+      replaced = substitutes.substitute(own, op)
       inputs = [_placeholder(f"input_{i}", v) for i, v in enumerate(values)]
       entry = self._measure(op, lambda: {
           "tf": self._timer(_graph_def(inputs + [own]), own.name + ":0",
@@ -186,7 +186,7 @@ class Chooser(object):
 
   def keep_outer(self, op, matmul):
     """Whether apply op `op` is faster taking its gradient as the factors
-    of `matmul` (kernels.outer_applies) than after it, on a replica's
+    of `matmul` (substitutes.outer_applies) than after it, on a replica's
     shapes."""
     if op.name in self._decided:
       return self._decided[op.name]

@@ -30,7 +30,7 @@ import tensorflow as tf
 from tensorbow import compat
 from tensorbow import ops as tb_ops
 from tensorbow.rewrite import analysis
-from tensorbow.rewrite import kernels
+from tensorbow.rewrite import substitutes
 from tensorbow.rewrite import phases
 
 # The op standing for replica r's copy of a replicated variable, by the
@@ -81,7 +81,7 @@ class Replicator(object):
     algorithm: the session's `algorithms.Algorithm`, resolved for L.
     share_variables: replicate no variable: the copies train the user's
       own variables, as plain training does (L = 1, where the one copy
-      only brings the faster kernels of `kernels`; or an algorithm whose
+      only brings the faster kernels of `substitutes`; or an algorithm whose
       tasks share the model, `Algorithm.shares_model`).
     devices: per stream group, the device its copy is pinned to, or None
       (all on the session's default device). An op of a copy that takes a
@@ -121,9 +121,9 @@ class Replicator(object):
     self._constants = {}
     self._replica = None
     self._histogram_size = None  # made with the first histogram copied
-    self._fast_kernels = kernels.enabled()
+    self._fast_kernels = substitutes.enabled()
     # Times each substitute against TensorFlow's kernel (kernel_choice);
-    # None keeps every substitute the rules of `kernels` pick.
+    # None keeps every substitute the rules of `substitutes` pick.
     self.chooser = None
 
   @property
@@ -294,7 +294,7 @@ class Replicator(object):
       input_map[key + ":0"] = tensor
       return key + ":0"
 
-    dropped = kernels.unwaited(fused)
+    dropped = substitutes.unwaited(fused)
     for op in new_ops:
       node = tf.compat.v1.NodeDef()
       node.CopyFrom(op.node_def)
@@ -327,7 +327,7 @@ class Replicator(object):
               "supported")
         before = []
         if op.name in fused:
-          *before, node = kernels.outer_apply(node, op, fused[op.name],
+          *before, node = substitutes.outer_apply(node, op, fused[op.name],
                                               dropped, resolve)
         for out in before + self._algorithm.apply_nodes(
             self, self._states[var.name], node, var, group, aux):
@@ -336,11 +336,12 @@ class Replicator(object):
         for out in self._first_replica_only(node, aux):
           graph_def.node.add().CopyFrom(out)
       elif op.name in fused:
-        for out in kernels.outer_apply(node, op, fused[op.name], dropped,
+        for out in substitutes.outer_apply(node, op, fused[op.name], dropped,
                                        resolve):
           graph_def.node.add().CopyFrom(out)
       else:
-        faster = kernels.substitute(node, op) if self._fast_kernels else None
+        faster = (substitutes.substitute(node, op) if self._fast_kernels
+                  else None)
         if faster and self.chooser is not None and not self.chooser.keep(
             node, op, faster):
           faster = None
@@ -349,7 +350,7 @@ class Replicator(object):
     return graph_def, input_map
 
   def _outer_applies(self, new_ops):
-    """{apply op name: kernels.Outer} of `kernels.outer_applies` among
+    """{apply op name: substitutes.Outer} of `substitutes.outer_applies` among
     `new_ops` to fuse: those the algorithm leaves as they are (shared or
     unsynchronised variables) or takes fused (`takes_outer_applies`),
     and, when measured, faster fused. Not where the algorithm averages
@@ -358,7 +359,7 @@ class Replicator(object):
     if not self._fast_kernels or self._algorithm.averages_gradients:
       return {}
     fused = {}
-    for name, outer in kernels.outer_applies(new_ops).items():
+    for name, outer in substitutes.outer_applies(new_ops).items():
       op = self._graph.get_operation_by_name(name)
       var = analysis.variable_of(op.inputs[0])
       if (var is not None and var.name in self._states and

@@ -1,4 +1,4 @@
-"""The faster kernel equivalents of tensorbow/rewrite/kernels.py.
+"""The faster kernel equivalents of tensorbow/rewrite/substitutes.py.
 
 Each substitution must compute what the op it replaces computes (the
 replaced TensorFlow op, and NumPy for the products), apply only where it is
@@ -11,7 +11,7 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
 import tensorbow as tb
-from tensorbow.rewrite import kernels
+from tensorbow.rewrite import substitutes
 
 import graphs
 import references
@@ -22,7 +22,7 @@ tf1 = tf.compat.v1
 def _faster(graph):
   faster = tf.Graph()
   with faster.as_default():
-    tf1.import_graph_def(kernels.faster_graph_def(graph), name="")
+    tf1.import_graph_def(substitutes.faster_graph_def(graph), name="")
   return faster
 
 
@@ -50,7 +50,7 @@ def matmul_graph(a_shape, b_shape, dtype, **kwargs):
 ])
 def test_substituted_matmul_equals_numpy(dtype, a_shape, b_shape, kwargs):
   graph, op = matmul_graph(a_shape, b_shape, dtype, **kwargs)
-  assert kernels.applies(op)
+  assert substitutes.applies(op)
   rng = np.random.RandomState(0)
   rows = 3 if a_shape[0] is None else a_shape[0]
   a = rng.randn(rows, a_shape[1]).astype(dtype.as_numpy_dtype)
@@ -76,8 +76,8 @@ def test_substituted_matmul_equals_numpy(dtype, a_shape, b_shape, kwargs):
 def test_matmul_substitution_applies_only_to_small_float_products(
     a_shape, b_shape, kwargs, dtype):
   _, op = matmul_graph(a_shape, b_shape, dtype, **kwargs)
-  assert not kernels.applies(op)
-  assert kernels.substitute(op.node_def, op) is None
+  assert not substitutes.applies(op)
+  assert substitutes.substitute(op.node_def, op) is None
 
 
 # ---- Convolution gradients ---------------------------------------------------
@@ -115,8 +115,8 @@ def test_substituted_conv_gradients_equal_tensorflows(batch, size, channels,
                                                        filters, kernel,
                                                        input_grad):
   graph, dx, dw = conv_grads_graph(batch, size, channels, filters, kernel)
-  assert kernels.applies(dw)
-  assert kernels.applies(dx) == input_grad
+  assert substitutes.applies(dw)
+  assert substitutes.applies(dx) == input_grad
   with tf1.Session(graph=graph) as sess:
     expected = sess.run([dx.outputs[0], dw.outputs[0]])
   faster = _faster(graph)
@@ -154,7 +154,7 @@ def test_conv_filter_gradient_equals_numpy():
 ])
 def test_conv_substitutions_skip_other_convolutions(kernel, padding, strides):
   _, dx, dw = conv_grads_graph(2, 16, 3, 4, kernel, padding, strides)
-  assert not kernels.applies(dx) and not kernels.applies(dw)
+  assert not substitutes.applies(dx) and not substitutes.applies(dw)
 
 
 @pytest.mark.parametrize("size,channels,kernel", [
@@ -164,7 +164,7 @@ def test_conv_substitutions_skip_other_convolutions(kernel, padding, strides):
 def test_conv_input_gradient_skipped_where_tensorflow_is_faster(
     size, channels, kernel):
   _, dx, dw = conv_grads_graph(2, size, channels, 16, kernel)
-  assert not kernels.applies(dx) and kernels.applies(dw)
+  assert not substitutes.applies(dx) and substitutes.applies(dw)
 
 
 def test_conv_substitutions_skip_ops_inside_a_while_loop(monkeypatch):
@@ -183,7 +183,7 @@ def test_conv_substitutions_skip_ops_inside_a_while_loop(monkeypatch):
     tf.while_loop(lambda i, _: i < 2, body, [0, tf.ones([2, 32, 32, 8])])
   dw = [op for op in graph.get_operations()
         if op.type == "Conv2DBackpropFilter"]
-  assert len(dw) == 1 and not kernels.applies(dw[0])
+  assert len(dw) == 1 and not substitutes.applies(dw[0])
 
 
 # ---- Training with and without the substitutions -----------------------------
@@ -352,7 +352,7 @@ def test_outer_applies_only_where_the_gradient_is_the_products():
   graph, (_, _, weights, grads, _, _, _), _, _ = dense_model(
       OPTIMIZERS["momentum"]())
   ops = graph.get_operations()
-  found = kernels.outer_applies(ops)
+  found = substitutes.outer_applies(ops)
   assert sorted(found) == sorted(
       op.name for op in ops if op.type.endswith("ApplyMomentum"))
   for outer in found.values():
@@ -363,13 +363,13 @@ def test_outer_applies_only_where_the_gradient_is_the_products():
   # A gradient also read by another op (a clip, a summary) is left alone.
   with graph.as_default():
     tf.identity(grads[0], name="reads_the_gradient")
-    found = kernels.outer_applies(graph.get_operations())
+    found = substitutes.outer_applies(graph.get_operations())
   assert [o.matmul.outputs[0].shape.as_list() for o in found.values()] == [
       weights[1].shape.as_list()]
   # Without gating the gradient feeds the apply op directly.
   graph, _, _, _ = dense_model(OPTIMIZERS["sgd"](),
                                gate=tf1.train.Optimizer.GATE_NONE)
-  found = kernels.outer_applies(graph.get_operations())
+  found = substitutes.outer_applies(graph.get_operations())
   assert len(found) == 2 and all(not o.waits for o in found.values())
 
 
@@ -386,7 +386,7 @@ def test_the_fused_update_waits_for_what_the_gradient_waited_for():
     with tf.control_dependencies([count]):
       grad = tf.matmul(x, dy, transpose_a=True)
     tf1.train.GradientDescentOptimizer(0.1).apply_gradients([(grad, w)])
-  found = kernels.outer_applies(graph.get_operations())
+  found = substitutes.outer_applies(graph.get_operations())
   assert len(found) == 1
   outer, = found.values()
   assert "^" + count.op.name in outer.waits
