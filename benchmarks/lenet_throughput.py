@@ -14,7 +14,7 @@ plain TensorFlow on the graph with the kernel substitutions TensorBow's
 replicas use (tensorbow/rewrite/substitutes.py), so that what TensorBow gains
 by its kernels and by running replicas concurrently can be told apart.
 Algorithm "sma-whole" is SMA with every dense gradient written out whole,
-not taken as its factors into SMA's step (`takes_outer_applies`).
+not taken as its factors into SMA's step (`fuses_outer`).
 """
 import argparse
 import json
@@ -67,7 +67,8 @@ def build_lenet():
 class WholeGradientSMA(sma.SMA):
   """SMA whose steps take every gradient whole."""
 
-  takes_outer_applies = False
+  def fuses_outer(self, has_state):
+    return not has_state
 
 
 class Config(object):

@@ -26,7 +26,7 @@ from tensorbow.monitored import TensorBowSessionCreator
 from tensorbow.session import TensorBowSession
 
 ops.library()
-runtime._extension()  # pylint: disable=protected-access
+runtime.extension()
 
 __version__ = "0.1.0"
 __all__ = ["TensorBowSession", "TensorBowSessionCreator", "algorithms", "ops",

@@ -34,7 +34,6 @@ from the replicas and seeds the new ones from it, so no update is lost.
 import collections
 import logging
 import os
-import time
 
 import numpy as np
 
@@ -115,26 +114,6 @@ class AutoTuner(object):
   @property
   def settled(self):
     return self._phase == "settled"
-
-  def train(self, session, route, fed_values, options, run_metadata):
-    """`session`'s training run, timed; then the setting changes if the
-    search says so."""
-    start = time.perf_counter()
-    trainer = session._trainer  # pylint: disable=protected-access
-    result = trainer.train(route, fed_values, options, run_metadata)
-    seconds = time.perf_counter() - start
-    runtime = session._planner.runtime  # pylint: disable=protected-access
-    groups = runtime.num_stream_groups if runtime is not None else 1
-    inline = runtime.inline if runtime is not None else False
-    following = self.observe(session.replicas, groups, trainer.last_rows,
-                             seconds, inline,
-                             batch=(trainer.last_batch
-                                    if trainer.last_batch != trainer.last_rows
-                                    else None))
-    if following is not None and following != (session.replicas, groups,
-                                                inline):
-      session._set_replicas(*following)  # pylint: disable=protected-access
-    return result
 
   def observe(self, replicas, groups, rows, seconds, inline=False,
               batch=None):

@@ -10,7 +10,7 @@ finalized user graph trains; closing the session leaves nothing behind.
 """
 import tensorflow as tf
 
-from tensorbow.rewrite import replicate
+from tensorbow.rewrite import graph_util
 
 
 class ExecutionGraph(object):
@@ -42,14 +42,14 @@ class ExecutionGraph(object):
     new = set(node.name for node in graph_def.node)
     input_map = {}
     for node in graph_def.node:
-      if "_class" in node.attr:
-        # Colocation with ops outside this import; one CPU device.
-        del node.attr["_class"]
+      graph_util.without_colocation(node)
       for inp in node.input:
         if inp.startswith("^"):
           name = inp[1:]
           if name not in new and inp not in input_map:
-            input_map[inp] = self._control_stub(name)
+            with self.graph.as_default():
+              input_map[inp] = graph_util.control_stub(
+                  self.graph, name, self._stubs, f"tensorbow/control/{name}")
           continue
         name, _, index = inp.partition(":")
         if name not in new:
@@ -80,17 +80,6 @@ class ExecutionGraph(object):
           except ValueError:
             pass  # not compatible: the imported op's own inference rules
 
-  def _control_stub(self, name):
-    """A tensor of this graph whose op waits for op `name`."""
-    op = self.graph.get_operation_by_name(name)
-    if op.outputs:
-      return op.outputs[0]
-    if name not in self._stubs:
-      with self.graph.as_default():
-        self._stubs[name] = replicate.after(
-            [op], f"tensorbow/control/{name}", tf.constant(0))
-    return self._stubs[name]
-
   def tensor(self, tensor):
     """This graph's tensor named as the user's `tensor`."""
     return self.graph.get_tensor_by_name(tensor.name)
@@ -109,4 +98,4 @@ class ExecutionGraph(object):
       user_op = self.user_graph.get_operation_by_name(op.name)
     except KeyError:
       return error
-    return type(error)(user_op.node_def, user_op, error.message)
+    return graph_util.error_at(error, user_op)

@@ -1,9 +1,21 @@
-"""`TensorBowSession`'s options, checked before anything is built."""
+"""`TensorBowSession`'s options, checked before anything is built, and the
+settings a session trains with."""
+import collections
+
 from tensorbow import algorithms
 
 ALGORITHMS = algorithms.NAMES
 NONFINITE = ("propagate", "raise", "skip")
 AUTO = "auto"
+
+# What one setting of a session trains with; replicas="auto" changes it.
+Settings = collections.namedtuple("Settings", [
+    "replicas",  # L
+    "algorithm",  # an algorithms.Algorithm, resolved for L
+    "nonfinite",  # one of NONFINITE
+    "stream_groups",  # the runtime's concurrent tasks
+    "inline",  # each task's ops on its stream group's thread
+])
 
 
 def check_options(replicas=2, algorithm="sma", alpha=None,
@@ -23,17 +35,13 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
                      f"{replicas!r}")
   resolved = algorithms.resolve(algorithm, alpha, central_momentum).resolved(
       1 if replicas == AUTO else replicas)
-  if resolved.shares_model and nonfinite != "propagate":
-    raise ValueError(f"algorithm {resolved.name!r} applies each task's step "
-                     "when it finishes: nonfinite must be 'propagate'")
-  if resolved.averages_gradients and nonfinite == "skip":
-    raise ValueError(f"algorithm {resolved.name!r} averages every replica's "
-                     "gradients: nonfinite cannot be 'skip'")
+  resolved.check_nonfinite(nonfinite)
   return resolved
 
 
-def checkpoint_config(algorithm, replicas):
+def checkpoint_config(settings):
   """What a checkpoint's replica state is saved with (waves.Trainer)."""
+  algorithm, replicas = settings.algorithm, settings.replicas
   return {"replicas": replicas, "algorithm": algorithm.name,
           "alpha": float(getattr(algorithm, "alpha", 1.0 / replicas)),
           "central_momentum": float(getattr(algorithm, "central_momentum",

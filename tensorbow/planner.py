@@ -1,10 +1,10 @@
 """Plans a training run: per replica the calls of its learning task, the
 synchronisation, and what the session merges (DESIGN.md).
 
-A Planner owns the runtime and the replicas' builder of a session, both
-made on first use: the replicas are copied into the execution graph, each
-task is split into its computation and its commit (phases.py), and every
-call is prepared in the runtime once per signature.
+A Planner is given its setting's runtime, builder and replica state: it
+has the replicas copied into the execution graph (rewrite/replicate.py),
+splits each task into its computation and its commit (phases.py), and
+prepares every call in the runtime, once per signature.
 """
 import collections
 
@@ -49,51 +49,53 @@ Plan = collections.namedtuple("Plan", [
 
 
 class Planner(object):
-  """Builds the Plans of one session's training runs.
+  """Plans one setting's training runs, once per signature, and keeps the
+  plans.
 
   Args:
     session: the `tf.compat.v1.Session` on the execution graph.
     execution: the session's `execution.ExecutionGraph`.
-    replicas, nonfinite: the session's configuration.
-    algorithm: the session's `algorithms.Algorithm`, resolved for L.
-    stream_groups: the runtime's concurrent tasks (None:
-      `runtime.default_stream_groups`).
-    inline: whether each task's ops run on its stream group's thread
-      instead of TensorFlow's inter-op pool.
+    settings: the setting's `options.Settings`.
+    runtime: the setting's `runtime.Runtime`, where calls are prepared.
+    builder: the setting's `rewrite.builder.Builder`.
+    replicas: the setting's `replicas.ReplicaState`.
   """
 
-  def __init__(self, session, execution, replicas, algorithm, nonfinite,
-               stream_groups=None, inline=False):
+  def __init__(self, session, execution, settings, runtime, builder,
+               replicas):
     self._session = session
     self._exec = execution
-    self._replicas = replicas
-    self._stream_groups = stream_groups
-    self._inline = inline
-    self._algorithm = algorithm
-    self._nonfinite = nonfinite
-    self.runtime = None  # the C++ runtime, made with the first plan
-    self.replicator = None  # the replicas' builder, made when first needed
-
-  def set_threads(self, replicas, stream_groups, inline):
-    """If `replicas` and `stream_groups` (None: any) are this planner's,
-    runs each task's ops on its stream group's thread if `inline`, else on
-    TensorFlow's inter-op pool, from the next call on, and returns True:
-    the replicas and plans stay. Else returns False."""
-    runtime = self.runtime
-    if (replicas != self._replicas or runtime is None or
-        stream_groups not in (None, runtime.num_stream_groups)):
-      return False
-    self._inline = runtime.inline = inline
-    return True
+    self._replicas = settings.replicas
+    self._algorithm = settings.algorithm
+    self._nonfinite = settings.nonfinite
+    self._runtime = runtime
+    self._builder = builder
+    self._replica_state = replicas
+    self._copier = None  # made with the first training run copied
+    self.plans = {}  # training-run signature -> Plan
 
   @property
   def graph(self):
     """The user's graph."""
     return self._exec.user_graph
 
-  @property
-  def algorithm(self):
-    return self._algorithm
+  def kernel_choices(self):
+    """What timing each substitute against TensorFlow's kernel chose."""
+    chooser = self._copier.chooser if self._copier is not None else None
+    return list(chooser.choices) if chooser else []
+
+  def plan_for(self, route, first):
+    """The plan of a training run over `route` (routing.Route), made once
+    per signature; `first`: the values of one replica's feeds."""
+    plan = self.plans.get(route.signature)
+    if plan is None:
+      plan = self.plan(route.handler, route.closure.ops,
+                       route.fed + route.pulled,
+                       frozenset(route.closure.pulled), first)
+      if self._replicas > 1:
+        self._algorithm.check_split(plan.atomic is not None)
+      self.plans[route.signature] = plan
+    return plan
 
   def plan(self, handler, ops, fed, pulled=frozenset(), values=None):
     """The plan of a training run: `handler` and `fed` of the user's graph,
@@ -121,12 +123,6 @@ class Planner(object):
     task_fetches = [t for i, t in enumerate(fetches) if i not in skipped]
     targets = [self._exec.op(op) for op in handler.targets()]
     trainable = analysis.trainable_variable_ops(self.graph)
-    if self.runtime is None:
-      self.runtime = tb_runtime.Runtime(
-          self._session,
-          self._stream_groups or
-          tb_runtime.default_stream_groups(self._replicas), self._replicas,
-          self._inline)
     # What a replica's own data flows from (batch-norm statistics).
     batch_names = [t.name for t, b, e in zip(fed, batch, elements)
                    if b or e]
@@ -144,50 +140,37 @@ class Planner(object):
                                    echoed=echoed)
     else:
       info = analysis.analyse_training(ops, batch_names, trainable)
-      if self._algorithm.averages_gradients:
-        sparse = [n for n in info.apply_ops if not analysis.is_dense_apply(
-            self._exec.graph.get_operation_by_name(n))]
-        if sparse:
-          raise tf.errors.UnimplementedError(
-              None, None,
-              f"TensorBow's {self._algorithm.name} averages the replicas' "
-              f"gradients, which a sparse update ('{sparse[0]}') does not "
-              "allow")
-    if self.replicator is None:
-      self.replicator = replicate.Replicator(
-          self._exec.graph, self._replicas, self.runtime.num_stream_groups,
-          self._algorithm,
-          share_variables=self._replicas == 1 or self._algorithm.shares_model,
-          devices=self._cpu_devices())
-    rep = self.replicator
+      self._algorithm.check_updates(
+          [n for n in info.apply_ops if not analysis.is_dense_apply(
+              self._exec.graph.get_operation_by_name(n))])
+    if self._copier is None:
+      self._copier = replicate.Copier(self._builder, self._replica_state,
+                                      self._algorithm)
+    rep = self._copier
     if rep.chooser is None and substitutes.measured() and values is not None:
       rows = ([len(v) // self._replicas for v, b in zip(values, batch)
                if b and np.ndim(v)] +
               [len(v) for v, e in zip(values, elements) if e and np.ndim(v)])
       rep.chooser = kernel_choice.Chooser(max(rows[0], 1) if rows else 1)
     rep.extend(info, fed_names)
-    sync = rep.sync_op(info)
-    sync_call = (self.runtime.add_call([], [], [sync]) if sync is not None
+    state = self._replica_state
+    sync = state.sync_op(info)
+    sync_call = (self._runtime.add_call([], [], [sync]) if sync is not None
                  else -1)
     if sync is not None and self._nonfinite == "skip":
       # Replica 0 may be skipped: then single variables come from another.
       sync_call = [sync_call] + [
-          self.runtime.add_call([], [], [rep.sync_op(info, source=r)])
+          self._runtime.add_call([], [], [state.sync_op(info, source=r)])
           for r in range(1, self._replicas)]
     central_fetches = [i for i, t in enumerate(fetches)
                        if analysis.is_variable_value(t) and i not in skipped]
 
     def group_tensor(t, g):
-      if rep.is_copied(t.op.name):
-        return self._exec.graph.get_tensor_by_name(
-            rep.copy_name(g, t.op.name) + f":{t.value_index}")
-      return t
+      return self._exec.graph.get_tensor_by_name(
+          f"{rep.group_name(t.op.name, g)}:{t.value_index}")
 
     def group_op(op, g):
-      if rep.is_copied(op.name):
-        return self._exec.graph.get_operation_by_name(
-            rep.copy_name(g, op.name))
-      return op
+      return self._exec.graph.get_operation_by_name(rep.group_name(op.name, g))
 
     replica_fetches = [t for i, t in enumerate(fetches)
                        if i not in central_fetches and i not in skipped]
@@ -200,7 +183,7 @@ class Planner(object):
                          for n in moved]
     tasks = [([group_tensor(t, g) for t in replica_fetches],
               [group_op(op, g) for op in targets])
-             for g in range(rep.num_groups)]
+             for g in range(self._builder.num_groups)]
     by_group = self._replicas > 1
     # A shared model's tasks each apply their step when they finish, and
     # one replica's copy is plain training as TensorFlow runs it: one
@@ -208,16 +191,10 @@ class Planner(object):
     atomic = not (self._algorithm.shares_model or (
         self._replicas == 1 and self._nonfinite == "propagate"))
     return self._task_plan(fed, batch, elements, tasks, sync_call,
-                           central_fetches, rep.user_name, atomic,
+                           central_fetches, self._builder.user_name, atomic,
                            info.written,
-                           [rep.replica_input] if by_group else []
+                           [self._builder.replica_input] if by_group else []
                            )._replace(echoed=echoed)
-
-  def _cpu_devices(self):
-    """The session's CPU devices, CPU:0 first."""
-    cpus = [d.name for d in self._session.list_devices()
-            if d.device_type == "CPU"]
-    return sorted(cpus, key=lambda n: int(n.rsplit(":", 1)[1]))
 
   def takes_elements(self, pulled):
     """Whether each replica takes an element of its own from the input
@@ -243,11 +220,11 @@ class Planner(object):
     if splits is not None:
       calls, commit_calls = [], []
       for (f, t), split in zip(tasks, splits):
-        calls.append(self.runtime.add_call(
+        calls.append(self._runtime.add_call(
             call_feeds,
             [f[i] for i in split.compute_fetches] + split.internal,
             [t[i] for i in split.compute_targets]))
-        commit_calls.append(self.runtime.add_call(
+        commit_calls.append(self._runtime.add_call(
             call_feeds + split.internal,
             [f[i] for i in split.commit_fetches],
             [t[i] for i in split.commit_targets]))
@@ -266,7 +243,7 @@ class Planner(object):
           f"TensorBow: nonfinite={self._nonfinite!r} needs a training run "
           "whose writes can run after its computation; in this one a write "
           "waits on a computed op through a control dependency")
-    calls = [self.runtime.add_call(call_feeds, f, t) for f, t in tasks]
+    calls = [self._runtime.add_call(call_feeds, f, t) for f, t in tasks]
     compat.extend_session(self._session)
     return _new_plan(fed, batch, elements, self._replicas, by_group, calls,
                      sync_call, central_fetches)

@@ -10,6 +10,7 @@ TensorFlow session: batch feeds are sharded across the replicas, and the
 replicas' fetches merged.
 """
 import threading
+import time
 
 import tensorflow as tf
 
@@ -20,9 +21,12 @@ from tensorbow import compat
 from tensorbow import execution
 from tensorbow import options
 from tensorbow import planner
+from tensorbow import replicas as tb_replicas
 from tensorbow import routing
+from tensorbow import runtime as tb_runtime
 from tensorbow import waves
 from tensorbow.rewrite import analysis
+from tensorbow.rewrite import builder as tb_builder
 
 
 class TensorBowSession(compat.SessionInterface):
@@ -73,28 +77,46 @@ class TensorBowSession(compat.SessionInterface):
     self._closed = False
     self._context = None
     self.counts = {"training_runs": 0}  # completed; outlives the session
-    self._set_replicas(1 if self._tuner is not None else replicas)
+    self._settings = self._runtime = self._planner = self._trainer = None
+    self.retune(1 if self._tuner is not None else replicas)
 
-  def _set_replicas(self, replicas, stream_groups=None, inline=False):
+  def retune(self, replicas, stream_groups=None, inline=False):
     """Trains `replicas` replicas on `stream_groups` (None: the default),
     each task's ops on its own thread if `inline`, from the next training
-    run on, seeded from the central model (refreshed from the replicas)."""
+    run on, seeded from the central model (refreshed from the replicas).
+
+    Only the threads change, and the plans stay, if L and the stream groups
+    do not.
+    """
     with self._lock:
-      if getattr(self, "_trainer", None) is not None:
-        if self._planner.set_threads(replicas, stream_groups, inline):
+      settings = self._settings
+      if settings is not None:
+        if (replicas == settings.replicas and
+            stream_groups in (None, self._runtime.num_stream_groups)):
+          self._settings = settings._replace(inline=inline)
+          self._runtime.inline = inline
           return
         self._trainer.refresh()
-        self._planner.runtime = None
+        self._runtime.close()
       algorithm = self._algorithm_spec.resolved(replicas)
-      self._replicas = replicas
-      self._algorithm = algorithm.name
-      self._planner = planner.Planner(self._session, self._exec, replicas,
-                                      algorithm, self._nonfinite,
-                                      stream_groups, inline)
+      settings = self._settings = options.Settings(
+          replicas, algorithm, self._nonfinite,
+          stream_groups or tb_runtime.default_stream_groups(replicas),
+          inline)
+      self._runtime = tb_runtime.Runtime(self._session,
+                                         settings.stream_groups, replicas,
+                                         inline)
+      share = replicas == 1 or algorithm.shares_model
+      groups = self._runtime.num_stream_groups
+      builder = tb_builder.Builder(
+          self._exec.graph, replicas, groups, share,
+          _cpu_devices(self._session) if groups > 1 and not share else None)
+      state = tb_replicas.ReplicaState(builder, algorithm, share)
+      self._planner = planner.Planner(self._session, self._exec, settings,
+                                      self._runtime, builder, state)
       self._trainer = waves.Trainer(
-          self._session, self._planner, replicas, self._nonfinite,
-          options.checkpoint_config(algorithm, replicas), self._lock,
-          self._check_open)
+          self._session, settings, self._planner, self._runtime, builder,
+          state, self._graph, self._lock, self._check_open)
 
   # ---- SessionInterface ----------------------------------------------------
 
@@ -120,12 +142,16 @@ class TensorBowSession(compat.SessionInterface):
   @property
   def replicas(self):
     """L, the current number of replicas."""
-    return self._replicas
+    return self._settings.replicas
+
+  @property
+  def settings(self):
+    """The `options.Settings` the next training run trains with."""
+    return self._settings
 
   def kernel_choices(self):
     """What timing each substitute against TensorFlow's kernel chose."""
-    chooser = getattr(self._planner.replicator, "chooser", None)
-    return list(chooser.choices) if chooser else []
+    return self._planner.kernel_choices()
 
   def tuning_decisions(self):
     """replicas="auto"'s decisions so far (autotune.Decision)."""
@@ -142,12 +168,8 @@ class TensorBowSession(compat.SessionInterface):
     """
     with self._lock:
       self._closed = True
-      self._planner.runtime = None
+      self._runtime.close()
       self._session.close()
-
-  @property
-  def _runtime(self):
-    return self._planner.runtime
 
   def _check_open(self):
     if self._closed:
@@ -225,12 +247,27 @@ class TensorBowSession(compat.SessionInterface):
     route, fed_values = self._router.route(fetches, feed_dict or {})
     if not route.closure.training:
       return self._plain_run(route, fed_values, options, run_metadata)
-    if self._tuner is not None:
-      result = self._tuner.train(self, route, fed_values, options,
-                                 run_metadata)
-    else:
-      result = self._trainer.train(route, fed_values, options, run_metadata)
+    result = self._train(route, fed_values, options, run_metadata)
     self.counts["training_runs"] += 1
+    return result
+
+  def _train(self, route, fed_values, options, run_metadata):
+    """A training run; with replicas="auto", timed for the auto-tuner,
+    which may change the setting for the next."""
+    trainer = self._trainer
+    if self._tuner is None:
+      return trainer.train(route, fed_values, options, run_metadata)
+    start = time.perf_counter()
+    result = trainer.train(route, fed_values, options, run_metadata)
+    seconds = time.perf_counter() - start
+    current = (self.replicas, self._runtime.num_stream_groups,
+               self._runtime.inline)
+    following = self._tuner.observe(
+        *current[:2], trainer.last_rows, seconds, current[2],
+        batch=(trainer.last_batch if trainer.last_batch != trainer.last_rows
+               else None))
+    if following is not None and following != current:
+      self.retune(*following)
     return result
 
   def _sync(self):
@@ -278,17 +315,22 @@ class TensorBowSession(compat.SessionInterface):
 
   def task_timings(self):
     """Start, end, replica and stream group of every learning task run."""
-    return self._runtime.task_timings() if self._runtime is not None else []
+    return self._runtime.task_timings()
 
   def clear_task_timings(self):
     """Forgets the task timings recorded so far."""
-    if self._runtime is not None:
-      self._runtime.clear_task_timings()
+    self._runtime.clear_task_timings()
 
   def arena_stats(self):
     """Per stream group, the counters of the arena its tasks' staged feeds
     come from (runtime.Runtime.arena_stats); [] before a training run."""
-    return self._runtime.arena_stats() if self._runtime is not None else []
+    return self._runtime.arena_stats()
+
+
+def _cpu_devices(session):
+  """`session`'s CPU devices, CPU:0 first."""
+  cpus = [d.name for d in session.list_devices() if d.device_type == "CPU"]
+  return sorted(cpus, key=lambda n: int(n.rsplit(":", 1)[1]))
 
 
 def _names(handler):

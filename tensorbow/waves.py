@@ -15,35 +15,45 @@ import tensorflow as tf
 
 from tensorbow import checkpoint
 from tensorbow import feeds
+from tensorbow import options as tb_options
 
 
 class Trainer(object):
-  """Runs one session's training waves.
+  """Runs the training waves of one setting of a session.
 
   Args:
     session: the `tf.compat.v1.Session` on the execution graph.
-    planner: the session's `planner.Planner`.
-    replicas, nonfinite: the session's configuration.
-    config: what a checkpoint's replica state must match (a dict).
+    settings: the setting's `options.Settings`.
+    plans: the setting's `planner.Planner`, which plans each training run
+      once and keeps its plan.
+    runtime: the setting's `runtime.Runtime`, which runs the waves.
+    builder: the setting's `rewrite.builder.Builder` (names errors as the
+      user's ops).
+    replicas: the setting's `replicas.ReplicaState`.
+    user_graph: the user's `tf.Graph`.
     lock: the session's lock.
     check_open: raises if the session was closed.
   """
 
-  def __init__(self, session, planner, replicas, nonfinite, config, lock,
-               check_open):
+  def __init__(self, session, settings, plans, runtime, builder, replicas,
+               user_graph, lock, check_open):
     self._session = session
-    self._planner = planner
-    self._replicas = replicas
-    self._nonfinite = nonfinite
-    self._config = config
+    self._replicas = settings.replicas
+    self._algorithm = settings.algorithm
+    self._nonfinite = settings.nonfinite
+    self._config = tb_options.checkpoint_config(settings)
+    self._plans = plans
+    self._runtime = runtime
+    self._builder = builder
+    self._state = replicas
+    self._user_graph = user_graph
     self._lock = lock
     self._check_open = check_open
-    self.plans = {}  # training-run signature -> planner.Plan
     self._needs_refresh = False
     self._loaded_state = None  # replica state restored with a checkpoint
     self._written_since_load = set()  # variables it no longer applies to
     self._waves = 0  # training runs completed
-    self._shares = None  # per replica, its share of a batch (adapts_shards)
+    self._shares = None  # per replica, its share of a batch (first_shares)
     self.last_rows = 0  # the rows the latest training run trained on
     self.last_batch = 0  # the batch size its graph was built for
     # Per training-run signature, pipeline elements taken by a wave that
@@ -51,12 +61,9 @@ class Trainer(object):
     self._carried = {}
 
   @property
-  def _runtime(self):
-    return self._planner.runtime
-
-  @property
-  def _replicator(self):
-    return self._planner.replicator
+  def plans(self):
+    """{training-run signature: planner.Plan} of the runs planned."""
+    return self._plans.plans
 
   def refresh(self, reads=None):
     """Brings user-named slots up to date before a plain run that reads
@@ -65,13 +72,13 @@ class Trainer(object):
     A run that reads no replicated variable (a queue runner's enqueue)
     neither waits for a wave in flight nor is waited for by one.
     """
-    replicator = self._replicator
-    if (not self._needs_refresh or replicator is None or
-        (reads is not None and not replicator.replicates_any(reads))):
+    state = self._state
+    if (not self._needs_refresh or not state.in_use or
+        (reads is not None and not state.replicates_any(reads))):
       return
     with self._lock:
-      if self._needs_refresh and self._replicator is not None:
-        refresh = self._replicator.refresh_op()
+      if self._needs_refresh:
+        refresh = state.refresh_op()
         if refresh is not None:
           self._session.run(refresh)
       self._needs_refresh = False
@@ -79,7 +86,7 @@ class Trainer(object):
   def after_saver(self, kind, prefix):
     """A Saver's "save" or "restore" of checkpoint `prefix` ran."""
     with self._lock:
-      if kind == "save" and self._replicator is not None:
+      if kind == "save" and self._state.in_use:
         checkpoint.save(prefix, self.config(), self.replica_state())
       elif kind == "restore":
         self._loaded_state = checkpoint.load(prefix, self.config())
@@ -92,7 +99,7 @@ class Trainer(object):
   def replica_state(self):
     """{key: value} of every replica's state (seeded first if due)."""
     self._seed_replicas()
-    return self._read(self._replicator.state_tensors())
+    return self._read(self._state.state_tensors())
 
   def _read(self, tensors):
     """{key: value} of a {key: tensor} dict, in one run."""
@@ -102,7 +109,7 @@ class Trainer(object):
   def _seed_replicas(self):
     """Sets replicas due for it from a restored checkpoint's state or from
     the central model."""
-    rep = self._replicator
+    rep = self._state
     if self._loaded_state is not None:
       names = [n for n in rep.replicated_variables()
                if n not in self._written_since_load and
@@ -127,14 +134,12 @@ class Trainer(object):
     if written is not None:
       # What a restore loaded no longer applies to these.
       self._written_since_load.update(written)
-      replicator = self._replicator
-      if replicator is None or not replicator.replicates_any(written):
+      if not self._state.replicates_any(written):
         return
     with self._lock:
       if written is None:
         self._loaded_state = None
-      if self._replicator is not None:
-        self._replicator.reseed(written)
+      self._state.reseed(written)
 
   def train(self, route, fed_values, options, run_metadata):
     """A wave over `route`'s plan; `fed_values` in the order of route.fed."""
@@ -154,7 +159,7 @@ class Trainer(object):
       self._check_open()
       plan = self.plans.get(route.signature)
       by_element = (any(plan.elements) if plan is not None else
-                    self._planner.takes_elements(route.pulled))
+                    self._plans.takes_elements(route.pulled))
       taken = self._pull(route, self._replicas if by_element else 1,
                          options)
       if by_element:
@@ -179,19 +184,19 @@ class Trainer(object):
           0 if plan.batch_feed < 0 else
           len(values[plan.batch_feed][0]) if plan.elements[plan.batch_feed]
           else len(values[plan.batch_feed]))
-      algorithm = self._planner.algorithm
       sizes = None
-      if (algorithm.adapts_shards and plan.batch_feed >= 0 and
-          not plan.elements[plan.batch_feed]):
+      if plan.batch_feed >= 0 and not plan.elements[plan.batch_feed]:
         if self._shares is None:
-          self._shares = algorithm.first_shares(plan.replicas)
-        sizes = feeds.shard_sizes(len(values[plan.batch_feed]), self._shares)
+          self._shares = self._algorithm.first_shares(plan.replicas)
+        if self._shares is not None:
+          sizes = feeds.shard_sizes(len(values[plan.batch_feed]),
+                                    self._shares)
       shards = feeds.shard(plan, values, sizes)
       sizes = (sizes or [len(s) for s in shards[plan.batch_feed]]
                if plan.batch_feed >= 0 else [1] * plan.replicas)
-      if self._replicator is not None:
+      if self._state.in_use:
         self._seed_replicas()
-        prepare = self._replicator.wave_run(self._waves + 1, sizes)
+        prepare = self._state.wave_run(self._waves + 1, sizes)
         if prepare is not None:
           self._session.run(*prepare)
       per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
@@ -206,11 +211,11 @@ class Trainer(object):
           outputs, committed = self._whole_wave(plan, per_replica, options,
                                                 run_metadata), None
       except tf.errors.OpError as e:
-        if self._replicator is None:
+        if not self._state.in_use:
           raise
-        raise self._replicator.user_error(e, self._planner.graph) from None
+        raise self._builder.user_error(e, self._user_graph) from None
       self._waves += 1
-      if self._replicator is not None:
+      if self._state.in_use:
         self._after_wave(plan, sizes)
       fetched = handler.fetches()
       central = {}
@@ -245,19 +250,7 @@ class Trainer(object):
   def _checked(self, route, fed_values, first):
     """(plan, checked values) of a training run over `route` fed
     `fed_values`, `first` the values of one replica's element."""
-    plan = self.plans.get(route.signature)
-    if plan is None:
-      plan = self._planner.plan(route.handler, route.closure.ops,
-                                route.fed + route.pulled,
-                                frozenset(route.closure.pulled), first)
-      if (self._planner.algorithm.averages_gradients and
-          self._replicas > 1 and plan.atomic is None):
-        raise tf.errors.UnimplementedError(
-            None, None,
-            f"TensorBow's {self._planner.algorithm.name} needs a training "
-            "run whose writes can run after its computation; in this one "
-            "a write waits on a computed op through a control dependency")
-      self.plans[route.signature] = plan
+    plan = self._plans.plan_for(route, first)
     return plan, feeds.check(plan, fed_values, self._replicas)
 
   def _pull(self, route, count, options):
@@ -285,8 +278,7 @@ class Trainer(object):
   def _after_wave(self, plan, sizes):
     """The algorithm's work after a completed wave: new shares from the
     wave's task times, a merge."""
-    algorithm = self._planner.algorithm
-    if algorithm.adapts_shards and self._shares is not None:
+    if self._shares is not None:
       # A learning task has at most two phases; a wave may end with a
       # synchronisation task.
       timings = self._runtime.task_timings(last=2 * plan.replicas + 1)
@@ -295,8 +287,8 @@ class Trainer(object):
       for t in timings:
         if t.wave == last and t.replica >= 0:
           times[t.replica] += t.end - t.start
-      self._shares = algorithm.next_shares(self._shares, times)
-    merge = self._replicator.merge_run(self._waves, sizes)
+      self._shares = self._algorithm.next_shares(self._shares, times)
+    merge = self._state.merge_run(self._waves, sizes)
     if merge is not None:
       self._session.run(*merge)
 
@@ -313,14 +305,14 @@ class Trainer(object):
   def _after_failed_writes(self):
     """After a wave failed while writing: replicas that finished their step
     are put back on the central model, which the wave did not change."""
-    if self._replicator is not None:
-      self._replicator.reseed()
+    if self._state.in_use:
+      self._state.reseed()
       self._reset_barriers()
 
   def _reset_barriers(self):
     """Restarts the algorithm's synchronisation (SMA's leader counts)
     after a wave that did not finish."""
-    reset = self._replicator.reset_op()
+    reset = self._state.reset_op()
     if reset is not None:
       self._session.run(reset)
 
@@ -354,10 +346,10 @@ class Trainer(object):
                         "central model", what)
         committed = [not where for where in nonfinite]
         self._skip_replicas(bad, plan.replicas - len(bad))
-      if self._planner.algorithm.averages_gradients:
-        sizes = ([len(values[plan.batch_feed]) for values in per_replica]
-                 if plan.batch_feed >= 0 else [1] * plan.replicas)
-        runtime.average_kept(np.asarray(sizes, np.float64) / sum(sizes))
+      sizes = ([len(values[plan.batch_feed]) for values in per_replica]
+               if plan.batch_feed >= 0 else [1] * plan.replicas)
+      self._algorithm.before_commit(
+          runtime, np.asarray(sizes, np.float64) / sum(sizes))
     except BaseException:
       # Nothing was written: the wave is dropped.
       runtime.discard()
@@ -378,7 +370,7 @@ class Trainer(object):
         self._after_failed_writes()
       raise
     if not all(committed):
-      self._replicator.reseed_replicas(
+      self._state.reseed_replicas(
           [r for r, c in enumerate(committed) if not c])
     n = len(split.compute_fetches) + len(split.commit_fetches)
     outputs = []
@@ -392,17 +384,17 @@ class Trainer(object):
     return outputs, committed
 
   def _snapshot(self, names):
-    values = self._read(self._replicator.snapshot_tensors(names))
+    values = self._read(self._state.snapshot_tensors(names))
     return {k: np.array(v, copy=True) for k, v in values.items()}
 
   def _restore_snapshot(self, names, snapshot):
-    self._session.run(*self._replicator.restore_snapshot_run(names, snapshot))
+    self._session.run(*self._state.restore_snapshot_run(names, snapshot))
     self._reset_barriers()
 
   def _skip_replicas(self, bad, remaining):
     """Leaves replicas `bad` out of the coming commit's central update."""
     if remaining == 0:
       return
-    run = self._replicator.participants_run(bad, remaining)
+    run = self._state.participants_run(bad, remaining)
     if run is not None:
       self._session.run(*run)

@@ -35,15 +35,15 @@ def test_changing_l_keeps_the_central_model_and_every_update(use_resource,
     for x, y in BATCHES[:3]:
       sess.run(model.train, {model.x: x, model.y: y})
     before = sess.run([model.w, model.b])
-    sess._set_replicas(2, None, inline)  # pylint: disable=protected-access
+    sess.retune(2, None, inline)
     assert sess.replicas == 2
     for got, want in zip(sess.run([model.w, model.b]), before):
       np.testing.assert_array_equal(got, want)
     for x, y in BATCHES[3:6]:
       sess.run(model.train, {model.x: x, model.y: y})
-    assert sess._planner.runtime.inline == inline  # pylint: disable=protected-access
+    assert sess.settings.inline == inline
     after_sma = sess.run([model.w, model.b])
-    sess._set_replicas(1, 1, inline)  # pylint: disable=protected-access
+    sess.retune(1, 1, inline)
     for x, y in BATCHES[6:]:
       sess.run(model.train, {model.x: x, model.y: y})
     final = sess.run([model.w, model.b])
@@ -86,13 +86,15 @@ def test_inline_runs_a_tasks_ops_on_its_own_thread(inline):
     train = _gd().minimize(loss)
   x, y = BATCHES[0]
   with tb.TensorBowSession(graph=model.graph, replicas=1) as sess:
-    sess._set_replicas(1, 1, not inline)  # pylint: disable=protected-access
+    sess.retune(1, 1, not inline)
     sess.run(model.init)
     sess.run(train, {model.x: x, model.y: y})
-    planned = sess._planner  # pylint: disable=protected-access
+    planned = dict(sess._trainer.plans)  # pylint: disable=protected-access
     # Only the threads change: nothing is planned again.
-    sess._set_replicas(1, 1, inline)  # pylint: disable=protected-access
-    assert sess._planner is planned  # pylint: disable=protected-access
+    sess.retune(1, 1, inline)
+    plans = sess._trainer.plans  # pylint: disable=protected-access
+    assert plans.keys() == planned.keys()
+    assert all(plans[k] is p for k, p in planned.items())
     for _ in range(3):
       sess.run(train, {model.x: x, model.y: y})
   assert len(seen) == 4

@@ -5,8 +5,9 @@ them: an instance of one of these classes, or its name.
     tb.TensorBowSession(replicas=4, algorithm="sma", alpha=0.1)  # the same
 
 Each is also the seam (base.Algorithm) through which the execution graph's
-builder asks what a replica's optimizer step becomes and what state the
-algorithm keeps; sma.py holds SMA's.
+copier, the replica state and the wave ask what a replica's optimizer
+step becomes, what state the algorithm keeps and what it needs of a wave;
+each has a file of its own.
 """
 
 
@@ -14,26 +15,9 @@ from tensorbow.algorithms.adaptive import Adaptive
 from tensorbow.algorithms.asgd import ASGD
 from tensorbow.algorithms.base import Algorithm
 from tensorbow.algorithms.easgd import EASGD
+from tensorbow.algorithms.independent import Independent
 from tensorbow.algorithms.sma import SMA
-
-
-class Independent(Algorithm):
-  """No synchronisation: the replicas train alone and the central model is
-  replica 0's, to measure what synchronisation costs."""
-
-  name = "none"
-  model_from_replica = True
-
-
-class SSGD(Algorithm):
-  """Synchronous SGD: every replica's optimizer step takes the gradients
-  of all replicas, averaged weighted by shard size, so the replicas and
-  the central model (replica 0's) stay equal: training on the whole batch,
-  as MirroredStrategy and Horovod do."""
-
-  name = "ssgd"
-  model_from_replica = True
-  averages_gradients = True
+from tensorbow.algorithms.ssgd import SSGD
 
 
 _BY_NAME = {"sma": SMA, "easgd": EASGD, "asgd": ASGD, "ssgd": SSGD,

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from tensorbow import compat
 from tensorbow.algorithms import base
-from tensorbow.rewrite import replicate
+from tensorbow.rewrite import graph_util
 
 _FLOAT_TYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 # The learning-rate input of TF's apply ops, by its OpDef name.
@@ -34,7 +34,7 @@ class _State(object):
     self.var_op = var_op
     self.dtype = dtype
     self.central_prev = central_prev  # resource handle
-    self.scale = scale  # replicate.Replicated scalar: the lr factor
+    self.scale = scale  # builder.Replicated scalar: the lr factor
 
 
 class Adaptive(base.Algorithm):
@@ -54,7 +54,6 @@ class Adaptive(base.Algorithm):
   """
 
   name = "adaptive"
-  adapts_shards = True
 
   def __init__(self, merge_period=1, min_fraction=1 / 8, step=1 / 2,
                perturbation=0.1, threshold=0.1, central_momentum=0.9):
@@ -81,6 +80,9 @@ class Adaptive(base.Algorithm):
 
   # ---- Shards --------------------------------------------------------------
 
+  def first_shares(self, replicas):
+    return np.full(replicas, 1.0 / replicas)
+
   def next_shares(self, shares, times):
     shares = np.asarray(shares, np.float64)
     speed = shares / np.maximum(np.asarray(times, np.float64), 1e-9)
@@ -104,14 +106,14 @@ class Adaptive(base.Algorithm):
   # ---- The copies --------------------------------------------------------
 
   def variable_state(self, builder, var_op):
-    dtype, shape = replicate.dtype_and_shape(var_op)
+    dtype, shape = graph_util.dtype_and_shape(var_op)
     if dtype not in _FLOAT_TYPES:
       raise tf.errors.UnimplementedError(
           None, var_op, f"TensorBow's adaptive SGD supports floating-point "
           f"model variables; '{var_op.name}' is {dtype.name}")
     scope = f"{builder.prefix}/adaptive/{var_op.name}"
     return _State(var_op, dtype,
-                  replicate.resource(f"{scope}/central_prev", dtype, shape),
+                  graph_util.resource(f"{scope}/central_prev", dtype, shape),
                   builder.replicated(f"{scope}/lr_scale", dtype,
                                      tf.TensorShape([])))
 
@@ -154,10 +156,10 @@ class Adaptive(base.Algorithm):
   def merge_ops(self, builder, states, value):
     ops = []
     for s in states:
-      replicas = builder.replicas_of(s.var_op.name)
+      replicas = builder.variable_replicas(s.var_op)
       stacked = replicas.stacked()
       weights = tf.cast(value, s.dtype)
-      z = replicate.read(s.var_op)
+      z = graph_util.read(s.var_op)
       if s.var_op.type != "VarHandleOp":
         # A reference variable's read aliases its buffer, which the
         # assignment below writes in place.
@@ -175,7 +177,7 @@ class Adaptive(base.Algorithm):
       with tf.control_dependencies([merged, update]):
         ops += [tf.raw_ops.AssignVariableOp(resource=s.central_prev,
                                             value=z),
-                replicate.assign(s.var_op, merged),
+                graph_util.assign(s.var_op, merged),
                 replicas.set(merged + noise, builder.all_replicas(),
                              stacked=True)]
     return ops

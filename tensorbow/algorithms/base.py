@@ -1,18 +1,19 @@
-"""The interface between an algorithm and the execution graph's builder.
+"""The interface between an algorithm and TensorBow's session.
 
 An `Algorithm` is a session's configuration (compared by value) and the
-seam through which the builder (rewrite/replicate.py) asks it what a
-replica's optimizer step becomes and what state it keeps. It keeps no
-per-session state itself: what it makes per model variable it returns,
-and the builder keeps it and hands it back.
+seam through which the copier (rewrite/replicate.py), the replica state
+(replicas.py) and the wave (waves.py) ask it what a replica's optimizer
+step becomes, what state it keeps and what it needs of a wave. It keeps
+no per-session state itself: what it makes per model variable it returns,
+and the replica state keeps it and hands it back.
 
-The builder offers the algorithm: `graph`, `prefix`, `num_replicas`,
-`num_groups`, `constant(value, dtype)`, `replicated(name, dtype, shape)`
-(state with one copy per replica), `replica_variable_node(node, op_type,
-replicated, aux)`, `all_replicas()`, `is_seeded(name)` and
-`run_before_training(op)`.
+Its hooks get the setting's builder (rewrite/builder.py), which offers:
+`graph`, `prefix`, `num_replicas`, `num_groups`, `constant(value, dtype)`,
+`replicated(name, dtype, shape)` (state with one copy per replica),
+`variable_replicas(var_op)` (a variable's copies), `replica_variable_node(
+node, op_type, replicated, aux)`, `device_handle(name, handle, aux)`,
+`all_replicas()`, `is_seeded(name)` and `run_before_training(op)`.
 """
-import numpy as np
 
 
 class Algorithm(object):
@@ -29,15 +30,6 @@ class Algorithm(object):
   # The replicas' tasks train the central model itself: nothing is
   # replicated, and each task's step lands as soon as the task finishes.
   shares_model = False
-  # The replicas' updates are made of the shard-weighted mean of what
-  # they computed (runtime.Runtime.average_kept), so they stay equal.
-  averages_gradients = False
-  # The shard sizes follow the replicas' task times (next_shares).
-  adapts_shards = False
-  # apply_nodes also takes TensorBow's apply ops fed a dense layer's
-  # gradient as its factors (rewrite/substitutes.py's outer_applies) in place
-  # of the optimizer's.
-  takes_outer_applies = False
 
   def __eq__(self, other):
     return type(self) is type(other) and vars(self) == vars(other)
@@ -53,6 +45,27 @@ class Algorithm(object):
     """This algorithm with its defaults filled in for `replicas` replicas."""
     del replicas
     return self
+
+  # ---- What the session and the plans must allow ---------------------------
+
+  def check_nonfinite(self, nonfinite):
+    """Raises ValueError if the session's `nonfinite` option ("propagate",
+    "raise" or "skip") cannot hold with this algorithm."""
+    if self.shares_model and nonfinite != "propagate":
+      raise ValueError(f"algorithm {self.name!r} applies each task's step "
+                       "when it finishes: nonfinite must be 'propagate'")
+
+  def check_updates(self, sparse):
+    """Raises tf.errors.UnimplementedError if the replicas cannot be kept
+    together through a training run whose apply ops `sparse` (names)
+    update rows of a variable."""
+    del sparse
+
+  def check_split(self, split):
+    """Raises tf.errors.UnimplementedError if a training run of several
+    replicas needs a wave in two phases (computation, then commit) and
+    `split` is False: its writes cannot wait for its computation."""
+    del split
 
   # ---- The copies --------------------------------------------------------
 
@@ -110,16 +123,31 @@ class Algorithm(object):
     del builder, states, value
     return []
 
-  # ---- Shards --------------------------------------------------------------
+  def fuses_outer(self, has_state):
+    """Whether a dense layer's apply op may take its gradient as the
+    factors of an outer product (rewrite/substitutes.py, outer_applies):
+    as it is, on a variable the algorithm keeps no state for, or, with
+    `has_state`, as what apply_nodes is given."""
+    return not has_state
+
+  # ---- What a wave needs -----------------------------------------------------
 
   def first_shares(self, replicas):
-    """Each replica's share of a batch, before any wave."""
-    return np.full(replicas, 1.0 / replicas)
+    """Each replica's share of a batch before any wave, or None: the batch
+    is always split evenly."""
+    del replicas
+    return None
 
   def next_shares(self, shares, times):
     """The shares after a wave whose replicas' tasks took `times`."""
     del times
     return shares
+
+  def before_commit(self, runtime, weights):
+    """Between a wave's computation and its commit, on the C++ runtime
+    (runtime.Runtime) that keeps what the commit applies; `weights`: per
+    replica, its share of the wave's rows."""
+    del runtime, weights
 
   def reset_ops(self, builder, states):
     """Ops restarting the synchronisation after a wave that did not

@@ -13,7 +13,7 @@ read from a variable set before each wave when the period is above 1.
 import tensorflow as tf
 
 from tensorbow.algorithms import sma
-from tensorbow.rewrite import replicate
+from tensorbow.rewrite import graph_util
 
 
 class EASGD(sma.SMA):
@@ -47,8 +47,8 @@ class EASGD(sma.SMA):
     state = super().variable_state(builder, var_op)
     state.alpha = None
     if self.period > 1:
-      dtype, _ = replicate.dtype_and_shape(var_op)
-      handle = replicate.resource(
+      dtype, _ = graph_util.dtype_and_shape(var_op)
+      handle = graph_util.resource(
           f"{builder.prefix}/easgd/{var_op.name}/alpha", dtype, [])
       state.alpha = (handle, tf.raw_ops.ReadVariableOp(resource=handle,
                                                        dtype=dtype))

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from tensorbow import ops as tb_ops
 from tensorbow.algorithms import base
-from tensorbow.rewrite import replicate
+from tensorbow.rewrite import graph_util
 
 _FLOAT_TYPES = tuple(t.as_datatype_enum for t in (
     tf.float16, tf.bfloat16, tf.float32, tf.float64))
@@ -88,7 +88,7 @@ class _State(object):
   def __init__(self, name, correction, central_prev, central_value,
                central_next, barrier):
     self.name = name  # the model variable's op name
-    self.correction = correction  # replicate.Replicated: per replica
+    self.correction = correction  # builder.Replicated: per replica
     # Every replica's correction handle, made when a leader first needs
     # them: the fused ops keep no correction, so then none exists.
     self.corrections = None
@@ -112,7 +112,6 @@ class SMA(base.Algorithm):
   """
 
   name = "sma"
-  takes_outer_applies = True
 
   def __init__(self, alpha=None, central_momentum=0.9):
     if alpha is not None and not 0.0 < float(alpha) <= 1.0:
@@ -136,8 +135,13 @@ class SMA(base.Algorithm):
     del state
     return builder.constant(self.alpha, dtype)
 
+  def fuses_outer(self, has_state):
+    # Its fused step takes a dense layer's gradient as its factors.
+    del has_state
+    return True
+
   def variable_state(self, builder, var_op):
-    dtype, shape = replicate.dtype_and_shape(var_op)
+    dtype, shape = graph_util.dtype_and_shape(var_op)
     if dtype.as_datatype_enum not in _FLOAT_TYPES:
       raise tf.errors.UnimplementedError(
           None, var_op,
@@ -147,9 +151,9 @@ class SMA(base.Algorithm):
     return _State(
         var_op.name,
         builder.replicated(f"{scope}/correction", dtype, shape),
-        replicate.resource(f"{scope}/central_prev", dtype, shape),
-        tf.identity(replicate.read(var_op), name=f"{scope}/central"),
-        (replicate.resource(f"{scope}/central_next", dtype, shape)
+        graph_util.resource(f"{scope}/central_prev", dtype, shape),
+        tf.identity(graph_util.read(var_op), name=f"{scope}/central"),
+        (graph_util.resource(f"{scope}/central_next", dtype, shape)
          if var_op.type == "VarHandleOp" and
          dtype.as_datatype_enum in _FUSABLE_TYPES else None),
         f"{scope}/barrier")

@@ -40,7 +40,7 @@ oneDNN; `benchmarks/matmul_shapes.py`, `benchmarks/conv_shapes.py`):
   a MatMul xᵀ·dy over a small batch (`outer_applies`): TensorBow's apply
   op takes x and dy and applies the gradient as it is made, so the
   gradient, as large as the weight, is never written and read back. An
-  algorithm with `takes_outer_applies` (SMA) turns that op into its own.
+  algorithm whose `fuses_outer` says so (SMA) turns that op into its own.
 """
 import collections
 import os

@@ -24,7 +24,7 @@ commit (an atomic wave's second phase); start and end are seconds of a
 steady clock."""
 
 
-def _extension():
+def extension():
   """The runtime extension: the package's own, or $TENSORBOW_LIBRARY_DIR's."""
   name = "tensorbow._runtime"
   if name in sys.modules:
@@ -58,20 +58,44 @@ class Runtime(object):
   Calls given `by_group` are one per stream group: a task of replica r is
   run by whichever stream group g takes it first, with calls[g], fed the
   replica's feeds and then r (an int32 scalar) as its last feed.
+
+  The threads start with the first call prepared, so a session that never
+  trains starts none; `close` stops them.
   """
 
   def __init__(self, session, num_stream_groups, num_replicas=1,
                inline=False):
-    self._impl = _extension().Runtime(
-        compat.session_handle(session), num_stream_groups, num_replicas,
-        list(compat.PYBIND11_ABI_IDS))
+    self._session = session
+    self._num_stream_groups = max(1, num_stream_groups)
+    self._num_replicas = num_replicas
+    self._started = None
+    self._closed = False
     # Each task's ops run on the thread of its stream group, not on
     # TensorFlow's inter-op pool (RunOptions.inter_op_thread_pool = -1).
     self.inline = inline
 
   @property
+  def _impl(self):
+    if self._started is None:
+      if self._closed:
+        raise RuntimeError("TensorBow's runtime was closed")
+      self._started = extension().Runtime(
+          compat.session_handle(self._session), self._num_stream_groups,
+          self._num_replicas, list(compat.PYBIND11_ABI_IDS))
+    return self._started
+
+  @property
+  def started(self):
+    return self._started is not None
+
+  def close(self):
+    """Stops the threads once the wave in flight has finished."""
+    self._started = None
+    self._closed = True
+
+  @property
   def num_stream_groups(self):
-    return self._impl.num_stream_groups
+    return self._num_stream_groups
 
   def add_call(self, feeds, fetches, targets):
     """Prepares a call: fed tensors, fetched tensors, target operations."""
@@ -162,17 +186,20 @@ class Runtime(object):
   def task_timings(self, last=None):
     """TaskTiming of every task run so far (the latest 16384), or of the
     latest `last`."""
+    if not self.started:
+      return []
     return [TaskTiming(*t) for t in self._impl.task_timings(last or 0)]
 
   def clear_task_timings(self):
-    self._impl.clear_task_timings()
+    if self.started:
+      self._impl.clear_task_timings()
 
   def arena_stats(self):
     """Per stream group, its arena's counters (a dict): num_allocs (feed
     buffers staged since the start), bytes_in_use, peak_bytes_in_use,
     system_allocs (regions taken from the system allocator) and
-    system_bytes (held now)."""
-    return self._impl.arena_stats()
+    system_bytes (held now); [] before the first call."""
+    return self._impl.arena_stats() if self.started else []
 
 
 def _outputs(result, run_metadata, merge=False):
@@ -214,7 +241,7 @@ def _options(run_options, inline=False):
 
 def fetchable_dtypes():
   """TF_DataType enums whose tensors a wave can return to Python."""
-  return frozenset(_extension().Runtime.fetchable_dtypes())
+  return frozenset(extension().Runtime.fetchable_dtypes())
 
 
 def default_stream_groups(num_replicas):

@@ -1,0 +1,48 @@
+"""Synchronous SGD: every replica's optimizer step takes the gradients of
+all replicas, averaged weighted by shard size, so the replicas and the
+central model (replica 0's) stay equal: training on the whole batch, as
+MirroredStrategy and Horovod do.
+
+The gradients are what a wave's computation hands to its commit (the
+tensors crossing phases.split's cut): between the two phases the runtime
+replaces each by the replicas' weighted mean.
+"""
+import tensorflow as tf
+
+from tensorbow.algorithms import base
+
+
+class SSGD(base.Algorithm):
+  """Synchronous SGD (no parameters)."""
+
+  name = "ssgd"
+  model_from_replica = True
+
+  def check_nonfinite(self, nonfinite):
+    super().check_nonfinite(nonfinite)
+    if nonfinite == "skip":
+      raise ValueError(f"algorithm {self.name!r} averages every replica's "
+                       "gradients: nonfinite cannot be 'skip'")
+
+  def check_updates(self, sparse):
+    if sparse:
+      raise tf.errors.UnimplementedError(
+          None, None,
+          f"TensorBow's {self.name} averages the replicas' gradients, which "
+          f"a sparse update ('{sparse[0]}') does not allow")
+
+  def check_split(self, split):
+    if not split:
+      raise tf.errors.UnimplementedError(
+          None, None,
+          f"TensorBow's {self.name} needs a training run whose writes can "
+          "run after its computation; in this one a write waits on a "
+          "computed op through a control dependency")
+
+  def fuses_outer(self, has_state):
+    # The mean of the factors is not the factors of the mean.
+    del has_state
+    return False
+
+  def before_commit(self, runtime, weights):
+    runtime.average_kept(weights)

@@ -1,0 +1,390 @@
+"""The replicas' state between waves: which variables have replicas, their
+seeding, the synchronisation and refresh that follow a wave, what an
+algorithm runs around one, and the state a checkpoint or a snapshot holds.
+
+A `ReplicaState` lives as long as one setting of L. The copier
+(rewrite/replicate.py) registers each variable it replicates, at plan
+time; the trainer (waves.py) asks, every wave and around plain runs, for
+the runs that seed, synchronise, refresh, save and restore the replicas.
+Every op it makes is made once (`Builder.once`), so the graph does not
+grow with the number of runs.
+"""
+import numpy as np
+import tensorflow as tf
+
+from tensorbow.rewrite import graph_util
+
+
+class ReplicaState(object):
+  """The replicated variables of one setting of L and their life cycle.
+
+  Args:
+    builder: the setting's `rewrite.builder.Builder`.
+    algorithm: the session's `algorithms.Algorithm`, resolved for L.
+    share_variables: nothing is replicated: the copies train the user's
+      own variables (`Builder`).
+  """
+
+  def __init__(self, builder, algorithm, share_variables=False):
+    self._builder = builder
+    self._share_variables = share_variables
+    self._graph = builder.graph
+    self._algorithm = algorithm
+    self._in_use = False  # whether a training run was copied
+    # replicated variable op name -> "model" | "slot" | "other"
+    self._kinds = {}
+    self._replicated = {}  # replicated variable op name -> Replicated
+    self._states = {}  # model variable op name -> the algorithm's state
+    self._seeds = {}  # replicated variable op name -> seed op
+    self._pending_seed = set()  # replicated variables to seed before training
+    self._pending_replicas = set()  # replicas to seed before training
+
+  @property
+  def in_use(self):
+    """Whether a training run's copies were made (else there is nothing
+    to seed, refresh or save)."""
+    return self._in_use
+
+  # ---- Registered by the copier --------------------------------------------
+
+  def register(self, info):
+    """A training run with `analysis.TrainingInfo` `info` is being copied;
+    returns the names of the variables it gives replicas."""
+    self._in_use = True
+    replicated = set() if self._share_variables else set(info.written)
+    for name in replicated:
+      if name not in self._kinds:
+        if name in info.model_vars:
+          self._kinds[name] = "model"
+        elif name in info.slot_vars:
+          self._kinds[name] = "slot"
+        else:
+          self._kinds[name] = "other"
+    return replicated
+
+  def add_variables(self, var_ops, model_vars):
+    """Gives variable ops `var_ops` replicas, and, unless shared, model
+    variables `model_vars` the algorithm's state."""
+    builder = self._builder
+    with builder.building():
+      for op in var_ops:
+        self._replicated[op.name] = builder.variable_replicas(op)
+      for name in () if self._share_variables else model_vars:
+        if name not in self._states:
+          state = self._algorithm.variable_state(
+              builder, self._graph.get_operation_by_name(name))
+          if state is not None:
+            self._states[name] = state
+
+  def add_seeds(self, var_ops):
+    """Makes the seed ops of `var_ops`, copied now: they are seeded before
+    the next training run."""
+    with self._builder.building():
+      for op in var_ops:
+        self._seeds[op.name] = self._make_seed(op)
+        self._pending_seed.add(op.name)
+        self._builder.mark_seeded(op.name)
+
+  def replicas_of(self, name):
+    """The Replicated copies of variable op `name`."""
+    return self._replicated[name]
+
+  def algorithm_state(self, name):
+    """The algorithm's state for model variable `name`, or None."""
+    return self._states.get(name)
+
+  # ---- Seeding -------------------------------------------------------------
+
+  def _make_seed(self, var_op):
+    """Op that sets every replica of `var_op` from the central model."""
+    value = graph_util.read(var_op)
+    assigns = [self._replicated[var_op.name].set(
+        value, self._builder.all_replicas())]
+    state = self._states.get(var_op.name)
+    if state is not None:
+      assigns += self._algorithm.seed_ops(self._builder, state, value)
+    return tf.group(*assigns, name=f"seed/{var_op.name}")
+
+  def seed_run(self):
+    """(fetches, feed_dict) seeding the replicas that need it, or None;
+    marks them seeded."""
+    ops, feeds = self._builder.take_before_training(), {}
+    if self._pending_seed:
+      names = tuple(sorted(self._pending_seed))
+      self._pending_seed.clear()
+      ops.append(self._builder.once("seed", names, lambda: graph_util.after(
+          [self._seeds[n] for n in names], "seed/group")))
+    if self._pending_replicas:
+      replicas, op = self._replica_seed()
+      ops.append(op)
+      feeds[replicas] = np.array(sorted(self._pending_replicas), np.int32)
+      self._pending_replicas.clear()
+    return (ops, feeds) if ops else None
+
+  def _replica_seed(self):
+    """(replicas placeholder, op) setting the replicas fed alone from the
+    central model: their variables from the user's, their slots from the
+    mean over the replicas (refreshed first), the algorithm's state
+    afresh."""
+    names = tuple(sorted(self._seeds))
+    refresh = self.refresh_op()
+
+    def build():
+      replicas = tf.compat.v1.placeholder(tf.int32, [None],
+                                          name="seed/replicas")
+      # The reads wait for the refresh, which may have run already.
+      ready = (graph_util.after([refresh], "seed/refreshed", tf.constant(0))
+               if refresh is not None else None)
+      with self._graph.control_dependencies(
+          [ready] if ready is not None else []):
+        assigns = []
+        for name in names:
+          central = graph_util.read(self._graph.get_operation_by_name(name))
+          assigns.append(self._replicated[name].set(central, replicas))
+          state = self._states.get(name)
+          if state is not None:
+            assigns += self._algorithm.reseed_ops(self._builder, state,
+                                                  central, replicas)
+        return replicas, tf.group(*assigns, name="seed/replicas_op")
+
+    return self._builder.once("seed_replicas", self._state_key(names), build)
+
+  def reseed_replicas(self, replicas):
+    """Replicas `replicas` are to be set from the central model before the
+    next training run (left out of a wave: see participants_run)."""
+    self._pending_replicas.update(replicas)
+
+  def mark_seeded(self, names):
+    """Replicas of `names` were set otherwise: no seed before training."""
+    self._pending_seed.difference_update(names)
+
+  def replicated_variables(self):
+    return sorted(self._seeds)
+
+  def replicates_any(self, names):
+    """Whether any of variable ops `names` has replicas."""
+    return any(n in self._seeds for n in names)
+
+  def reseed(self, names=None):
+    """Replicas of variables `names` (None: all) are to be re-seeded from
+    the central model before the next training run."""
+    if names is None:
+      self._pending_seed.update(self._seeds)
+    else:
+      self._pending_seed.update(n for n in names if n in self._seeds)
+
+  # ---- Around a wave -------------------------------------------------------
+
+  def participants_run(self, skipped, remaining):
+    """(fetches, feed_dict) leaving replicas `skipped` out of the next
+    wave's synchronisation, `remaining` taking part; None if the algorithm
+    has nothing to do for it."""
+    names = tuple(sorted(self._states))
+
+    def build():
+      count = tf.compat.v1.placeholder(tf.int32, [], name="participants")
+      replicas = tf.compat.v1.placeholder(tf.int32, [None],
+                                          name="skipped_replicas")
+      ops = self._algorithm.skip_ops(
+          self._builder, [self._states[n] for n in names], count, replicas)
+      return count, replicas, ops
+
+    count, replicas, ops = self._builder.once(
+        "participants", self._state_key(names), build)
+    if not ops:
+      return None
+    return ops, {count: remaining,
+                 replicas: np.array(sorted(skipped), np.int32)}
+
+  def wave_run(self, wave, sizes):
+    """(fetches, feed_dict) preparing training run `wave` (counted from 1),
+    whose replicas' shards have `sizes` rows, or None if the algorithm has
+    nothing to do for it."""
+    return self._algorithm_run(
+        "wave", self._algorithm.wave_value(wave, sizes),
+        self._algorithm.wave_ops)
+
+  def merge_run(self, wave, sizes):
+    """(fetches, feed_dict) to run after training run `wave`, or None."""
+    return self._algorithm_run(
+        "merge", self._algorithm.merge_value(wave, sizes),
+        self._algorithm.merge_ops)
+
+  def _algorithm_run(self, purpose, value, make_ops):
+    if value is None or not self._states:
+      return None
+    names = tuple(sorted(self._states))
+
+    def build():
+      fed = tf.compat.v1.placeholder(tf.float64, None,
+                                     name=f"{purpose}_value")
+      return fed, make_ops(self._builder,
+                           [self._states[n] for n in names], fed)
+
+    fed, ops = self._builder.once(purpose, self._state_key(names), build)
+    return (ops, {fed: value}) if ops else None
+
+  def reset_op(self):
+    """Op restarting the algorithm's synchronisation (after a failed
+    wave), or None."""
+    names = tuple(sorted(self._states))
+    ops = self._builder.once("reset", names, lambda: self._algorithm.reset_ops(
+        self._builder, [self._states[n] for n in names]))
+    return ops or None
+
+  def sync_op(self, info, source=0):
+    """The synchronisation op of a training run with `info`, or None.
+
+    Single variables (a global step) are taken from replica `source`.
+    """
+    if self._share_variables or not info.other_vars:
+      return None
+    names = tuple(sorted(info.other_vars))
+    batch = tuple(n in info.batch_dependent for n in names)
+
+    def build():
+      src = self._builder.constant(source, tf.int32)
+      return tf.group(*[
+          graph_util.assign(self._graph.get_operation_by_name(name),
+                            self._replicated[name].mean(src, mean=mean))
+          for name, mean in zip(names, batch)], name="sync")
+
+    return self._builder.once(("sync", source, batch), names, build)
+
+  def refresh_op(self):
+    """Op that brings user-named slots (and, for an algorithm whose model is
+    a replica's, the model) up to date.
+
+    Slots become the replicas' mean; the model, replica 0's. Returns None
+    if there is nothing to refresh.
+    """
+    names = tuple(sorted(
+        n for n, k in self._kinds.items()
+        if k == "slot" or (k == "model" and
+                            self._algorithm.model_from_replica)))
+    if not names:
+      return None
+
+    def build():
+      first = self._builder.constant(0, tf.int32)
+      updates = []
+      for name in names:
+        var = self._graph.get_operation_by_name(name)
+        updates.append(graph_util.assign(var, self._replicated[name].mean(
+            first, mean=self._kinds[name] == "slot")))
+      return tf.group(*updates, name="refresh")
+
+    return self._builder.once("refresh", names, build)
+
+  # ---- Checkpoints and snapshots -------------------------------------------
+
+  def _state_of(self, name):
+    """[(keys, Replicated) or (key, resource handle)] of replicated
+    variable `name`'s state: its replicas' copies and the algorithm's
+    state for it."""
+    parts = [([f"{name}/replica_{r}"
+               for r in range(self._builder.num_replicas)],
+              self._replicated[name])]
+    state = self._states.get(name)
+    if state is not None:
+      parts += self._algorithm.state_parts(self._builder, state)
+    return parts
+
+  def _state_key(self, names):
+    """What the state of variables `names` depends on, for Builder.once."""
+    return names, tuple(
+        self._algorithm.state_signature(self._states[n])
+        for n in names if n in self._states)
+
+  def state_keys(self, name):
+    """The keys of replicated variable `name`'s state."""
+    keys = []
+    for k, _ in self._state_of(name):
+      keys.extend(k if isinstance(k, list) else [k])
+    return keys
+
+  def state_tensors(self):
+    """{key: tensor} reading every replica's copy of every replicated
+    variable and the algorithm's state for each model variable."""
+    names = tuple(sorted(self._seeds))
+
+    def build():
+      tensors = {}
+      for name in names:
+        for keys, part in self._state_of(name):
+          if isinstance(keys, list):
+            tensors.update(zip(keys, tf.unstack(part.stacked(),
+                                                num=len(keys))))
+          else:
+            tensors[keys] = tf.raw_ops.ReadVariableOp(
+                resource=part, dtype=part.op.get_attr("dtype"))
+      return tensors
+
+    return self._builder.once("state", self._state_key(names), build)
+
+  def load_state_run(self, names, values):
+    """(fetches, feed_dict) setting the state of replicated variables
+    `names` from {key: value} `values`."""
+    names = tuple(sorted(names))
+
+    def build():
+      placeholders, assigns = [], []
+      for name in names:
+        for keys, part in self._state_of(name):
+          if isinstance(keys, list):
+            p = tf.compat.v1.placeholder(part.dtype)
+            assigns.append(part.set(p, self._builder.all_replicas(),
+                                    stacked=True))
+          else:
+            p = tf.compat.v1.placeholder(
+                tf.as_dtype(part.op.get_attr("dtype")))
+            assigns.append(tf.raw_ops.AssignVariableOp(resource=part,
+                                                       value=p))
+          placeholders.append((keys, p))
+      return placeholders, tf.group(*assigns, name="load")
+
+    placeholders, op = self._builder.once("load", self._state_key(names),
+                                          build)
+    feeds = {}
+    for keys, p in placeholders:
+      if isinstance(keys, list):
+        feeds[p] = np.stack([np.asarray(values[k]) for k in keys])
+      else:
+        feeds[p] = values[keys]
+    return op, feeds
+
+  def snapshot_tensors(self, names):
+    """{key: tensor} reading the user's variables `names` and every
+    replica's state: what a commit that may fail could change."""
+    names = tuple(sorted(names))
+    tensors = dict(self._builder.once("snapshot", names, lambda: {
+        f"{n}/central": graph_util.read(self._graph.get_operation_by_name(n))
+        for n in names}))
+    tensors.update(self.state_tensors())
+    return tensors
+
+  def restore_snapshot_run(self, names, snapshot):
+    """(fetches, feed_dict) setting back what snapshot_tensors(names)
+    read, given as `snapshot`."""
+    names = tuple(sorted(names))
+
+    def build():
+      placeholders, assigns = {}, []
+      for n in names:
+        var = self._graph.get_operation_by_name(n)
+        p = tf.compat.v1.placeholder(
+            tf.as_dtype(var.get_attr("dtype")).base_dtype)
+        placeholders[f"{n}/central"] = p
+        assigns.append(graph_util.assign(var, p))
+      return placeholders, assigns
+
+    placeholders, assigns = self._builder.once("restore_snapshot", names,
+                                               build)
+    fetches = list(assigns)
+    feeds = {p: snapshot[k] for k, p in placeholders.items()}
+    replicated = tuple(sorted(self._seeds))
+    if replicated:
+      load, load_feeds = self.load_state_run(replicated, snapshot)
+      fetches.append(load)
+      feeds.update(load_feeds)
+    return fetches, feeds

@@ -1,0 +1,249 @@
+"""What the copies and the algorithms build with: one session setting's
+scope in the execution graph.
+
+A `Builder` names TensorBow's ops (all below one prefix), makes the ops
+that recur (seeding, refreshing, checkpoint reads) only once, and offers
+an algorithm (algorithms/base.py) what it needs to replace a replica's
+optimizer step: constants, state with one copy per replica
+(`Replicated`), the replica index a task is fed, and nodes naming a
+replica's copy or a device's handle of a variable. The copier
+(replicate.py) and the replica state (replicas.py) share it.
+"""
+import contextlib
+import re
+
+import numpy as np
+import tensorflow as tf
+
+from tensorbow import compat
+from tensorbow import ops as tb_ops
+from tensorbow.rewrite import graph_util
+
+# How TensorFlow's error messages name a node.
+_NODE_TAG = re.compile(r"\{\{node ([^}]+)\}\}")
+
+
+class Replicated(object):
+  """A variable with one copy per replica in the resource manager."""
+
+  def __init__(self, name, dtype, shape, num_replicas):
+    self.name = name  # the copies' name, before "/replica_<r>"
+    self.dtype = dtype  # base dtype
+    self.shape = shape
+    self.num_replicas = num_replicas
+
+  def attrs(self):
+    return dict(var_name=self.name, num_replicas=self.num_replicas)
+
+  def set(self, value, replicas, stacked=False):
+    """Op setting the copies of `replicas` (an int32 vector) to `value`."""
+    return tb_ops.library().tensor_bow_set_replicas(
+        value, replicas, stacked=stacked, **self.attrs())
+
+  def mean(self, source, mean=True):
+    """The replicas' mean, or replica `source`'s copy (see ReplicaMean)."""
+    return tb_ops.library().tensor_bow_replica_mean(
+        source, dtype=self.dtype, shape=self.shape, mean=mean, **self.attrs())
+
+  def stacked(self):
+    return tb_ops.library().tensor_bow_stack_replicas(
+        dtype=self.dtype, shape=self.shape, **self.attrs())
+
+  def handles(self):
+    return tb_ops.library().tensor_bow_replica_handles(
+        dtype=self.dtype, shape=self.shape, **self.attrs())
+
+
+class Builder(object):
+  """TensorBow's scope in an execution graph for one setting of L.
+
+  Args:
+    graph: the execution graph.
+    num_replicas: L.
+    num_groups: the runtime's stream groups: the copies of the learning
+      part.
+    share_variables: the copies train the user's own variables (L = 1, or
+      an algorithm whose tasks share the model): one copy at L = 1, and
+      none pinned to a device.
+    devices: the session's CPU devices, CPU:0 first; with more than one
+      copy and as many devices, copy g is pinned to device g.
+  """
+
+  def __init__(self, graph, num_replicas, num_groups, share_variables=False,
+               devices=None):
+    self._graph = graph
+    self._num_replicas = num_replicas
+    self._num_groups = (1 if share_variables and num_replicas == 1 else
+                        max(1, num_groups))
+    self._devices = (list(devices[:self._num_groups])
+                     if devices and not share_variables and
+                     len(devices) >= self._num_groups > 1 else None)
+    self._prefix = None  # taken when first used
+    self._once = {}  # (purpose, key) -> what was built for it
+    self._constants = {}
+    self._replica = None
+    self._before_training = []
+    self._seeded = set()  # variables whose replicas have a seed op
+
+  @property
+  def graph(self):
+    return self._graph
+
+  @property
+  def prefix(self):
+    """The name scope of TensorBow's ops, below which no op the user adds
+    later (imported under its own name) can want their names."""
+    if self._prefix is None:
+      with self._graph.as_default():
+        self._prefix = self._graph.unique_name("tensorbow", mark_as_used=True)
+    return self._prefix
+
+  @property
+  def num_groups(self):
+    return self._num_groups
+
+  @property
+  def num_replicas(self):
+    return self._num_replicas
+
+  def device(self, group):
+    """The device stream group `group`'s copy is pinned to, or None."""
+    return self._devices[group] if self._devices else None
+
+  @contextlib.contextmanager
+  def building(self):
+    """Where TensorBow's ops are made: below the prefix."""
+    graph = self._graph
+    with graph.as_default(), graph.control_dependencies(None), \
+        graph.name_scope(self.prefix + "/"):
+      yield
+
+  def once(self, purpose, key, build):
+    """What `build()` makes for `purpose` over `key`, made only once.
+
+    Seeding, refreshing and resetting recur with the same variables; making
+    their ops once keeps the graph from growing with every plain run.
+    """
+    if (purpose, key) not in self._once:
+      with self.building():
+        self._once[(purpose, key)] = build()
+    return self._once[(purpose, key)]
+
+  # ---- What an algorithm may use (algorithms/base.py) ---------------------
+
+  def constant(self, value, dtype):
+    key = (value.tobytes() if isinstance(value, np.ndarray) else value, dtype)
+    if key not in self._constants:
+      with self.building():
+        self._constants[key] = tf.constant(value, dtype=dtype,
+                                           name="constant")
+    return self._constants[key]
+
+  def replicated(self, name, dtype, shape):
+    """State named `name` with one copy per replica."""
+    return Replicated(name, dtype, shape, self._num_replicas)
+
+  def variable_replicas(self, var_op):
+    """The copies, one per replica, of the user's variable op `var_op`."""
+    dtype, shape = graph_util.dtype_and_shape(var_op)
+    return self.replicated(f"{self.prefix}/var/{var_op.name}", dtype, shape)
+
+  def all_replicas(self):
+    return self.constant(np.arange(self._num_replicas, dtype=np.int32),
+                         tf.int32)
+
+  @property
+  def replica_input(self):
+    """The int32 scalar placeholder a task is fed its replica's index by."""
+    if self._replica is None:
+      with self.building():
+        self._replica = tf.compat.v1.placeholder(tf.int32, [],
+                                                 name="replica")
+    return self._replica
+
+  def replica_variable_node(self, node, op_type, replicated, aux):
+    """The NodeDef of `replicated` resolved to the task's replica in a
+    group's copy: `op_type` named and placed as `node`, reading the
+    replica index, which `aux(key, tensor)` names as an input."""
+    out = tf.compat.v1.NodeDef(name=node.name, op=op_type, device=node.device)
+    out.input.append(aux("__tensorbow__/replica", self.replica_input))
+    out.attr["var_name"].s = replicated.name.encode()
+    out.attr["dtype"].type = replicated.dtype.as_datatype_enum
+    out.attr["shape"].shape.CopyFrom(replicated.shape.as_proto())
+    out.attr["num_replicas"].i = replicated.num_replicas
+    return out
+
+  def device_handle(self, name, handle, aux):
+    """(input, NodeDefs) naming resource `handle` (a VarHandleOp's, outside
+    the copies) in a group's copy: as is, or, with the copies pinned to
+    devices, through a node `name` that makes it a handle of the group's
+    device (TensorBowDeviceVarHandle)."""
+    if self._devices is None:
+      return aux(f"__tensorbow__/{name}", handle), []
+    op = handle.op
+    node = tf.compat.v1.NodeDef(name=name, op="TensorBowDeviceVarHandle")
+    node.attr["container"].s = op.get_attr("container")
+    node.attr["shared_name"].s = op.get_attr("shared_name") or op.name.encode()
+    node.attr["dtype"].type = op.get_attr("dtype").as_datatype_enum
+    node.attr["shape"].shape.CopyFrom(
+        tf.TensorShape(op.get_attr("shape")).as_proto())
+    return name + ":0", [node]
+
+  def is_seeded(self, name):
+    """Whether variable `name`'s replicas have a seed op already."""
+    return name in self._seeded
+
+  def mark_seeded(self, name):
+    self._seeded.add(name)
+
+  def run_before_training(self, op):
+    """Runs `op` once, before the next training run."""
+    self._before_training.append(op)
+
+  def take_before_training(self):
+    """The ops run_before_training was given since the last call."""
+    ops, self._before_training = self._before_training, []
+    return ops
+
+  # ---- Names ---------------------------------------------------------------
+
+  def copy_name(self, group, name):
+    """The name of stream group `group`'s copy of op `name`.
+
+    Below the group's scope the user's '/' becomes '>': copies made by
+    later runs then never fall inside an earlier copy's name scope, where
+    TensorFlow's importer would rename them.
+    """
+    return f"{self.prefix}/group_{group}/{flat(name)}"
+
+  def user_name(self, name):
+    """The user's name of the op or tensor a group's copy `name` copies."""
+    head = f"{self.prefix}/group_"
+    if not name.startswith(head):
+      return name
+    _, _, rest = name[len(head):].partition("/")
+    return rest.replace(">", "/")
+
+  def user_error(self, error, graph):
+    """`error` as TensorFlow's `Session.run` would raise it for the user's
+    op: the copies' names made the user's, `op` and `node_def` the user's
+    op in `graph`, and the message interpolated with where that op was
+    made ("Detected at node ... defined at")."""
+    pattern = re.compile(
+        re.escape(self.prefix) + r"/group_\d+/([^\s:{}'\"]+)")
+    message = pattern.sub(lambda m: m.group(1).replace(">", "/"),
+                          error.message)
+    op = None
+    for name in _NODE_TAG.findall(message):
+      try:
+        op = graph.get_operation_by_name(name)
+        break
+      except KeyError:
+        continue
+    return graph_util.error_at(error, op,
+                               compat.interpolate_graph(message, graph))
+
+
+def flat(name):
+  """`name` with its scopes flattened, as a copy's op is named."""
+  return name.replace("/", ">")
