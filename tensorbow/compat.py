@@ -110,6 +110,12 @@ def session_handle(session):
   return session._session  # pylint: disable=protected-access
 
 
+def base_session_manager(creator_class, creator):
+  """The SessionManager `creator_class` (a SessionCreator class of
+  TensorFlow's) would give `creator`, an instance of a subclass."""
+  return creator_class._get_session_manager(creator)  # pylint: disable=protected-access
+
+
 def operation_handle(op):
   """The pybind11 handle of an `Operation`'s TF_Operation."""
   return op._c_op  # pylint: disable=protected-access

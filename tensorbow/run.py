@@ -142,7 +142,7 @@ def session_class(original, replicas=2, algorithm="sma", alpha=None,
 
   class Session(metaclass=_Meta):
     """`tf.compat.v1.Session` as replaced by `tensorbow-run`."""
-    _tensorbow_original = original
+    tensorbow_original = original
 
     def __new__(cls, target="", graph=None, config=None):
       if target:
@@ -197,7 +197,7 @@ def creator_class(original, report=None, **options):
 
     def _get_session_manager(self):
       if self._master:
-        return original._get_session_manager(self)  # pylint: disable=protected-access
+        return compat.base_session_manager(original, self)
       return super()._get_session_manager()
 
     def create_session(self):
@@ -253,7 +253,7 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
   # one is in sys.modules already; load it now so the script's gets patched.
   importlib.import_module("tensorflow.compat.v1")
   original = tf.compat.v1.Session
-  if "_tensorbow_original" in vars(original):
+  if "tensorbow_original" in vars(original):
     raise RuntimeError("tf.compat.v1.Session is already replaced by "
                        "tensorbow-run's stand-in; patch_session does not nest")
   options = dict(replicas=replicas, algorithm=algorithm, alpha=alpha,

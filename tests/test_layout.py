@@ -133,3 +133,55 @@ def test_no_import_circle():
     if module not in state:
       visit(module)
   assert not circles, [" -> ".join(c) for c in circles]
+
+
+# Public despite the underscore: namedtuple's documented methods.
+_NAMEDTUPLE_API = frozenset(["_replace", "_asdict", "_fields", "_make"])
+
+
+def _private_reaches(path, text):
+  """[(line, what)] of a module reading a private name (`x._name`, or
+  getattr's) of something other than itself: `self`, `cls` or `super()`."""
+  found = []
+  for node in ast.walk(ast.parse(text, path)):
+    if isinstance(node, ast.Attribute):
+      name, owner = node.attr, node.value
+      if (isinstance(owner, ast.Name) and owner.id in ("self", "cls") or
+          isinstance(owner, ast.Call) and
+          getattr(owner.func, "id", None) == "super"):
+        continue
+    elif (isinstance(node, ast.Call) and
+          getattr(node.func, "id", None) in ("getattr", "hasattr",
+                                              "setattr") and
+          len(node.args) > 1 and isinstance(node.args[1], ast.Constant)):
+      name = str(node.args[1].value)
+    else:
+      continue
+    if (name.startswith("_") and not name.startswith("__") and
+        name not in _NAMEDTUPLE_API):
+      found.append((node.lineno, ast.unparse(node)))
+  return found
+
+
+def test_no_module_reaches_into_anothers_private_names():
+  # compat.py is where TensorFlow's private API is used (test_private_api).
+  offenders = [
+      (path, line, what) for path, text in _python_files()
+      if path.startswith("tensorbow" + os.sep) and
+      path != os.path.join("tensorbow", "compat.py")
+      for line, what in _private_reaches(path, text)]
+  assert not offenders, offenders
+
+
+def test_the_private_reach_check_sees_one():
+  text = ("def f(session):\n"
+          "  a = session._trainer\n"
+          "  b = getattr(session, '_planner', None)\n"
+          "  return self._own, super()._own, a._replace(x=1)\n")
+  assert [line for line, _ in _private_reaches("x.py", text)] == [2, 3]
+
+
+def test_no_package_file_is_over_500_lines():
+  long = [(path, text.count("\n")) for path, text in _python_files()
+          if path.startswith("tensorbow" + os.sep) and text.count("\n") > 500]
+  assert not long, long

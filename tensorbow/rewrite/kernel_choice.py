@@ -110,7 +110,7 @@ def _timed_outer(fused, op_type, a_shape, b_shape, dtype, nesterov, copies=4,
 def _best_seconds(graph, target, init, copies, repeats, runs):
   # TensorFlow's own session, also under tensorbow-run, whose stand-in
   # would plan (and time kernels for) a run that writes.
-  session = getattr(tf.compat.v1.Session, "_tensorbow_original",
+  session = getattr(tf.compat.v1.Session, "tensorbow_original",
                     tf.compat.v1.Session)
   with session(graph=graph) as sess:
     sess.run(init)
