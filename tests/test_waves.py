@@ -1,0 +1,226 @@
+"""The wave (tensorbow/waves.py) on its own: a Trainer handed a fake
+runtime, replica state and plans, so what it does with them is seen
+directly: the shards each replica is given, the merged fetches, which
+replicas commit, and the hooks an algorithm is called through."""
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tensorbow import execution
+from tensorbow import options
+from tensorbow import planner
+from tensorbow import routing
+from tensorbow import runtime as tb_runtime
+from tensorbow import waves
+from tensorbow.algorithms import base
+from tensorbow.rewrite import builder
+from tensorbow.rewrite import phases
+
+tf1 = tf.compat.v1
+ROWS = 10
+
+
+class _Runtime(object):
+  """Computes, per replica, 2 * its rows and their mean; reports the
+  replicas in `nonfinite` as having a non-finite first fetch."""
+
+  def __init__(self, nonfinite=()):
+    self.nonfinite = set(nonfinite)
+    self.shards = None
+    self.committed = None
+    self.discarded = False
+    self.weights = None
+
+  def compute(self, calls, per_replica, dtypes, batch_feed, internal, check,
+              options_, run_metadata, by_group):
+    del calls, dtypes, internal, options_, run_metadata, by_group
+    self.shards = [values[batch_feed] for values in per_replica]
+    computed = [[2 * x, np.float32(x.mean())] for x in self.shards]
+    nonfinite = [[0] if check and r in self.nonfinite else []
+                 for r in range(len(per_replica))]
+    return computed, nonfinite
+
+  def average_kept(self, weights):
+    self.weights = np.asarray(weights)
+
+  def discard(self):
+    self.discarded = True
+
+  def commit(self, calls, committed, sync_call, options_, run_metadata,
+             by_group):
+    del calls, sync_call, options_, run_metadata, by_group
+    self.committed = list(committed)
+    return [[] for _ in committed]
+
+  def task_timings(self, last=None):
+    """Replica r's task took r + 1 seconds."""
+    del last
+    return [tb_runtime.TaskTiming(1, r, 0, len(x), 0, 0.0, r + 1.0)
+            for r, x in enumerate(self.shards)]
+
+
+class _State(object):
+  """Replica state that records what the wave asks of it."""
+
+  in_use = True
+
+  def __init__(self):
+    self.skipped = None
+    self.reseeded = []
+
+  def seed_run(self):
+    return None
+
+  def wave_run(self, wave, sizes):
+    del wave, sizes
+    return None
+
+  def merge_run(self, wave, sizes):
+    del wave, sizes
+    return None
+
+  def participants_run(self, skipped, remaining):
+    self.skipped = (list(skipped), remaining)
+    return None
+
+  def reseed_replicas(self, replicas):
+    self.reseeded.extend(replicas)
+
+
+class _Plans(object):
+
+  def __init__(self, plan):
+    self.plan = plan
+    self.plans = {}
+
+  def plan_for(self, route, first):
+    del first
+    self.plans[route.signature] = self.plan
+    return self.plan
+
+  def takes_elements(self, pulled):
+    del pulled
+    return False
+
+
+class _Averaging(base.Algorithm):
+  """Records what it is handed before the commit."""
+
+  name = "averaging"
+
+  def before_commit(self, runtime, weights):
+    runtime.average_kept(weights)
+
+
+class _Uneven(base.Algorithm):
+  """Gives replica 0 40% of a batch; records the task times it is given."""
+
+  name = "uneven"
+  times = None
+
+  def first_shares(self, replicas):
+    return np.array([0.4] + [0.6 / (replicas - 1)] * (replicas - 1))
+
+  def next_shares(self, shares, times):
+    _Uneven.times = list(times)
+    return np.array([0.2, 0.4, 0.4])
+
+
+def _wave(replicas, nonfinite="propagate", algorithm=None, bad=()):
+  """(trainer, runtime, state, run): `run(x)` trains once on rows `x`."""
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf1.placeholder(tf.float32, [None, 2], name="x")
+    w = tf1.get_variable("w", initializer=tf.ones([2]), use_resource=True)
+    doubled = tf.identity(2 * x, name="doubled")
+    loss = tf.reduce_mean(x * w, name="loss")
+    train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+  exec_graph = execution.ExecutionGraph(graph)
+  lock = threading.RLock()
+  router = routing.Router(graph, exec_graph, lock)
+  fed = exec_graph.tensor(x)
+  plan = planner.Plan(
+      feeds=[fed], names=[fed.name], batch=[True], elements=[False],
+      batch_feed=0, dtypes=[fed.dtype.as_datatype_enum],
+      np_dtypes=[np.float32], shapes=[(None, 2)], replicas=replicas,
+      by_group=True, calls=[0], sync_call=-1, sync_calls=None,
+      central_fetches=[], echoed=[],
+      atomic=phases.Split([0, 1], [], [0], [], [], False),
+      commit_calls=[1], described=["doubled:0", "loss:0"], snapshot=None)
+  runtime, state = _Runtime(bad), _State()
+  settings = options.Settings(replicas, algorithm or base.Algorithm(),
+                              nonfinite, 1, False)
+  trainer = waves.Trainer(
+      None, settings, _Plans(plan), runtime,
+      builder.Builder(exec_graph.graph, replicas, 1), state, graph, lock,
+      lambda: None)
+
+  def run(rows):
+    route, values = router.route([doubled, loss, train], {x: rows})
+    assert route.closure.training
+    return trainer.train(route, values, None, None)
+
+  return trainer, runtime, state, run
+
+
+def _rows():
+  return np.arange(ROWS * 2, dtype=np.float32).reshape(ROWS, 2)
+
+
+@pytest.mark.parametrize("replicas", [1, 3, 4])
+def test_each_replica_gets_its_shard_and_the_fetches_merge(replicas):
+  trainer, runtime, _, run = _wave(replicas)
+  rows = _rows()
+  doubled, loss, _ = run(rows)
+  for got, want in zip(runtime.shards, np.array_split(rows, replicas)):
+    np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(doubled, 2 * rows)
+  # A scalar fetch is the shard-weighted mean: the whole batch's mean.
+  np.testing.assert_allclose(loss, rows.mean(), rtol=1e-6)
+  assert runtime.committed == [True] * replicas
+  assert trainer.last_rows == ROWS
+
+
+def test_an_algorithm_gets_shard_weights_before_the_commit():
+  _, runtime, _, run = _wave(4, algorithm=_Averaging())
+  run(_rows())
+  sizes = np.array([len(s) for s in np.array_split(_rows(), 4)])
+  np.testing.assert_allclose(runtime.weights, sizes / sizes.sum())
+
+
+def test_an_algorithm_sets_the_replicas_shares():
+  _, runtime, _, run = _wave(3, algorithm=_Uneven())
+  run(_rows())
+  assert [len(s) for s in runtime.shards] == [4, 3, 3]
+  assert _Uneven.times == [1.0, 2.0, 3.0]
+  run(_rows())  # the shares next_shares gave
+  assert [len(s) for s in runtime.shards] == [2, 4, 4]
+
+
+def test_raise_commits_nothing():
+  _, runtime, state, run = _wave(4, nonfinite="raise", bad=[2])
+  with pytest.raises(tf.errors.InvalidArgumentError, match="replica 2"):
+    run(_rows())
+  assert runtime.discarded and runtime.committed is None
+  assert state.skipped is None
+
+
+def test_skip_leaves_the_replica_out_and_reseeds_it():
+  _, runtime, state, run = _wave(4, nonfinite="skip", bad=[1])
+  rows = _rows()
+  doubled, loss, _ = run(rows)
+  assert runtime.committed == [True, False, True, True]
+  assert state.skipped == ([1], 3) and state.reseeded == [1]
+  kept = [s for r, s in enumerate(np.array_split(rows, 4)) if r != 1]
+  np.testing.assert_array_equal(doubled, 2 * np.concatenate(kept))
+  np.testing.assert_allclose(loss, np.concatenate(kept).mean(), rtol=1e-6)
+
+
+def test_too_few_rows_are_refused_before_anything_runs():
+  _, runtime, _, run = _wave(4)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="at least one row per replica"):
+    run(_rows()[:3])
+  assert runtime.shards is None and runtime.committed is None
