@@ -3,7 +3,7 @@
 # this user may install it), a virtualenv in .venv with the pinned TensorFlow,
 # and the C++ build (`pip install -e .`: the libraries are built into the
 # source tree, so scripts run from the checkout with PYTHONPATH=. find
-# them). Safe to run again.
+# them). Safe to run again; the build is skipped while it is up to date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,4 +19,17 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
-.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation -e .
+# The build takes minutes: done again only when a source it compiles, or
+# how it builds, is newer than a library it made.
+built() {
+  local lib
+  for lib in _sma_ops _runtime; do
+    lib=$(ls tensorbow/${lib}.*.so 2>/dev/null | head -1)
+    [ -n "$lib" ] || return 1
+    [ -z "$(find cc setup.py pyproject.toml requirements.txt -newer "$lib" \
+             -print -quit)" ] || return 1
+  done
+  [ -x .venv/bin/tensorbow-run ]
+}
+built || .venv/bin/pip install -q --disable-pip-version-check \
+  --no-build-isolation -e .
