@@ -9,9 +9,10 @@
 //
 // Each reads the large operand once and writes the product once, keeping a
 // tile of the product in registers. TensorFlow's Eigen contraction, tuned
-// for large products, takes 12x as long for the input gradient of LeNet's
-// fc1 at batch 4; the other two are about even alone and faster in a
-// training step (benchmarks/matmul_shapes.py, step_profile.py). On x86-64
+// for large products, is many times slower for the input gradient of a
+// wide layer at a small batch; the other two are about even alone and
+// faster in a training step (benchmarks/matmul_shapes.py, step_profile.py;
+// the figures are in benchmarks/RESULTS.md). On x86-64
 // each function is also compiled for AVX2 with FMA and picked at load time
 // when the CPU has them.
 //

@@ -27,9 +27,9 @@ over a small batch), the kernel reads the large operand once and writes the
 product once; other shapes run TensorFlow's own MatMul kernel.
 
 min_elements: the small-batch loops run only when op(b) or the product has
-  at least this many elements; below it TensorFlow's kernel is faster (a
-  784 x 10 weight: 0.2 ms against 0.3-0.6 ms, mostly the cost of splitting
-  the work between threads).
+  at least this many elements; below it TensorFlow's kernel is faster
+  (a small weight's cost is mostly that of splitting the work between
+  threads).
 )doc");
 
 // ---- A dense layer's weight update from its gradient's factors --------------

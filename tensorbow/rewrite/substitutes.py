@@ -9,33 +9,31 @@ written. By default each substitute the rules below pick is kept only
 where it times faster than TensorFlow's kernel on the machine at hand
 (kernel_choice.py); `TENSORBOW_FAST_KERNELS=all` keeps every one, and
 `TENSORBOW_FAST_KERNELS=0` turns them off, to measure what they bring.
-The rules came from a 2-core AMD EPYC (Zen 3, TensorFlow 2.21 without
-oneDNN; `benchmarks/matmul_shapes.py`, `benchmarks/conv_shapes.py`):
+The rules came from timing each shape against TensorFlow's kernel
+(`benchmarks/matmul_shapes.py`, `conv_shapes.py`, `step_profile.py`; the
+figures are in benchmarks/RESULTS.md):
 
 * **MatMul** with a small batch (at most `SMALL` rows of the product, or
   that inner dimension, or either unknown in the graph): TensorBow's own
   `TensorBowMatMul` (cc/kernels/small_matmul.h), which reads the weight
-  once and writes the product once. For LeNet's fc1 at batch 4 the input
-  gradient dY·Wᵀ (4x512 by 512x3136) took TensorFlow 6-11 ms and takes it
-  0.4-0.7 ms. In a training step the weight gradient xᵀ·dY (a small inner
-  dimension) takes it 1.1 ms against TensorFlow's 2.9 ms
-  (`benchmarks/step_profile.py`), though alone, with its operands in
-  cache, the two are about even; the forward product is about even. At
+  once and writes the product once. It pays most for the input gradient
+  dY·Wᵀ of a wide layer (LeNet's fc1), and for the weight gradient xᵀ·dY
+  (a small inner dimension) inside a training step; alone, with its
+  operands in cache, that one and the forward product are about even. At
   run time the kernel hands larger shapes to TensorFlow's MatMul kernel.
 * **Conv2DBackpropFilter**, stride 1, 'SAME' with an odd kernel: the
   filter gradient is a convolution of the padded input, batch and channels
   swapped, with the output gradient as the filter (a Pad, two Transposes,
-  a Conv2D and a Transpose). LeNet's conv2 at batch 4: 2.3 -> 1.6 ms; 30-55%
-  less from batch 8 up; never measured slower.
+  a Conv2D and a Transpose). Faster for LeNet's conv2 at every batch size
+  measured, never slower.
 * **Conv2DBackpropInput**, the same convolutions, with at least
   `MIN_INPUT_GRAD_WINDOW` map pixels times kernel pixels and at least
   `MIN_INPUT_GRAD_CHANNELS` input channels: the input gradient is the
   forward convolution of the output gradient with the filter flipped and
-  its channels swapped. LeNet's conv2 (14x14, 5x5, 32 -> 64) at batch 16:
-  6.0 -> 3.9 ms, at 64 23.8 -> 14.3 ms (even at batch 4); ResNet's 32x32
-  3x3 stage: 0.87 -> 0.62 ms at batch 4, 11.5 -> 4.7 ms at 64. Smaller maps
-  (ResNet's 16x16 and 8x8 stages) and a single input channel (LeNet's conv1)
-  were slower that way, so those are left to TensorFlow.
+  its channels swapped. Faster for LeNet's conv2 (14x14, 5x5, 32 -> 64)
+  and ResNet's 32x32 3x3 stage; smaller maps (ResNet's 16x16 and 8x8
+  stages) and a single input channel (LeNet's conv1) were slower that
+  way, so those are left to TensorFlow.
 * **Momentum and plain SGD updates of a dense weight** whose gradient is
   a MatMul xᵀ·dy over a small batch (`outer_applies`): TensorBow's apply
   op takes x and dy and applies the gradient as it is made, so the
