@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
@@ -14,6 +15,7 @@
 #include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "cc/kernels/home_device.h"
+#include "cc/kernels/sma_step.h"
 #include "tensorflow/core/kernels/training_op_helpers.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 
@@ -33,28 +35,10 @@ namespace errors = tensorflow::errors;
 
 namespace functor {
 
-// The type the SMA arithmetic is done in: half-precision variables are
-// widened to float on load and rounded once on store, so an update is
-// never lost to a half-precision intermediate.
-template <typename T>
-struct Wide {
-  using type = T;
-};
-template <>
-struct Wide<Eigen::half> {
-  using type = float;
-};
-template <>
-struct Wide<Eigen::bfloat16> {
-  using type = float;
-};
-template <typename T>
-using WideT = typename Wide<T>::type;
-
-template <typename T>
-inline WideT<T> Widen(T x) {
-  return static_cast<WideT<T>>(x);
-}
+// The step's precision policy (sma_step.h), for the functors.
+using step::Wide;
+using step::WideT;
+using step::Widen;
 
 // Cost of one element for Eigen's parallelFor: loads, stores, cycles.
 template <typename T>
@@ -148,6 +132,23 @@ inline tensorflow::Status CheckOuterFactors(OpKernelContext* ctx,
         var.shape().DebugString());
   }
   return absl::OkStatus();
+}
+
+// The elements of `t` (of dtype T) in the step's arithmetic, Wide<T>: the
+// tensor's own buffer when that is T, else a widened copy kept in `copy`.
+template <typename T>
+const functor::WideT<T>* WideFactor(const Tensor& t,
+                                    std::vector<functor::WideT<T>>* copy) {
+  const T* data = t.flat<T>().data();
+  if constexpr (std::is_same_v<T, functor::WideT<T>>) {
+    return data;
+  } else {
+    copy->resize(t.NumElements());
+    for (int64_t i = 0; i < t.NumElements(); ++i) {
+      (*copy)[i] = functor::Widen(data[i]);
+    }
+    return copy->data();
+  }
 }
 
 // The variables of an SGD update (var) or of a momentum update (var, accum),

@@ -22,6 +22,39 @@ namespace functor {
 // The loops below take __restrict__ pointers (the buffers never alias) so
 // the compiler vectorises them; each is one pass over every buffer.
 
+// Elements [0, n) of one replica's step of kUpdate with its SMA correction
+// (step::SmaElement), the correction stored in c. `g` holds T, or Wide<T>
+// when the kernel made the gradient itself; `a` is unused for gradient
+// descent.
+template <step::Update kUpdate, typename T, typename G>
+void SmaStretch(T* __restrict__ w, T* __restrict__ a, T* __restrict__ c,
+                const T* __restrict__ z, const G* __restrict__ g, Index n,
+                T alpha_t, T lr_t, T momentum_t) {
+  constexpr bool kAccum = kUpdate != step::Update::kGradientDescent;
+  const WideT<T> alpha = Widen(alpha_t), lr = Widen(lr_t);
+  const WideT<T> momentum = Widen(momentum_t);
+  for (Index i = 0; i < n; ++i) {
+    c[i] = static_cast<T>(step::SmaElement<kUpdate>(
+        w + i, kAccum ? a + i : nullptr, z[i], g[i], alpha, lr, momentum));
+  }
+}
+
+// SmaStretch of gradient descent, momentum or Nesterov's (accum null for
+// gradient descent).
+template <typename T, typename G>
+void SmaStretch(T* w, T* a, T* c, const T* z, const G* g, Index n, T alpha,
+                T lr, T momentum, bool nesterov) {
+  using step::Update;
+  if (a == nullptr) {
+    SmaStretch<Update::kGradientDescent>(w, a, c, z, g, n, alpha, lr,
+                                         momentum);
+  } else if (nesterov) {
+    SmaStretch<Update::kNesterov>(w, a, c, z, g, n, alpha, lr, momentum);
+  } else {
+    SmaStretch<Update::kMomentum>(w, a, c, z, g, n, alpha, lr, momentum);
+  }
+}
+
 template <typename T>
 struct ApplySmaGradientDescent<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> var, Flat<T> correction,
@@ -32,20 +65,10 @@ struct ApplySmaGradientDescent<CPUDevice, T> {
     const T* g = delta.data();
     d.parallelFor(var.size(), ElementCost<T>(3, 2, 5),
                   [=](Index first, Index last) {
-                    Step(w + first, c + first, z + first, g + first,
-                         last - first, alpha, lr);
+                    SmaStretch<T, T>(w + first, nullptr, c + first,
+                                     z + first, g + first, last - first,
+                                     alpha, lr, T(0), false);
                   });
-  }
-
-  static void Step(T* __restrict__ w, T* __restrict__ c,
-                   const T* __restrict__ z, const T* __restrict__ g,
-                   Index n, T alpha_t, T lr_t) {
-    const WideT<T> alpha = Widen(alpha_t), lr = Widen(lr_t);
-    for (Index i = 0; i < n; ++i) {
-      const T ci = static_cast<T>(alpha * (Widen(w[i]) - Widen(z[i])));
-      c[i] = ci;
-      w[i] = static_cast<T>(Widen(w[i]) - lr * Widen(g[i]) - Widen(ci));
-    }
   }
 };
 
@@ -61,33 +84,10 @@ struct ApplySmaMomentum<CPUDevice, T> {
     const T* g = grad.data();
     d.parallelFor(var.size(), ElementCost<T>(4, 3, 9),
                   [=](Index first, Index last) {
-                    if (use_nesterov) {
-                      Step<true>(w + first, a + first, c + first, z + first,
-                                 g + first, last - first, alpha, lr, momentum);
-                    } else {
-                      Step<false>(w + first, a + first, c + first, z + first,
-                                  g + first, last - first, alpha, lr,
-                                  momentum);
-                    }
+                    SmaStretch<T, T>(w + first, a + first, c + first,
+                                     z + first, g + first, last - first,
+                                     alpha, lr, momentum, use_nesterov);
                   });
-  }
-
-  template <bool kNesterov>
-  static void Step(T* __restrict__ w, T* __restrict__ a, T* __restrict__ c,
-                   const T* __restrict__ z, const T* __restrict__ g, Index n,
-                   T alpha_t, T lr_t, T momentum_t) {
-    using W = WideT<T>;
-    const W alpha = Widen(alpha_t), lr = Widen(lr_t);
-    const W momentum = Widen(momentum_t);
-    for (Index i = 0; i < n; ++i) {
-      const T ci = static_cast<T>(alpha * (Widen(w[i]) - Widen(z[i])));
-      c[i] = ci;
-      const W gi = Widen(g[i]);
-      const W ai = momentum * Widen(a[i]) + gi;
-      a[i] = static_cast<T>(ai);
-      const W step = kNesterov ? lr * gi + lr * momentum * ai : lr * ai;
-      w[i] = static_cast<T>(Widen(w[i]) - step - Widen(ci));
-    }
   }
 };
 
@@ -108,7 +108,8 @@ struct SmaCorrection<CPUDevice, T> {
                    const T* __restrict__ z, Index n, T alpha_t) {
     const WideT<T> alpha = Widen(alpha_t);
     for (Index i = 0; i < n; ++i) {
-      c[i] = static_cast<T>(alpha * (Widen(w[i]) - Widen(z[i])));
+      c[i] = static_cast<T>(
+          step::Correction(Widen(w[i]), Widen(z[i]), alpha));
     }
   }
 };
@@ -260,6 +261,8 @@ constexpr Index kOuterBlock = 1 << 14;
 // written to memory and read back.
 template <typename T, bool kMomentum>
 class ApplySmaOuterOp : public SmaOpBase {
+  using W = functor::WideT<T>;
+
  public:
   explicit ApplySmaOuterOp(OpKernelConstruction* ctx) : SmaOpBase(ctx) {
     if (kMomentum) {
@@ -303,8 +306,10 @@ class ApplySmaOuterOp : public SmaOpBase {
     T* acc = kMomentum ? vars[1].flat<T>().data() : nullptr;
     T* c = vars.back().flat<T>().data();
     const T* z = central.flat<T>().data();
-    const T* a_data = a.flat<T>().data();
-    const T* b_data = b.flat<T>().data();
+    // The gradient is made in the step's arithmetic, from widened factors.
+    std::vector<W> a_copy, b_copy;
+    const W* a_data = WideFactor<T>(a, &a_copy);
+    const W* b_data = WideFactor<T>(b, &b_copy);
     const T alpha_t = alpha.scalar<T>()();
     const T lr_t = lr.scalar<T>()();
     const bool nesterov = use_nesterov_;
@@ -315,27 +320,17 @@ class ApplySmaOuterOp : public SmaOpBase {
         static_cast<double>(elements);
     ctx->eigen_device<CPUDevice>().parallelFor(
         (rows + block - 1) / block, cost, [&](Index first, Index last) {
-          std::vector<T> g(elements);
+          std::vector<W> g(elements);
           for (Index i = first; i < last; ++i) {
             const Index begin = i * block;
             const Index end = std::min(rows, begin + block);
             small_matmul::OuterRows(a_data, b_data, g.data(), depth, rows,
                                     cols, begin, end);
             const Index at = begin * cols;
-            const Index n = (end - begin) * cols;
-            using Momentum = functor::ApplySmaMomentum<CPUDevice, T>;
-            if (!kMomentum) {
-              functor::ApplySmaGradientDescent<CPUDevice, T>::Step(
-                  w + at, c + at, z + at, g.data(), n, alpha_t, lr_t);
-            } else if (nesterov) {
-              Momentum::template Step<true>(w + at, acc + at, c + at, z + at,
-                                            g.data(), n, alpha_t, lr_t,
-                                            momentum);
-            } else {
-              Momentum::template Step<false>(w + at, acc + at, c + at,
-                                             z + at, g.data(), n, alpha_t,
-                                             lr_t, momentum);
-            }
+            functor::SmaStretch(w + at, kMomentum ? acc + at : nullptr,
+                                c + at, z + at, g.data(),
+                                (end - begin) * cols, alpha_t, lr_t,
+                                momentum, nesterov);
           }
         });
     MaybeForwardRef(ctx);

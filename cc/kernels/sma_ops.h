@@ -5,7 +5,8 @@
 // templates for Eigen::GpuDevice in a .cu.cc file of its own.
 //
 // Notation (DESIGN.md section 3): w is a replica's copy of a model variable,
-// z the central model, alpha the correction factor, c the correction.
+// z the central model, alpha the correction factor, c the correction. The
+// arithmetic of one element, and its precision, is sma_step.h's.
 #ifndef TENSORBOW_CC_KERNELS_SMA_OPS_H_
 #define TENSORBOW_CC_KERNELS_SMA_OPS_H_
 

@@ -19,14 +19,35 @@ namespace functor {
 // thread: the kernel spreads the chunks over the pool and serialises the
 // replicas per chunk (see ApplySmaWithCentralOp).
 
-// next = z + mu * (z - z_prev) + c  (first)  or  next += c
+// next = z + mu * (z - z_prev) + c  (first)  or  next += c; c arrives
+// unrounded, and next is rounded once per replica.
 template <typename T, bool kFirst>
 inline void AddToNext(T* __restrict__ next, const T* __restrict__ z,
-                      const T* __restrict__ zp, Index i, T ci, T mu) {
+                      const T* __restrict__ zp, Index i, WideT<T> ci,
+                      WideT<T> mu) {
   if (kFirst) {
-    next[i] = z[i] + mu * (z[i] - zp[i]) + ci;
+    const WideT<T> zi = Widen(z[i]);
+    next[i] = static_cast<T>(zi + mu * (zi - Widen(zp[i])) + ci);
   } else {
-    next[i] += ci;
+    next[i] = static_cast<T>(Widen(next[i]) + ci);
+  }
+}
+
+// Elements [0, n) of one replica's step of kUpdate with its SMA correction
+// (step::SmaElement), the correction added to next; `a` is unused for
+// gradient descent.
+template <step::Update kUpdate, bool kFirst, typename T>
+void SmaStretchWithCentral(T* __restrict__ w, T* __restrict__ a,
+                           const T* __restrict__ z, const T* __restrict__ zp,
+                           T* __restrict__ next, const T* __restrict__ g,
+                           Index n, T alpha_t, T lr_t, T momentum_t, T mu_t) {
+  constexpr bool kAccum = kUpdate != step::Update::kGradientDescent;
+  const WideT<T> alpha = Widen(alpha_t), lr = Widen(lr_t);
+  const WideT<T> momentum = Widen(momentum_t), mu = Widen(mu_t);
+  for (Index i = 0; i < n; ++i) {
+    const WideT<T> ci = step::SmaElement<kUpdate>(
+        w + i, kAccum ? a + i : nullptr, z[i], g[i], alpha, lr, momentum);
+    AddToNext<T, kFirst>(next, z, zp, i, ci, mu);
   }
 }
 
@@ -35,25 +56,12 @@ struct ApplySmaGradientDescentWithCentral<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> var, ConstFlat<T> central,
                   ConstFlat<T> central_prev, Flat<T> next, T alpha, T lr,
                   ConstFlat<T> delta, T central_momentum, bool first) {
-    if (first) {
-      Step<true>(var.data(), central.data(), central_prev.data(), next.data(),
-                 delta.data(), var.size(), alpha, lr, central_momentum);
-    } else {
-      Step<false>(var.data(), central.data(), central_prev.data(),
-                  next.data(), delta.data(), var.size(), alpha, lr,
-                  central_momentum);
-    }
-  }
-
-  template <bool kFirst>
-  static void Step(T* __restrict__ w, const T* __restrict__ z,
-                   const T* __restrict__ zp, T* __restrict__ next,
-                   const T* __restrict__ g, Index n, T alpha, T lr, T mu) {
-    for (Index i = 0; i < n; ++i) {
-      const T ci = alpha * (w[i] - z[i]);
-      w[i] = w[i] - lr * g[i] - ci;
-      AddToNext<T, kFirst>(next, z, zp, i, ci, mu);
-    }
+    constexpr auto kUpdate = step::Update::kGradientDescent;
+    auto stretch = first ? &SmaStretchWithCentral<kUpdate, true, T>
+                         : &SmaStretchWithCentral<kUpdate, false, T>;
+    stretch(var.data(), nullptr, central.data(), central_prev.data(),
+            next.data(), delta.data(), var.size(), alpha, lr, T(0),
+            central_momentum);
   }
 };
 
@@ -63,27 +71,17 @@ struct ApplySmaMomentumWithCentral<CPUDevice, T> {
                   ConstFlat<T> central, ConstFlat<T> central_prev,
                   Flat<T> next, T alpha, T lr, ConstFlat<T> grad, T momentum,
                   bool use_nesterov, T central_momentum, bool first) {
-    auto step = first ? (use_nesterov ? &Step<true, true> : &Step<false, true>)
-                      : (use_nesterov ? &Step<true, false>
-                                      : &Step<false, false>);
-    step(var.data(), accum.data(), central.data(), central_prev.data(),
-         next.data(), grad.data(), var.size(), alpha, lr, momentum,
-         central_momentum);
-  }
-
-  template <bool kNesterov, bool kFirst>
-  static void Step(T* __restrict__ w, T* __restrict__ a,
-                   const T* __restrict__ z, const T* __restrict__ zp,
-                   T* __restrict__ next, const T* __restrict__ g, Index n,
-                   T alpha, T lr, T momentum, T mu) {
-    for (Index i = 0; i < n; ++i) {
-      const T ci = alpha * (w[i] - z[i]);
-      const T ai = momentum * a[i] + g[i];
-      a[i] = ai;
-      const T step = kNesterov ? lr * g[i] + lr * momentum * ai : lr * ai;
-      w[i] = w[i] - step - ci;
-      AddToNext<T, kFirst>(next, z, zp, i, ci, mu);
-    }
+    using step::Update;
+    auto stretch =
+        first ? (use_nesterov
+                     ? &SmaStretchWithCentral<Update::kNesterov, true, T>
+                     : &SmaStretchWithCentral<Update::kMomentum, true, T>)
+              : (use_nesterov
+                     ? &SmaStretchWithCentral<Update::kNesterov, false, T>
+                     : &SmaStretchWithCentral<Update::kMomentum, false, T>);
+    stretch(var.data(), accum.data(), central.data(), central_prev.data(),
+            next.data(), grad.data(), var.size(), alpha, lr, momentum,
+            central_momentum);
   }
 };
 

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cc/kernels/sma_step.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 // One copy for AVX2 + FMA, one for the baseline; the loader picks.
 #define TENSORBOW_CLONES \
@@ -231,41 +233,30 @@ TENSORBOW_INLINE void TransposedProductImpl(const T* a, const T* b, T* c,
   }
 }
 
-// The update of kind kGradientDescent, kMomentum or kNesterov of one vector
-// of var (and accum) by gradient g, in the order of TensorFlow's kernels.
-enum UpdateKind { kGradientDescent, kMomentum, kNesterov };
+// The update of kind kKind (sma_step.h's step::Apply) of one vector of var
+// (and accum) by gradient g.
+using step::Update;
 
-template <typename T, UpdateKind kKind>
+template <typename T, Update kKind>
 TENSORBOW_INLINE void UpdateVec(T* var, T* accum, const Vec<T>& g, T lr,
                                 T momentum) {
-  Vec<T> v = Load(var);
-  if constexpr (kKind == kGradientDescent) {
-    v -= g * lr;
-  } else {
-    const Vec<T> acc = Load(accum) * momentum + g;
-    Store(accum, acc);
-    if constexpr (kKind == kMomentum) {
-      v -= acc * lr;
-    } else {
-      v -= g * lr + acc * momentum * lr;
-    }
-  }
-  Store(var, v);
+  Vec<T> acc = {};
+  if constexpr (kKind != Update::kGradientDescent) acc = Load(accum);
+  Store(var, step::Apply<kKind>(Load(var), &acc, g, lr, momentum));
+  if constexpr (kKind != Update::kGradientDescent) Store(accum, acc);
 }
 
-template <typename T, UpdateKind kKind>
+template <typename T, Update kKind>
 TENSORBOW_INLINE void UpdateScalar(T* var, T* accum, T g, T lr, T momentum) {
-  if constexpr (kKind == kGradientDescent) {
-    *var -= g * lr;
-  } else {
-    *accum = *accum * momentum + g;
-    *var -= kKind == kMomentum ? *accum * lr : g * lr + *accum * momentum * lr;
-  }
+  T acc = T(0);
+  if constexpr (kKind != Update::kGradientDescent) acc = *accum;
+  *var = step::Apply<kKind>(*var, &acc, g, lr, momentum);
+  if constexpr (kKind != Update::kGradientDescent) *accum = acc;
 }
 
 // Row m of g = aᵀ·b, a tile of columns at a time in registers, applied to
 // var's (and accum's) row m as it is made.
-template <typename T, UpdateKind kKind>
+template <typename T, Update kKind>
 TENSORBOW_INLINE void ApplyOuterImpl(const T* a, const T* b, T* var,
                                      T* accum, int64_t depth, int64_t rows,
                                      int64_t cols, T lr, T momentum,
@@ -303,14 +294,15 @@ TENSORBOW_INLINE void ApplyOuterKind(const T* a, const T* b, T* var,
                                      bool nesterov, int64_t row_begin,
                                      int64_t row_end) {
   if (accum == nullptr) {
-    ApplyOuterImpl<T, kGradientDescent>(a, b, var, accum, depth, rows, cols,
-                                        lr, momentum, row_begin, row_end);
+    ApplyOuterImpl<T, Update::kGradientDescent>(
+        a, b, var, accum, depth, rows, cols, lr, momentum, row_begin,
+        row_end);
   } else if (nesterov) {
-    ApplyOuterImpl<T, kNesterov>(a, b, var, accum, depth, rows, cols, lr,
-                                 momentum, row_begin, row_end);
+    ApplyOuterImpl<T, Update::kNesterov>(a, b, var, accum, depth, rows, cols,
+                                         lr, momentum, row_begin, row_end);
   } else {
-    ApplyOuterImpl<T, kMomentum>(a, b, var, accum, depth, rows, cols, lr,
-                                 momentum, row_begin, row_end);
+    ApplyOuterImpl<T, Update::kMomentum>(a, b, var, accum, depth, rows, cols,
+                                         lr, momentum, row_begin, row_end);
   }
 }
 
