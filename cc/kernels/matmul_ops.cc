@@ -291,23 +291,18 @@ TENSORBOW_REGISTER_MATMUL(double)
 
 #undef TENSORBOW_REGISTER_MATMUL
 
-#define TENSORBOW_REGISTER_OUTER(op, T, momentum)               \
-  REGISTER_KERNEL_BUILDER(Name(op)                              \
-                              .Device(tensorflow::DEVICE_CPU)   \
-                              .TypeConstraint<T>("T"),          \
-                          ApplyOuterOp<T, momentum>);
-#define TENSORBOW_REGISTER_OUTERS(T)                                        \
-  TENSORBOW_REGISTER_OUTER("TensorBowApplyMomentumOuter", T, true)          \
-  TENSORBOW_REGISTER_OUTER("TensorBowResourceApplyMomentumOuter", T, true)  \
-  TENSORBOW_REGISTER_OUTER("TensorBowApplyGradientDescentOuter", T, false)  \
-  TENSORBOW_REGISTER_OUTER("TensorBowResourceApplyGradientDescentOuter", T, \
-                           false)
+#define TENSORBOW_REGISTER_OUTERS(T)                                       \
+  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApplyMomentumOuter",            \
+                                 "TensorBowResourceApplyMomentumOuter", T, \
+                                 ApplyOuterOp<T, true>)                    \
+  TENSORBOW_REGISTER_KERNEL_PAIR(                                          \
+      "TensorBowApplyGradientDescentOuter",                                \
+      "TensorBowResourceApplyGradientDescentOuter", T, ApplyOuterOp<T, false>)
 
 TENSORBOW_REGISTER_OUTERS(float)
 TENSORBOW_REGISTER_OUTERS(double)
 
 #undef TENSORBOW_REGISTER_OUTERS
-#undef TENSORBOW_REGISTER_OUTER
 
 }  // namespace
 }  // namespace tensorbow

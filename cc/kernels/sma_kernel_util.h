@@ -328,6 +328,20 @@ inline tensorflow::Status LookupOrCreateBarrier(OpKernelContext* ctx,
       });
 }
 
+// Registers the CPU kernel __VA_ARGS__ (a kernel class for T) for both
+// forms of one op: `ref_op` over reference variables and `resource_op`
+// over resource handles. The kernels tell the two apart by their inputs'
+// dtypes (GetVariable, MaybeForwardRef).
+#define TENSORBOW_REGISTER_KERNEL_PAIR(ref_op, resource_op, T, ...)       \
+  REGISTER_KERNEL_BUILDER(Name(ref_op)                                    \
+                              .Device(tensorflow::DEVICE_CPU)             \
+                              .TypeConstraint<T>("T"),                    \
+                          __VA_ARGS__);                                   \
+  REGISTER_KERNEL_BUILDER(Name(resource_op)                               \
+                              .Device(tensorflow::DEVICE_CPU)             \
+                              .TypeConstraint<T>("T"),                    \
+                          __VA_ARGS__);
+
 }  // namespace tensorbow
 
 #endif  // TENSORBOW_CC_KERNELS_SMA_KERNEL_UTIL_H_

@@ -527,44 +527,34 @@ REGISTER_KERNEL_BUILDER(Name("TensorBowSetSmaParticipants")
                             .Device(tensorflow::DEVICE_CPU),
                         SetSmaParticipantsOp);
 
-#define TENSORBOW_REGISTER_PAIR(op, kernel, T)                          \
-  REGISTER_KERNEL_BUILDER(Name("TensorBow" op)                          \
-                              .Device(tensorflow::DEVICE_CPU)           \
-                              .TypeConstraint<T>("T"),                  \
-                          kernel<T>);                                   \
-  REGISTER_KERNEL_BUILDER(Name("TensorBowResource" op)                  \
-                              .Device(tensorflow::DEVICE_CPU)           \
-                              .TypeConstraint<T>("T"),                  \
-                          kernel<T>);
+#define TENSORBOW_REGISTER_CPU(T)                                          \
+  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApplySmaGradientDescent",         \
+                                 "TensorBowResourceApplySmaGradientDescent", \
+                                 T, ApplySmaGradientDescentOp<T>)            \
+  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApplySmaMomentum",                \
+                                 "TensorBowResourceApplySmaMomentum", T,     \
+                                 ApplySmaMomentumOp<T>)                      \
+  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowSmaCorrection",                   \
+                                 "TensorBowResourceSmaCorrection", T,        \
+                                 SmaCorrectionOp<T>)                         \
+  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApplySmaCorrection",              \
+                                 "TensorBowResourceApplySmaCorrection", T,   \
+                                 ApplySmaCorrectionOp<T>)                    \
+  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApplySmaCentral",                 \
+                                 "TensorBowResourceApplySmaCentral", T,      \
+                                 ApplySmaCentralOp<T>)                       \
+  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApplySmaCentralLeader",           \
+                                 "TensorBowResourceApplySmaCentralLeader",   \
+                                 T, ApplySmaCentralLeaderOp<T>)
 
-#define TENSORBOW_REGISTER_CPU(T)                                        \
-  TENSORBOW_REGISTER_PAIR("ApplySmaGradientDescent",                     \
-                          ApplySmaGradientDescentOp, T)                  \
-  TENSORBOW_REGISTER_PAIR("ApplySmaMomentum", ApplySmaMomentumOp, T)     \
-  TENSORBOW_REGISTER_PAIR("SmaCorrection", SmaCorrectionOp, T)           \
-  TENSORBOW_REGISTER_PAIR("ApplySmaCorrection", ApplySmaCorrectionOp, T) \
-  REGISTER_KERNEL_BUILDER(Name("TensorBowApplySmaCentral")               \
-                              .Device(tensorflow::DEVICE_CPU)            \
-                              .TypeConstraint<T>("T"),                   \
-                          ApplySmaCentralOp<T>);                         \
-  REGISTER_KERNEL_BUILDER(Name("TensorBowResourceApplySmaCentral")       \
-                              .Device(tensorflow::DEVICE_CPU)            \
-                              .TypeConstraint<T>("T"),                   \
-                          ApplySmaCentralOp<T>);                         \
-  REGISTER_KERNEL_BUILDER(Name("TensorBowApplySmaCentralLeader")         \
-                              .Device(tensorflow::DEVICE_CPU)            \
-                              .TypeConstraint<T>("T"),                   \
-                          ApplySmaCentralLeaderOp<T>);                   \
-  REGISTER_KERNEL_BUILDER(Name("TensorBowResourceApplySmaCentralLeader") \
-                              .Device(tensorflow::DEVICE_CPU)            \
-                              .TypeConstraint<T>("T"),                   \
-                          ApplySmaCentralLeaderOp<T>);
-
-#define TENSORBOW_REGISTER_OUTER(T)                                    \
-  TENSORBOW_REGISTER_PAIR("ApplySmaGradientDescentOuter",              \
-                          ApplySmaGradientDescentOuterOp, T)           \
-  TENSORBOW_REGISTER_PAIR("ApplySmaMomentumOuter",                     \
-                          ApplySmaMomentumOuterOp, T)
+#define TENSORBOW_REGISTER_OUTER(T)                                        \
+  TENSORBOW_REGISTER_KERNEL_PAIR(                                            \
+      "TensorBowApplySmaGradientDescentOuter",                               \
+      "TensorBowResourceApplySmaGradientDescentOuter", T,                    \
+      ApplySmaGradientDescentOuterOp<T>)                                     \
+  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApplySmaMomentumOuter",           \
+                                 "TensorBowResourceApplySmaMomentumOuter",   \
+                                 T, ApplySmaMomentumOuterOp<T>)
 
 TENSORBOW_REGISTER_OUTER(float)
 TENSORBOW_REGISTER_OUTER(double)
@@ -575,6 +565,8 @@ TENSORBOW_REGISTER_CPU(Eigen::half)
 TENSORBOW_REGISTER_CPU(Eigen::bfloat16)
 TENSORBOW_REGISTER_CPU(float)
 TENSORBOW_REGISTER_CPU(double)
+
+#undef TENSORBOW_REGISTER_CPU
 
 }  // namespace
 }  // namespace tensorbow

@@ -322,35 +322,28 @@ class ApplySmaWithCentralOp : public SmaOpBase {
   std::string barrier_name_;
 };
 
-#define TENSORBOW_REGISTER_WITH_CENTRAL(T)                                 \
-  REGISTER_KERNEL_BUILDER(                                                 \
-      Name("TensorBowResourceApplySmaGradientDescentWithCentral")         \
-          .Device(tensorflow::DEVICE_CPU)                                  \
-          .TypeConstraint<T>("T"),                                         \
-      (ApplySmaWithCentralOp<T, false, false>));                         \
-  REGISTER_KERNEL_BUILDER(                                                 \
-      Name("TensorBowResourceApplySmaMomentumWithCentral")                \
-          .Device(tensorflow::DEVICE_CPU)                                  \
-          .TypeConstraint<T>("T"),                                         \
-      (ApplySmaWithCentralOp<T, true, false>));                          \
-  REGISTER_KERNEL_BUILDER(                                                 \
-      Name("TensorBowResourceApplySmaGradientDescentOuterWithCentral")    \
-          .Device(tensorflow::DEVICE_CPU)                                  \
-          .TypeConstraint<T>("T"),                                         \
-      (ApplySmaWithCentralOp<T, false, true>));                          \
-  REGISTER_KERNEL_BUILDER(                                                 \
-      Name("TensorBowResourceApplySmaMomentumOuterWithCentral")           \
-          .Device(tensorflow::DEVICE_CPU)                                  \
-          .TypeConstraint<T>("T"),                                         \
-      (ApplySmaWithCentralOp<T, true, true>));
+// Resource variables only: `next` is rotated by swapping the buffers of
+// resource variables.
+#define TENSORBOW_REGISTER_WITH_CENTRAL(op, T, kMomentum, kOuter) \
+  REGISTER_KERNEL_BUILDER(                                        \
+      Name(op).Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      (ApplySmaWithCentralOp<T, kMomentum, kOuter>));
+#define TENSORBOW_REGISTER_CPU(T)                                            \
+  TENSORBOW_REGISTER_WITH_CENTRAL(                                           \
+      "TensorBowResourceApplySmaGradientDescentWithCentral", T, false, false) \
+  TENSORBOW_REGISTER_WITH_CENTRAL(                                           \
+      "TensorBowResourceApplySmaMomentumWithCentral", T, true, false)        \
+  TENSORBOW_REGISTER_WITH_CENTRAL(                                           \
+      "TensorBowResourceApplySmaGradientDescentOuterWithCentral", T, false,  \
+      true)                                                                  \
+  TENSORBOW_REGISTER_WITH_CENTRAL(                                           \
+      "TensorBowResourceApplySmaMomentumOuterWithCentral", T, true, true)
 
-TENSORBOW_REGISTER_WITH_CENTRAL(float)
-TENSORBOW_REGISTER_WITH_CENTRAL(double)
-
-#undef TENSORBOW_REGISTER_WITH_CENTRAL
+TENSORBOW_REGISTER_CPU(float)
+TENSORBOW_REGISTER_CPU(double)
 
 #undef TENSORBOW_REGISTER_CPU
-#undef TENSORBOW_REGISTER_PAIR
+#undef TENSORBOW_REGISTER_WITH_CENTRAL
 
 }  // namespace
 }  // namespace tensorbow

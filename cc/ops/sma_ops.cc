@@ -1,11 +1,15 @@
 // Op registrations for synchronous model averaging (SMA).
 //
-// Every op comes as a pair, like TensorFlow's own training ops: the
-// `TensorBowApply...` form takes reference variables (`Ref(T)`), the
-// `TensorBowResourceApply...` form takes resource handles. Correction buffers
-// and the central model's previous value (`central_prev`) are always
-// resource variables owned by TensorBow. The maths is in
-// cc/kernels/sma_ops.h.
+// Every op but the *WithCentral ones comes as a pair, like TensorFlow's own
+// training ops: the `TensorBowApply...` form takes reference variables
+// (`Ref(T)`), the `TensorBowResourceApply...` form takes resource handles.
+// Both forms are registered from one definition (RegisterPair). Correction
+// buffers and the central model's previous value (`central_prev`) are
+// always resource variables owned by TensorBow. The maths is in
+// cc/kernels/sma_ops.h and cc/kernels/sma_step.h.
+#include <string>
+#include <vector>
+
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -13,6 +17,7 @@
 namespace tensorbow {
 
 using tensorflow::Status;  // absl::Status
+using tensorflow::register_op::OpDefBuilderWrapper;
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
@@ -62,279 +67,239 @@ Status SmaShape(InferenceContext* c, std::vector<int> ref_inputs,
   return absl::OkStatus();
 }
 
-}  // namespace
+// Which variables one form of an op takes, and what follows from it.
+class Form {
+ public:
+  explicit Form(bool ref) : ref_(ref) {}
+
+  // The spec of model-variable input `name`: a reference or a handle.
+  std::string Variable(const char* name) const {
+    return std::string(name) + (ref_ ? ": Ref(T)" : ": resource");
+  }
+
+  // The reference form's output, the updated variable (as TensorFlow's
+  // Apply* ops have); the resource form has none.
+  void RefOutput(OpDefBuilderWrapper& op) const {
+    if (ref_) op.Output("out: Ref(T)");
+  }
+
+  // SmaShape with the model-variable inputs `variables`: reference inputs
+  // in this form, or resource inputs before `resources`.
+  Status Shape(InferenceContext* c, const std::vector<int>& variables,
+               std::vector<int> resources, std::vector<int> dense,
+               std::vector<int> scalars, int outer = -1) const {
+    if (ref_) return SmaShape(c, variables, resources, dense, scalars, outer);
+    std::vector<int> handles = variables;
+    handles.insert(handles.end(), resources.begin(), resources.end());
+    return SmaShape(c, {}, handles, dense, scalars, outer);
+  }
+
+ private:
+  bool ref_;
+};
+
+// Registers both forms of one op, `ref_name` over reference variables and
+// `resource_name` over resource handles, each as `define` builds it.
+bool RegisterPair(const char* ref_name, const char* resource_name,
+                  void (*define)(OpDefBuilderWrapper& op, const Form& form)) {
+  for (bool ref : {true, false}) {
+    OpDefBuilderWrapper op(ref ? ref_name : resource_name);
+    define(op, Form(ref));
+    op();
+  }
+  return true;
+}
 
 // ---- SMA fused with plain SGD -----------------------------------------------
 
-REGISTER_OP("TensorBowApplySmaGradientDescent")
-    .Input("var: Ref(T)")
-    .Input("correction: resource")
-    .Input("central: T")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("delta: T")
-    .Output("out: Ref(T)")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {0}, {1}, {2, 5}, {3, 4});
-    })
-    .Doc(R"doc(
+const bool kApplySmaGradientDescent = RegisterPair(
+    "TensorBowApplySmaGradientDescent",
+    "TensorBowResourceApplySmaGradientDescent",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var"))
+          .Input("correction: resource")
+          .Input("central: T")
+          .Input("alpha: T")
+          .Input("lr: T")
+          .Input("delta: T");
+      form.RefOutput(op);
+      op.Attr("T: {half, bfloat16, float, double}")
+          .Attr("use_locking: bool = false")
+          .SetShapeFn([form](InferenceContext* c) {
+            return form.Shape(c, {0}, {1}, {2, 5}, {3, 4});
+          })
+          .Doc(R"doc(
 One replica's SGD step with its SMA correction, in one pass:
 c = alpha * (var - central); correction = c; var = var - lr * delta - c.
 )doc");
-
-REGISTER_OP("TensorBowResourceApplySmaGradientDescent")
-    .Input("var: resource")
-    .Input("correction: resource")
-    .Input("central: T")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("delta: T")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {}, {0, 1}, {2, 5}, {3, 4});
     });
 
 // ---- SMA fused with momentum SGD --------------------------------------------
 
-REGISTER_OP("TensorBowApplySmaMomentum")
-    .Input("var: Ref(T)")
-    .Input("accum: Ref(T)")
-    .Input("correction: resource")
-    .Input("central: T")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("grad: T")
-    .Input("momentum: T")
-    .Output("out: Ref(T)")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("use_locking: bool = false")
-    .Attr("use_nesterov: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {0, 1}, {2}, {3, 6}, {4, 5, 7});
-    })
-    .Doc(R"doc(
+const bool kApplySmaMomentum = RegisterPair(
+    "TensorBowApplySmaMomentum", "TensorBowResourceApplySmaMomentum",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var"))
+          .Input(form.Variable("accum"))
+          .Input("correction: resource")
+          .Input("central: T")
+          .Input("alpha: T")
+          .Input("lr: T")
+          .Input("grad: T")
+          .Input("momentum: T");
+      form.RefOutput(op);
+      op.Attr("T: {half, bfloat16, float, double}")
+          .Attr("use_locking: bool = false")
+          .Attr("use_nesterov: bool = false")
+          .SetShapeFn([form](InferenceContext* c) {
+            return form.Shape(c, {0, 1}, {2}, {3, 6}, {4, 5, 7});
+          })
+          .Doc(R"doc(
 One replica's momentum step with its SMA correction, in one pass:
 c = alpha * (var - central); correction = c;
 accum = momentum * accum + grad;
 var = var - lr * accum - c                              (use_nesterov false)
 var = var - lr * grad - lr * momentum * accum - c       (use_nesterov true)
 )doc");
-
-REGISTER_OP("TensorBowResourceApplySmaMomentum")
-    .Input("var: resource")
-    .Input("accum: resource")
-    .Input("correction: resource")
-    .Input("central: T")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("grad: T")
-    .Input("momentum: T")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("use_locking: bool = false")
-    .Attr("use_nesterov: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {}, {0, 1, 2}, {3, 6}, {4, 5, 7});
     });
 
 // ---- The same, with the gradient given as its factors ------------------------
 
-REGISTER_OP("TensorBowApplySmaGradientDescentOuter")
-    .Input("var: Ref(T)")
-    .Input("correction: resource")
-    .Input("central: T")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("a: T")
-    .Input("b: T")
-    .Output("out: Ref(T)")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {0}, {1}, {2}, {3, 4}, 5);
-    })
-    .Doc(R"doc(
+const bool kApplySmaGradientDescentOuter = RegisterPair(
+    "TensorBowApplySmaGradientDescentOuter",
+    "TensorBowResourceApplySmaGradientDescentOuter",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var"))
+          .Input("correction: resource")
+          .Input("central: T")
+          .Input("alpha: T")
+          .Input("lr: T")
+          .Input("a: T")
+          .Input("b: T");
+      form.RefOutput(op);
+      op.Attr("T: {float, double}")
+          .Attr("use_locking: bool = false")
+          .SetShapeFn([form](InferenceContext* c) {
+            return form.Shape(c, {0}, {1}, {2}, {3, 4}, 5);
+          })
+          .Doc(R"doc(
 TensorBowApplySmaGradientDescent with delta = aᵀ·b, never materialised: for
 a dense layer y = x·W, a = x and b = dy.
 )doc");
-
-REGISTER_OP("TensorBowResourceApplySmaGradientDescentOuter")
-    .Input("var: resource")
-    .Input("correction: resource")
-    .Input("central: T")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("a: T")
-    .Input("b: T")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {}, {0, 1}, {2}, {3, 4}, 5);
     });
 
-REGISTER_OP("TensorBowApplySmaMomentumOuter")
-    .Input("var: Ref(T)")
-    .Input("accum: Ref(T)")
-    .Input("correction: resource")
-    .Input("central: T")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("a: T")
-    .Input("b: T")
-    .Input("momentum: T")
-    .Output("out: Ref(T)")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .Attr("use_nesterov: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {0, 1}, {2}, {3}, {4, 5, 8}, 6);
-    })
-    .Doc(R"doc(
+const bool kApplySmaMomentumOuter = RegisterPair(
+    "TensorBowApplySmaMomentumOuter",
+    "TensorBowResourceApplySmaMomentumOuter",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var"))
+          .Input(form.Variable("accum"))
+          .Input("correction: resource")
+          .Input("central: T")
+          .Input("alpha: T")
+          .Input("lr: T")
+          .Input("a: T")
+          .Input("b: T")
+          .Input("momentum: T");
+      form.RefOutput(op);
+      op.Attr("T: {float, double}")
+          .Attr("use_locking: bool = false")
+          .Attr("use_nesterov: bool = false")
+          .SetShapeFn([form](InferenceContext* c) {
+            return form.Shape(c, {0, 1}, {2}, {3}, {4, 5, 8}, 6);
+          })
+          .Doc(R"doc(
 TensorBowApplySmaMomentum with grad = aᵀ·b, never materialised.
 )doc");
-
-REGISTER_OP("TensorBowResourceApplySmaMomentumOuter")
-    .Input("var: resource")
-    .Input("accum: resource")
-    .Input("correction: resource")
-    .Input("central: T")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("a: T")
-    .Input("b: T")
-    .Input("momentum: T")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .Attr("use_nesterov: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {}, {0, 1, 2}, {3}, {4, 5, 8}, 6);
     });
 
 // ---- Generic correction around any optimizer's apply op ---------------------
 
-REGISTER_OP("TensorBowSmaCorrection")
-    .Input("var: Ref(T)")
-    .Input("correction: resource")
-    .Input("central: T")
-    .Input("alpha: T")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {0}, {1}, {2}, {3});
-    })
-    .Doc(R"doc(
+const bool kSmaCorrection = RegisterPair(
+    "TensorBowSmaCorrection", "TensorBowResourceSmaCorrection",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var"))
+          .Input("correction: resource")
+          .Input("central: T")
+          .Input("alpha: T")
+          .Attr("T: {half, bfloat16, float, double}")
+          .Attr("use_locking: bool = false")
+          .SetShapeFn([form](InferenceContext* c) {
+            return form.Shape(c, {0}, {1}, {2}, {3});
+          })
+          .Doc(R"doc(
 correction = alpha * (var - central); run before the optimizer's apply op.
 )doc");
-
-REGISTER_OP("TensorBowResourceSmaCorrection")
-    .Input("var: resource")
-    .Input("correction: resource")
-    .Input("central: T")
-    .Input("alpha: T")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {}, {0, 1}, {2}, {3});
     });
 
-REGISTER_OP("TensorBowApplySmaCorrection")
-    .Input("var: Ref(T)")
-    .Input("correction: resource")
-    .Output("out: Ref(T)")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {0}, {1}, {}, {});
-    })
-    .Doc(R"doc(
+const bool kApplySmaCorrection = RegisterPair(
+    "TensorBowApplySmaCorrection", "TensorBowResourceApplySmaCorrection",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var")).Input("correction: resource");
+      form.RefOutput(op);
+      op.Attr("T: {half, bfloat16, float, double}")
+          .Attr("use_locking: bool = false")
+          .SetShapeFn([form](InferenceContext* c) {
+            return form.Shape(c, {0}, {1}, {}, {});
+          })
+          .Doc(R"doc(
 var = var - correction; run after the optimizer's apply op.
 )doc");
-
-REGISTER_OP("TensorBowResourceApplySmaCorrection")
-    .Input("var: resource")
-    .Input("correction: resource")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {}, {0, 1}, {}, {});
     });
 
 // ---- Central-model update ---------------------------------------------------
 
-REGISTER_OP("TensorBowApplySmaCentral")
-    .Input("central: Ref(T)")
-    .Input("central_prev: resource")
-    .Input("corrections: N * T")
-    .Input("momentum: T")
-    .Output("out: Ref(T)")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("N: int >= 1")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      int n;
-      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
-      std::vector<int> dense;
-      for (int i = 0; i < n; ++i) dense.push_back(2 + i);
-      return SmaShape(c, {0}, {1}, dense, {2 + n});
-    })
-    .Doc(R"doc(
+const bool kApplySmaCentral = RegisterPair(
+    "TensorBowApplySmaCentral", "TensorBowResourceApplySmaCentral",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("central"))
+          .Input("central_prev: resource")
+          .Input("corrections: N * T")
+          .Input("momentum: T");
+      form.RefOutput(op);
+      op.Attr("T: {half, bfloat16, float, double}")
+          .Attr("N: int >= 1")
+          .Attr("use_locking: bool = false")
+          .SetShapeFn([form](InferenceContext* c) {
+            int n;
+            TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
+            std::vector<int> dense;
+            for (int i = 0; i < n; ++i) dense.push_back(2 + i);
+            return form.Shape(c, {0}, {1}, dense, {2 + n});
+          })
+          .Doc(R"doc(
 The synchronisation step of SMA for one variable:
 central_new = central + sum(corrections) + momentum * (central - central_prev);
 central_prev = central; central = central_new.
 )doc");
-
-REGISTER_OP("TensorBowResourceApplySmaCentral")
-    .Input("central: resource")
-    .Input("central_prev: resource")
-    .Input("corrections: N * T")
-    .Input("momentum: T")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("N: int >= 1")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      int n;
-      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
-      std::vector<int> dense;
-      for (int i = 0; i < n; ++i) dense.push_back(2 + i);
-      return SmaShape(c, {}, {0, 1}, dense, {2 + n});
     });
 
 // ---- Central-model update by the last replica (the leader) -------------------
 
-REGISTER_OP("TensorBowApplySmaCentralLeader")
-    .Input("central: Ref(T)")
-    .Input("central_prev: resource")
-    .Input("corrections: N * resource")
-    .Input("momentum: T")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("N: int >= 1")
-    .Attr("barrier: string")
-    .Attr("use_locking: bool = false")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {0}, {1}, {}, {c->num_inputs() - 1});
-    })
-    .Doc(R"doc(
+const bool kApplySmaCentralLeader = RegisterPair(
+    "TensorBowApplySmaCentralLeader",
+    "TensorBowResourceApplySmaCentralLeader",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("central"))
+          .Input("central_prev: resource")
+          .Input("corrections: N * resource")
+          .Input("momentum: T")
+          .Attr("T: {half, bfloat16, float, double}")
+          .Attr("N: int >= 1")
+          .Attr("barrier: string")
+          .Attr("use_locking: bool = false")
+          .SetIsStateful()
+          .SetShapeFn([form](InferenceContext* c) {
+            return form.Shape(c, {0}, {1}, {}, {c->num_inputs() - 1});
+          })
+          .Doc(R"doc(
 Counts one replica's arrival at this variable in the current wave; the N-th
 arrival (the leader) applies TensorBowApplySmaCentral with the N replicas'
 correction buffers and starts the count again. `barrier` names the count.
 )doc");
-
-REGISTER_OP("TensorBowResourceApplySmaCentralLeader")
-    .Input("central: resource")
-    .Input("central_prev: resource")
-    .Input("corrections: N * resource")
-    .Input("momentum: T")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("N: int >= 1")
-    .Attr("barrier: string")
-    .Attr("use_locking: bool = false")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {}, {0, 1}, {}, {c->num_inputs() - 1});
     });
+
+}  // namespace
 
 // ---- SMA fused with the step and the central update (resource only) --------
 
