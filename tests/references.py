@@ -146,3 +146,35 @@ def sma_embedding(params, batches, replicas, alpha, mu, optimizer, lr,
     loss = sum(l * n for l, n in losses) / sum(n for _, n in losses)
     out.append(([p.copy() for p in z], loss))
   return out
+
+
+def sma_step(var, accum, central, grad, alpha, lr, momentum=None,
+             nesterov=False):
+  """One replica's SMA step on one variable, in the dtype of its inputs and
+  the kernels' order of operations (cc/kernels/sma_step.h):
+
+    c = alpha * (var - central)
+    var - grad * lr - c                                   (momentum None)
+    accum = accum * momentum + grad;  var - accum * lr - c
+    var - (grad * lr + accum * momentum * lr) - c         (nesterov)
+
+  Returns:
+    (var, accum, c), unrounded; accum is None without momentum.
+  """
+  c = alpha * (var - central)
+  if momentum is None:
+    return var - grad * lr - c, None, c
+  accum = accum * momentum + grad
+  if nesterov:
+    return var - (grad * lr + accum * momentum * lr) - c, accum, c
+  return var - accum * lr - c, accum, c
+
+
+def sma_central(central, central_prev, corrections, mu):
+  """The central model after SMA's update, in the dtype of its inputs and
+  the kernels' order: central + (c_0 + c_1 + ...) + mu * (central -
+  central_prev)."""
+  total = corrections[0]
+  for c in corrections[1:]:
+    total = total + c
+  return central + total + mu * (central - central_prev)

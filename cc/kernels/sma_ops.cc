@@ -534,6 +534,13 @@ REGISTER_KERNEL_BUILDER(Name("TensorBowSetSmaParticipants")
   TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApplySmaMomentum",                \
                                  "TensorBowResourceApplySmaMomentum", T,     \
                                  ApplySmaMomentumOp<T>)                      \
+  TENSORBOW_REGISTER_KERNEL_PAIR(                                            \
+      "TensorBowApplySmaGradientDescentOuter",                               \
+      "TensorBowResourceApplySmaGradientDescentOuter", T,                    \
+      ApplySmaGradientDescentOuterOp<T>)                                     \
+  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApplySmaMomentumOuter",           \
+                                 "TensorBowResourceApplySmaMomentumOuter",   \
+                                 T, ApplySmaMomentumOuterOp<T>)              \
   TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowSmaCorrection",                   \
                                  "TensorBowResourceSmaCorrection", T,        \
                                  SmaCorrectionOp<T>)                         \
@@ -546,20 +553,6 @@ REGISTER_KERNEL_BUILDER(Name("TensorBowSetSmaParticipants")
   TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApplySmaCentralLeader",           \
                                  "TensorBowResourceApplySmaCentralLeader",   \
                                  T, ApplySmaCentralLeaderOp<T>)
-
-#define TENSORBOW_REGISTER_OUTER(T)                                        \
-  TENSORBOW_REGISTER_KERNEL_PAIR(                                            \
-      "TensorBowApplySmaGradientDescentOuter",                               \
-      "TensorBowResourceApplySmaGradientDescentOuter", T,                    \
-      ApplySmaGradientDescentOuterOp<T>)                                     \
-  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApplySmaMomentumOuter",           \
-                                 "TensorBowResourceApplySmaMomentumOuter",   \
-                                 T, ApplySmaMomentumOuterOp<T>)
-
-TENSORBOW_REGISTER_OUTER(float)
-TENSORBOW_REGISTER_OUTER(double)
-
-#undef TENSORBOW_REGISTER_OUTER
 
 TENSORBOW_REGISTER_CPU(Eigen::half)
 TENSORBOW_REGISTER_CPU(Eigen::bfloat16)

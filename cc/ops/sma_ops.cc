@@ -177,7 +177,7 @@ const bool kApplySmaGradientDescentOuter = RegisterPair(
           .Input("a: T")
           .Input("b: T");
       form.RefOutput(op);
-      op.Attr("T: {float, double}")
+      op.Attr("T: {half, bfloat16, float, double}")
           .Attr("use_locking: bool = false")
           .SetShapeFn([form](InferenceContext* c) {
             return form.Shape(c, {0}, {1}, {2}, {3, 4}, 5);
@@ -202,7 +202,7 @@ const bool kApplySmaMomentumOuter = RegisterPair(
           .Input("b: T")
           .Input("momentum: T");
       form.RefOutput(op);
-      op.Attr("T: {float, double}")
+      op.Attr("T: {half, bfloat16, float, double}")
           .Attr("use_locking: bool = false")
           .Attr("use_nesterov: bool = false")
           .SetShapeFn([form](InferenceContext* c) {
