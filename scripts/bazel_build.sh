@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds TensorBow's two libraries with Bazel, offline, and tests them: the
-# scheduler's C++ test under `bazel test`, then the Python kernel tests with
+# runtime's C++ tests under `bazel test`, then the Python kernel tests with
 # the Bazel-built libraries loaded (TENSORBOW_LIBRARY_DIR). Installs what it
 # needs if missing: Debian's bazel-bootstrap and bazel-platforms (as root),
 # and the virtualenv of scripts/setup.sh, whose TensorFlow wheel supplies
@@ -36,7 +36,7 @@ printf '%s\n' \
   > bazel/local.bazelrc
 
 bazel build //:_sma_ops.so //:_runtime.so "$@"
-bazel test //:scheduler_test
+bazel test //:scheduler_test //:wave_test
 out="$(bazel info bazel-bin 2>/dev/null)"
 
 for mode in v1 graph; do

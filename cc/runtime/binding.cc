@@ -8,12 +8,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -22,6 +21,7 @@
 
 #include "cc/runtime/scheduler.h"
 #include "cc/runtime/tf_adapter.h"
+#include "cc/runtime/wave.h"
 
 // TensorFlow's Python module wraps TF_Session and TF_Operation with its own
 // pybind11, whose "conduit" hands out the raw pointer when asked with the
@@ -155,12 +155,14 @@ std::vector<Endpoint> ToEndpoints(const py::list& items,
 }
 
 constexpr int kTfInt32 = 3;  // TF_INT32
-constexpr int kTfFloat = 1;  // TF_FLOAT
-constexpr int kTfDouble = 2;  // TF_DOUBLE
 
-template <typename T>
-void Accumulate(const T* values, double weight, std::vector<double>* sum) {
-  for (size_t i = 0; i < sum->size(); ++i) (*sum)[i] += weight * values[i];
+// The runtime's errors as Python's: ValueError for a bad argument.
+void ThrowIfError(const Status& status) {
+  if (status.ok()) return;
+  if (status.code() == kInvalidArgument) {
+    throw py::value_error(status.message());
+  }
+  throw std::runtime_error(status.message());
 }
 
 // A replica's index as fed to its tasks, aligned as TensorFlow wants its
@@ -324,7 +326,7 @@ class Runtime {
                     int batch_feed, const py::bytes& run_options,
                     const py::bytes& other_options, bool want_metadata,
                     size_t internal, bool check_finite) {
-    Discard();
+    kept_.Discard();
     Wave wave = MakeWave(calls, by_group, feeds, dtypes, batch_feed);
     std::vector<std::vector<int>> nonfinite(wave.n);
     const Status status = RunTasks(
@@ -332,16 +334,7 @@ class Runtime {
         other_options, want_metadata, /*phase=*/0, internal,
         check_finite ? &nonfinite : nullptr);
     if (status.ok()) {
-      pending_host_ = std::move(wave.host);
-      pending_.resize(wave.n);
-      for (size_t r = 0; r < wave.n; ++r) {
-        auto& out = wave.outputs[r];
-        const size_t first = out.size() - internal;
-        for (size_t i = first; i < out.size(); ++i) {
-          pending_[r].push_back(std::move(out[i]));
-        }
-        out.resize(first);
-      }
+      kept_.Keep(std::move(wave.host), &wave.outputs, internal);
     }
     py::tuple result = wave.Result(status);
     return py::make_tuple(result[0], result[1], result[2], result[3],
@@ -357,87 +350,25 @@ class Runtime {
                    const std::vector<bool>& commit, int sync_call,
                    const py::bytes& run_options,
                    const py::bytes& other_options, bool want_metadata) {
-    if (pending_.empty() || commit.size() != pending_.size() ||
-        (!by_group && calls.size() != pending_.size())) {
-      throw py::value_error("TensorBow: Commit needs a computed wave");
-    }
-    Wave wave(std::move(pending_host_));
-    std::vector<std::vector<const FetchedTensor*>> kept(wave.n);
-    for (size_t r = 0; r < wave.n; ++r) {
-      for (const FetchedTensor& t : pending_[r]) kept[r].push_back(&t);
-    }
+    ThrowIfError(kept_.CheckCommit(commit.size(), by_group, calls.size()));
+    Wave wave(kept_.TakeFeeds());
+    const std::vector<std::vector<const FetchedTensor*>> kept =
+        kept_.Tensors();
     const Status status =
         RunTasks(calls, by_group, &wave, &kept, commit, sync_call,
                  run_options,
                  other_options, want_metadata, /*phase=*/1, 0, nullptr);
-    Discard();
+    kept_.Discard();
     return wave.Result(status);
   }
 
-  // Between the phases of a synchronous-SGD wave: every floating-point
-  // tensor Compute kept becomes, for every replica, the mean over the
-  // replicas weighted by `weights` (which sum to 1), summed in double.
-  // Other tensors must be equal across the replicas.
+  // Between the phases of a synchronous-SGD wave: KeptWave::Average.
   void AverageKept(const std::vector<double>& weights) {
-    if (pending_.empty() || weights.size() != pending_.size()) {
-      throw py::value_error("TensorBow: AverageKept needs a computed wave");
-    }
-    const size_t n = pending_.size();
-    for (size_t k = 0; k < pending_[0].size(); ++k) {
-      const FetchedTensor& first = pending_[0][k];
-      const int dtype = first.dtype();
-      const std::vector<int64_t> dims = first.dims();
-      for (size_t r = 1; r < n; ++r) {
-        if (pending_[r][k].dtype() != dtype || pending_[r][k].dims() != dims) {
-          throw py::value_error(
-              "TensorBow: the replicas computed tensors of different shapes "
-              "for their update (a sparse gradient?); they cannot be "
-              "averaged");
-        }
-      }
-      if (dtype != kTfFloat && dtype != kTfDouble) {
-        for (size_t r = 1; r < n; ++r) {
-          if (pending_[r][k].nbytes() != first.nbytes() ||
-              std::memcmp(pending_[r][k].data(), first.data(),
-                          first.nbytes()) != 0) {
-            throw py::value_error(
-                "TensorBow: the replicas computed different non-floating "
-                "tensors for their update; they cannot be averaged");
-          }
-        }
-        continue;
-      }
-      const size_t count =
-          first.nbytes() / (dtype == kTfFloat ? sizeof(float) : sizeof(double));
-      std::vector<double> sum(count, 0.0);
-      for (size_t r = 0; r < n; ++r) {
-        if (dtype == kTfFloat) {
-          Accumulate(static_cast<const float*>(pending_[r][k].data()),
-                     weights[r], &sum);
-        } else {
-          Accumulate(static_cast<const double*>(pending_[r][k].data()),
-                     weights[r], &sum);
-        }
-      }
-      for (size_t r = 0; r < n; ++r) {
-        // A fresh tensor: the fetched one may share a feed's buffer.
-        FetchedTensor mean = FetchedTensor::Allocate(dtype, dims);
-        if (dtype == kTfFloat) {
-          std::copy(sum.begin(), sum.end(), static_cast<float*>(mean.data()));
-        } else {
-          std::copy(sum.begin(), sum.end(),
-                    static_cast<double*>(mean.data()));
-        }
-        pending_[r][k] = std::move(mean);
-      }
-    }
+    ThrowIfError(kept_.Average(weights));
   }
 
   // Forgets what Compute kept.
-  void Discard() {
-    pending_.clear();
-    pending_host_.clear();
-  }
+  void Discard() { kept_.Discard(); }
 
   // The latest `last` timings, or all of them if `last` is 0.
   py::list TaskTimings(size_t last) const {
@@ -530,10 +461,8 @@ class Runtime {
   std::chrono::microseconds slow_delay_{0};
   TfSession session_;
   TaskScheduler scheduler_;
-  // Per replica, the tensors a computed wave keeps for its commit.
-  std::vector<std::vector<FetchedTensor>> pending_;
-  // Per replica, the computed wave's feeds, for its commit.
-  std::vector<std::vector<HostTensor>> pending_host_;
+  // What a computed wave keeps for its commit.
+  KeptWave<HostTensor, FetchedTensor> kept_;
   // 0, 1, ..., L - 1: what replica r's tasks are fed as their index.
   std::vector<ReplicaId> replica_ids_;
   // Per stream group, where its tasks' staged feeds are allocated.
