@@ -346,10 +346,9 @@ class Trainer(object):
                         "central model", what)
         committed = [not where for where in nonfinite]
         self._skip_replicas(bad, plan.replicas - len(bad))
-      sizes = ([len(values[plan.batch_feed]) for values in per_replica]
-               if plan.batch_feed >= 0 else [1] * plan.replicas)
       self._algorithm.before_commit(
-          runtime, np.asarray(sizes, np.float64) / sum(sizes))
+          runtime, [len(values[plan.batch_feed]) for values in per_replica]
+          if plan.batch_feed >= 0 else [1] * plan.replicas)
     except BaseException:
       # Nothing was written: the wave is dropped.
       runtime.discard()

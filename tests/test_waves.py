@@ -110,8 +110,8 @@ class _Averaging(base.Algorithm):
 
   name = "averaging"
 
-  def before_commit(self, runtime, weights):
-    runtime.average_kept(weights)
+  def before_commit(self, runtime, sizes):
+    runtime.average_kept(np.asarray(sizes, np.float64) / sum(sizes))
 
 
 class _Uneven(base.Algorithm):

@@ -143,11 +143,11 @@ class Algorithm(object):
     del times
     return shares
 
-  def before_commit(self, runtime, weights):
+  def before_commit(self, runtime, sizes):
     """Between a wave's computation and its commit, on the C++ runtime
-    (runtime.Runtime) that keeps what the commit applies; `weights`: per
-    replica, its share of the wave's rows."""
-    del runtime, weights
+    (runtime.Runtime) that keeps what the commit applies; `sizes`: per
+    replica, the rows of its shard."""
+    del runtime, sizes
 
   def reset_ops(self, builder, states):
     """Ops restarting the synchronisation after a wave that did not

@@ -7,6 +7,7 @@ The gradients are what a wave's computation hands to its commit (the
 tensors crossing phases.split's cut): between the two phases the runtime
 replaces each by the replicas' weighted mean.
 """
+import numpy as np
 import tensorflow as tf
 
 from tensorbow.algorithms import base
@@ -44,5 +45,5 @@ class SSGD(base.Algorithm):
     del has_state
     return False
 
-  def before_commit(self, runtime, weights):
-    runtime.average_kept(weights)
+  def before_commit(self, runtime, sizes):
+    runtime.average_kept(np.asarray(sizes, np.float64) / sum(sizes))
