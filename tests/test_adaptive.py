@@ -102,6 +102,7 @@ def test_shares_move_toward_the_faster_replicas():
   assert sum(feeds.shard_sizes(257, shares)) == 257
 
 
+@pytest.mark.slow
 def test_a_slowed_replica_gets_fewer_rows_until_times_even_out(monkeypatch):
   # One stream group: tasks do not share the cores, so their times measure
   # their work (with two, they vary by tens of percent on two cores).

@@ -42,6 +42,7 @@ def _run(tmp_path, *argv):
   return result, table
 
 
+@pytest.mark.slow
 def test_replicas_suite_ratios_and_sma_cost(tmp_path):
   result, table = _run(tmp_path, "replicas", "--models",
                        "logistic_regression", "--batch_sizes", "4",
@@ -67,6 +68,7 @@ def test_replicas_suite_ratios_and_sma_cost(tmp_path):
   assert table.count("\n| logistic_regression |") == len(rows) + 2
 
 
+@pytest.mark.slow
 def test_auto_suite_against_fixed_l_and_tf(tmp_path):
   result, table = _run(tmp_path, "auto", "--models", "logistic_regression",
                        "--batch_sizes", "4,6", "--replicas", "1,2,4",
@@ -149,6 +151,7 @@ def test_paired_ratio_takes_ratios_repeat_by_repeat():
     harness.paired_ratio(sma, Samples("none", none.samples[:5]))
 
 
+@pytest.mark.slow
 def test_batch_suite_compares_with_the_largest_tf_batch(tmp_path):
   result, _ = _run(tmp_path, "batch", "--model", "logistic_regression",
                    "--batch_sizes", "4,16", "--replicas", "2", "--repeats",
@@ -368,6 +371,7 @@ def test_tuned_tta_reports_the_extra_configurations_apart():
   assert "Its best / TensorFlow best (median time): n/a" in beyond
 
 
+@pytest.mark.slow
 def test_real_scripts_reads_the_result_and_the_last_tuned_l():
   # The decision lines as tensorbow-run prints them, from the tuner itself:
   # L=1, then 2 (twice as fast), 3 (not faster), back to 2 via a trial of
