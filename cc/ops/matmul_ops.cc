@@ -1,13 +1,18 @@
 // Op registrations of TensorBowMatMul, a MatMul for a small batch, and of
 // the apply ops that take a dense layer's weight gradient as its two
-// factors. The kernels are in cc/kernels/matmul_ops.cc.
+// factors, both variable forms from one definition (op_forms.h). The
+// kernels are in cc/kernels/matmul_ops.cc.
 #include <vector>
 
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "cc/ops/op_forms.h"
 
 namespace tensorbow {
+
+using tensorflow::register_op::OpDefBuilderWrapper;
+using tensorflow::shape_inference::InferenceContext;
 
 REGISTER_OP("TensorBowMatMul")
     .Input("a: T")
@@ -64,66 +69,48 @@ tensorflow::Status OuterApplyShape(
 
 }  // namespace
 
-REGISTER_OP("TensorBowApplyMomentumOuter")
-    .Input("var: Ref(T)")
-    .Input("accum: Ref(T)")
-    .Input("lr: T")
-    .Input("a: T")
-    .Input("b: T")
-    .Input("momentum: T")
-    .Output("out: Ref(T)")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .Attr("use_nesterov: bool = false")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      return OuterApplyShape(c, 2, 3, {2, 5}, true);
-    })
-    .Doc(R"doc(
+const bool kApplyMomentumOuter = RegisterPair(
+    "TensorBowApplyMomentumOuter", "TensorBowResourceApplyMomentumOuter",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var"))
+          .Input(form.Variable("accum"))
+          .Input("lr: T")
+          .Input("a: T")
+          .Input("b: T")
+          .Input("momentum: T");
+      form.RefOutput(op);
+      op.Attr("T: {float, double}")
+          .Attr("use_locking: bool = false")
+          .Attr("use_nesterov: bool = false")
+          .SetShapeFn([form](InferenceContext* c) {
+            return OuterApplyShape(c, 2, 3, {2, 5}, form.ref());
+          })
+          .Doc(R"doc(
 ApplyMomentum with the gradient aᵀ·b, without materialising it: for a
 dense layer y = x·W, a = x and b = dy. With grad = aᵀ·b,
 accum = momentum * accum + grad;
 var = var - lr * accum                              (use_nesterov false)
 var = var - lr * grad - lr * momentum * accum       (use_nesterov true)
 )doc");
-
-REGISTER_OP("TensorBowResourceApplyMomentumOuter")
-    .Input("var: resource")
-    .Input("accum: resource")
-    .Input("lr: T")
-    .Input("a: T")
-    .Input("b: T")
-    .Input("momentum: T")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .Attr("use_nesterov: bool = false")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      return OuterApplyShape(c, 2, 3, {2, 5}, false);
     });
 
-REGISTER_OP("TensorBowApplyGradientDescentOuter")
-    .Input("var: Ref(T)")
-    .Input("alpha: T")
-    .Input("a: T")
-    .Input("b: T")
-    .Output("out: Ref(T)")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      return OuterApplyShape(c, 1, 2, {1}, true);
-    })
-    .Doc(R"doc(
+const bool kApplyGradientDescentOuter = RegisterPair(
+    "TensorBowApplyGradientDescentOuter",
+    "TensorBowResourceApplyGradientDescentOuter",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var"))
+          .Input("alpha: T")
+          .Input("a: T")
+          .Input("b: T");
+      form.RefOutput(op);
+      op.Attr("T: {float, double}")
+          .Attr("use_locking: bool = false")
+          .SetShapeFn([form](InferenceContext* c) {
+            return OuterApplyShape(c, 1, 2, {1}, form.ref());
+          })
+          .Doc(R"doc(
 ApplyGradientDescent with the gradient aᵀ·b: var = var - alpha * aᵀ·b.
 )doc");
-
-REGISTER_OP("TensorBowResourceApplyGradientDescentOuter")
-    .Input("var: resource")
-    .Input("alpha: T")
-    .Input("a: T")
-    .Input("b: T")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      return OuterApplyShape(c, 1, 2, {1}, false);
     });
 
 }  // namespace tensorbow

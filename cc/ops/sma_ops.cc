@@ -13,6 +13,7 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "cc/ops/op_forms.h"
 
 namespace tensorbow {
 
@@ -67,47 +68,18 @@ Status SmaShape(InferenceContext* c, std::vector<int> ref_inputs,
   return absl::OkStatus();
 }
 
-// Which variables one form of an op takes, and what follows from it.
-class Form {
- public:
-  explicit Form(bool ref) : ref_(ref) {}
-
-  // The spec of model-variable input `name`: a reference or a handle.
-  std::string Variable(const char* name) const {
-    return std::string(name) + (ref_ ? ": Ref(T)" : ": resource");
+// SmaShape for `form` with the model-variable inputs `variables`: reference
+// inputs in the reference form, else resource inputs before `resources`.
+Status FormShape(const Form& form, InferenceContext* c,
+                 const std::vector<int>& variables, std::vector<int> resources,
+                 std::vector<int> dense, std::vector<int> scalars,
+                 int outer = -1) {
+  if (form.ref()) {
+    return SmaShape(c, variables, resources, dense, scalars, outer);
   }
-
-  // The reference form's output, the updated variable (as TensorFlow's
-  // Apply* ops have); the resource form has none.
-  void RefOutput(OpDefBuilderWrapper& op) const {
-    if (ref_) op.Output("out: Ref(T)");
-  }
-
-  // SmaShape with the model-variable inputs `variables`: reference inputs
-  // in this form, or resource inputs before `resources`.
-  Status Shape(InferenceContext* c, const std::vector<int>& variables,
-               std::vector<int> resources, std::vector<int> dense,
-               std::vector<int> scalars, int outer = -1) const {
-    if (ref_) return SmaShape(c, variables, resources, dense, scalars, outer);
-    std::vector<int> handles = variables;
-    handles.insert(handles.end(), resources.begin(), resources.end());
-    return SmaShape(c, {}, handles, dense, scalars, outer);
-  }
-
- private:
-  bool ref_;
-};
-
-// Registers both forms of one op, `ref_name` over reference variables and
-// `resource_name` over resource handles, each as `define` builds it.
-bool RegisterPair(const char* ref_name, const char* resource_name,
-                  void (*define)(OpDefBuilderWrapper& op, const Form& form)) {
-  for (bool ref : {true, false}) {
-    OpDefBuilderWrapper op(ref ? ref_name : resource_name);
-    define(op, Form(ref));
-    op();
-  }
-  return true;
+  std::vector<int> handles = variables;
+  handles.insert(handles.end(), resources.begin(), resources.end());
+  return SmaShape(c, {}, handles, dense, scalars, outer);
 }
 
 // ---- SMA fused with plain SGD -----------------------------------------------
@@ -126,7 +98,7 @@ const bool kApplySmaGradientDescent = RegisterPair(
       op.Attr("T: {half, bfloat16, float, double}")
           .Attr("use_locking: bool = false")
           .SetShapeFn([form](InferenceContext* c) {
-            return form.Shape(c, {0}, {1}, {2, 5}, {3, 4});
+            return FormShape(form, c, {0}, {1}, {2, 5}, {3, 4});
           })
           .Doc(R"doc(
 One replica's SGD step with its SMA correction, in one pass:
@@ -152,7 +124,7 @@ const bool kApplySmaMomentum = RegisterPair(
           .Attr("use_locking: bool = false")
           .Attr("use_nesterov: bool = false")
           .SetShapeFn([form](InferenceContext* c) {
-            return form.Shape(c, {0, 1}, {2}, {3, 6}, {4, 5, 7});
+            return FormShape(form, c, {0, 1}, {2}, {3, 6}, {4, 5, 7});
           })
           .Doc(R"doc(
 One replica's momentum step with its SMA correction, in one pass:
@@ -180,7 +152,7 @@ const bool kApplySmaGradientDescentOuter = RegisterPair(
       op.Attr("T: {half, bfloat16, float, double}")
           .Attr("use_locking: bool = false")
           .SetShapeFn([form](InferenceContext* c) {
-            return form.Shape(c, {0}, {1}, {2}, {3, 4}, 5);
+            return FormShape(form, c, {0}, {1}, {2}, {3, 4}, 5);
           })
           .Doc(R"doc(
 TensorBowApplySmaGradientDescent with delta = aᵀ·b, never materialised: for
@@ -206,7 +178,7 @@ const bool kApplySmaMomentumOuter = RegisterPair(
           .Attr("use_locking: bool = false")
           .Attr("use_nesterov: bool = false")
           .SetShapeFn([form](InferenceContext* c) {
-            return form.Shape(c, {0, 1}, {2}, {3}, {4, 5, 8}, 6);
+            return FormShape(form, c, {0, 1}, {2}, {3}, {4, 5, 8}, 6);
           })
           .Doc(R"doc(
 TensorBowApplySmaMomentum with grad = aᵀ·b, never materialised.
@@ -225,7 +197,7 @@ const bool kSmaCorrection = RegisterPair(
           .Attr("T: {half, bfloat16, float, double}")
           .Attr("use_locking: bool = false")
           .SetShapeFn([form](InferenceContext* c) {
-            return form.Shape(c, {0}, {1}, {2}, {3});
+            return FormShape(form, c, {0}, {1}, {2}, {3});
           })
           .Doc(R"doc(
 correction = alpha * (var - central); run before the optimizer's apply op.
@@ -240,7 +212,7 @@ const bool kApplySmaCorrection = RegisterPair(
       op.Attr("T: {half, bfloat16, float, double}")
           .Attr("use_locking: bool = false")
           .SetShapeFn([form](InferenceContext* c) {
-            return form.Shape(c, {0}, {1}, {}, {});
+            return FormShape(form, c, {0}, {1}, {}, {});
           })
           .Doc(R"doc(
 var = var - correction; run after the optimizer's apply op.
@@ -265,7 +237,7 @@ const bool kApplySmaCentral = RegisterPair(
             TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
             std::vector<int> dense;
             for (int i = 0; i < n; ++i) dense.push_back(2 + i);
-            return form.Shape(c, {0}, {1}, dense, {2 + n});
+            return FormShape(form, c, {0}, {1}, dense, {2 + n});
           })
           .Doc(R"doc(
 The synchronisation step of SMA for one variable:
@@ -290,7 +262,7 @@ const bool kApplySmaCentralLeader = RegisterPair(
           .Attr("use_locking: bool = false")
           .SetIsStateful()
           .SetShapeFn([form](InferenceContext* c) {
-            return form.Shape(c, {0}, {1}, {}, {c->num_inputs() - 1});
+            return FormShape(form, c, {0}, {1}, {}, {c->num_inputs() - 1});
           })
           .Doc(R"doc(
 Counts one replica's arrival at this variable in the current wave; the N-th
