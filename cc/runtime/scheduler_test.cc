@@ -1,7 +1,6 @@
 // Tests of the TensorFlow-free task scheduler (bazel test //:scheduler_test).
 //
-// No test framework: Debian's Bazel builds offline, so each check prints
-// what failed and main() returns non-zero if any did.
+// Checks as cc/runtime/check.h makes them.
 #include "cc/runtime/scheduler.h"
 
 #include <atomic>
@@ -12,20 +11,11 @@
 #include <thread>
 #include <vector>
 
+#include "cc/runtime/check.h"
+
 namespace tensorbow {
 namespace runtime {
 namespace {
-
-int failures = 0;
-
-#define EXPECT(cond)                                               \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::fprintf(stderr, "%s:%d: %s: expected %s\n", __FILE__,   \
-                   __LINE__, __func__, #cond);                     \
-      ++failures;                                                  \
-    }                                                              \
-  } while (0)
 
 void SleepMs(int ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
@@ -222,10 +212,5 @@ int main() {
   TestTimings();
   TestShutdownWithTasksQueued();
   TestOneStreamGroup();
-  if (failures > 0) {
-    std::fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  std::printf("scheduler_test: all checks passed\n");
-  return 0;
+  return Failed("scheduler_test");
 }

@@ -7,8 +7,8 @@ namespace tensorbow {
 namespace runtime {
 namespace {
 
-constexpr int kFloat = 1;   // TF_FLOAT
-constexpr int kDouble = 2;  // TF_DOUBLE
+constexpr int kFloat = kTfFloat;
+constexpr int kDouble = kTfDouble;
 
 template <typename T>
 void Add(const T* values, double weight, std::vector<double>* sum) {

@@ -24,6 +24,10 @@
 namespace tensorbow {
 namespace runtime {
 
+// The TF_DataType values of the averaged dtypes.
+constexpr int kTfFloat = 1;   // TF_FLOAT
+constexpr int kTfDouble = 2;  // TF_DOUBLE
+
 // Whether KeptWave::Average averages tensors of TF_DataType `dtype`
 // (float32 and float64); tensors of any other dtype must be equal across
 // the replicas.

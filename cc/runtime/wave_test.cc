@@ -2,35 +2,24 @@
 // (bazel test //:wave_test), on tensors of the test's own, without
 // TensorFlow.
 //
-// No test framework, as scheduler_test.cc: each check prints what failed
-// and main() returns non-zero if any did.
+// Checks as cc/runtime/check.h makes them.
 #include "cc/runtime/wave.h"
 
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cc/runtime/check.h"
+
 namespace tensorbow {
 namespace runtime {
 namespace {
 
-int failures = 0;
-
-#define EXPECT(cond)                                               \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::fprintf(stderr, "%s:%d: %s: expected %s\n", __FILE__,   \
-                   __LINE__, __func__, #cond);                     \
-      ++failures;                                                  \
-    }                                                              \
-  } while (0)
-
-constexpr int kFloat = 1;   // TF_FLOAT
-constexpr int kDouble = 2;  // TF_DOUBLE
-constexpr int kInt32 = 3;   // TF_INT32
+constexpr int kFloat = kTfFloat;
+constexpr int kDouble = kTfDouble;
+constexpr int kInt32 = 3;  // TF_INT32
 
 // A tensor as KeptWave sees one: dtype, dims and bytes it owns.
 class FakeTensor {
@@ -197,10 +186,5 @@ int main() {
   TestCheckCommit();
   TestAverageWeightsAndSumsInDouble();
   TestAverageRefusesWhatCannotBeAveraged();
-  if (failures > 0) {
-    std::fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  std::printf("wave_test: all checks passed\n");
-  return 0;
+  return Failed("wave_test");
 }
