@@ -14,7 +14,8 @@ Settings = collections.namedtuple("Settings", [
     "algorithm",  # an algorithms.Algorithm, resolved for L
     "nonfinite",  # one of NONFINITE
     "stream_groups",  # the runtime's concurrent tasks
-    "inline",  # each task's ops on its stream group's thread
+    "inline",  # each task's ops on its stream group's thread, as made
+               # (retune may change the runtime's alone)
 ])
 
 

@@ -93,7 +93,6 @@ class TensorBowSession(compat.SessionInterface):
       if settings is not None:
         if (replicas == settings.replicas and
             stream_groups in (None, self._runtime.num_stream_groups)):
-          self._settings = settings._replace(inline=inline)
           self._runtime.inline = inline
           return
         self._trainer.refresh()
@@ -146,8 +145,9 @@ class TensorBowSession(compat.SessionInterface):
 
   @property
   def settings(self):
-    """The `options.Settings` the next training run trains with."""
-    return self._settings
+    """The `options.Settings` the next training run trains with (its
+    threads as the runtime runs them)."""
+    return self._settings._replace(inline=self._runtime.inline)
 
   def kernel_choices(self):
     """What timing each substitute against TensorFlow's kernel chose."""
