@@ -102,6 +102,18 @@ def shard(plan, values, sizes=None):
   return shards
 
 
+def worker_part(plan, values, part):
+  """`values` with each batch feed cut to rows [start, stop) = part(rows):
+  a cluster's worker trains on its own contiguous part of the batch."""
+  out = []
+  for value, is_batch in zip(values, plan.batch):
+    if is_batch and not isinstance(value, Elements):
+      start, stop = part(len(value))
+      value = value[start:stop]
+    out.append(value)
+  return out
+
+
 def _described(rows):
   return ", ".join(f"{name}: {n}" for name, n in rows)
 

@@ -20,9 +20,11 @@ Settings = collections.namedtuple("Settings", [
 
 
 def check_options(replicas=2, algorithm="sma", alpha=None,
-                  central_momentum=0.9, nonfinite="propagate"):
+                  central_momentum=0.9, nonfinite="propagate", workers=1,
+                  cluster_timeout=60.0):
   """Checks `TensorBowSession`'s options; returns the algorithm resolved for
-  `replicas` (for "auto", for the one replica it starts with).
+  `replicas` on each of `workers` workers (for "auto", for the one
+  replica it starts with).
 
   Raises:
     ValueError: for an option out of range.
@@ -34,9 +36,21 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
                            not isinstance(replicas, int) or replicas < 1):
     raise ValueError(f"replicas must be an int >= 1 or {AUTO!r}, got "
                      f"{replicas!r}")
+  if (isinstance(cluster_timeout, bool) or
+      not isinstance(cluster_timeout, (int, float)) or
+      not cluster_timeout > 0):
+    raise ValueError(f"cluster_timeout must be a number of seconds > 0, got "
+                     f"{cluster_timeout!r}")
   resolved = algorithms.resolve(algorithm, alpha, central_momentum).resolved(
-      1 if replicas == AUTO else replicas)
+      (1 if replicas == AUTO else replicas) * workers)
   resolved.check_nonfinite(nonfinite)
+  if workers > 1:
+    if not resolved.spans_workers:
+      raise ValueError(f"algorithm {resolved.name!r} cannot keep the workers "
+                       f"of a cluster together (TF_CONFIG names {workers})")
+    if replicas == AUTO:
+      raise ValueError(f"replicas={AUTO!r} cannot tune a cluster's workers "
+                       "together; give each worker a number of replicas")
   return resolved
 
 

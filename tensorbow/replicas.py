@@ -224,6 +224,61 @@ class ReplicaState(object):
     fed, ops = self._builder.once(purpose, self._state_key(names), build)
     return (ops, {fed: value}) if ops else None
 
+  def worker_sync(self):
+    """(op run before a wave, [tensor each worker adds to the sum after
+    it], [placeholder fed each sum], op applying the sums) keeping the
+    central models of a cluster's workers equal, or None."""
+    names = tuple(sorted(self._states))
+
+    def build():
+      parts = [self._algorithm.worker_sync(self._builder, self._states[n])
+               for n in names]
+      parts = [p for p in parts if p is not None]
+      if not parts:
+        return None
+      before, added, apply = zip(*parts)
+      sums = [tf.compat.v1.placeholder(t.dtype, t.shape) for t in added]
+      return (tf.group(*before, name="worker_base"), list(added), sums,
+              tf.group(*[a(s) for a, s in zip(apply, sums)],
+                       name="worker_sum"))
+
+    return self._builder.once("worker_sync", self._state_key(names), build)
+
+  def pending_seed(self):
+    """The replicated variables to be seeded from the central model
+    before the next training run."""
+    return tuple(sorted(self._pending_seed))
+
+  def central_tensors(self, names):
+    """(names, tensors reading them): the user's variables `names`."""
+    names = tuple(sorted(names))
+    return names, self._builder.once("central", names, lambda: [
+        graph_util.read(self._graph.get_operation_by_name(n))
+        for n in names])
+
+  def set_central_run(self, values):
+    """(fetches, feed_dict) setting the user's variables central_tensors
+    named to `values` ({name: value})."""
+    names = tuple(sorted(values))
+    placeholders, assigns = self._central_assigns(names)
+    return assigns, {p: values[n] for n, p in zip(names, placeholders)}
+
+  def _central_assigns(self, names):
+    """([placeholder], [op assigning it]) for the user's variables
+    `names`."""
+
+    def build():
+      placeholders, assigns = [], []
+      for n in names:
+        var = self._graph.get_operation_by_name(n)
+        p = tf.compat.v1.placeholder(
+            tf.as_dtype(var.get_attr("dtype")).base_dtype)
+        placeholders.append(p)
+        assigns.append(graph_util.assign(var, p))
+      return placeholders, assigns
+
+    return self._builder.once("assign_central", names, build)
+
   def reset_op(self):
     """Op restarting the algorithm's synchronisation (after a failed
     wave), or None."""
@@ -367,21 +422,9 @@ class ReplicaState(object):
     """(fetches, feed_dict) setting back what snapshot_tensors(names)
     read, given as `snapshot`."""
     names = tuple(sorted(names))
-
-    def build():
-      placeholders, assigns = {}, []
-      for n in names:
-        var = self._graph.get_operation_by_name(n)
-        p = tf.compat.v1.placeholder(
-            tf.as_dtype(var.get_attr("dtype")).base_dtype)
-        placeholders[f"{n}/central"] = p
-        assigns.append(graph_util.assign(var, p))
-      return placeholders, assigns
-
-    placeholders, assigns = self._builder.once("restore_snapshot", names,
-                                               build)
+    placeholders, assigns = self._central_assigns(names)
     fetches = list(assigns)
-    feeds = {p: snapshot[k] for k, p in placeholders.items()}
+    feeds = {p: snapshot[f"{n}/central"] for n, p in zip(names, placeholders)}
     replicated = tuple(sorted(self._seeds))
     if replicated:
       load, load_feeds = self.load_state_run(replicated, snapshot)

@@ -4,7 +4,16 @@
                   [--algorithm sma|easgd|ssgd|asgd|adaptive|none]
                   [--alpha A] [--central_momentum M]
                   [--nonfinite propagate|raise|skip]
+                  [--workers W [--threads T] |
+                   --hosts HOST:PORT,... --worker-index K]
                   script.py [script args...]
+
+With `--workers W` it starts W such processes on this machine as the
+workers of one cluster (launch.py): free ports on 127.0.0.1, each
+worker's `TF_CONFIG` and intra-op threads (cores / W, or T), output lines
+prefixed with the worker's index; it returns the first non-zero exit
+status after stopping the others. With `--hosts` it runs, in this
+process, worker K of the cluster of those addresses (one per machine).
 
 The script runs in this process (`runpy.run_path`, as `__main__`, with
 `sys.argv` set to `[script.py, args...]` and the script's folder first on
@@ -57,7 +66,9 @@ import sys
 
 import tensorflow as tf
 
+from tensorbow import cluster as tb_cluster
 from tensorbow import compat
+from tensorbow import launch
 from tensorbow import monitored
 from tensorbow import options as tb_options
 from tensorbow import session as tb_session
@@ -258,7 +269,9 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
                        "tensorbow-run's stand-in; patch_session does not nest")
   options = dict(replicas=replicas, algorithm=algorithm, alpha=alpha,
                  central_momentum=central_momentum, nonfinite=nonfinite)
-  tb_options.check_options(**options)
+  job = tb_cluster.from_environ()
+  tb_options.check_options(**options,
+                           workers=1 if job is None else job.num_workers)
   report = report or Report()
   stand_in = session_class(original, report=report, **options)
   interactive = tf.compat.v1.InteractiveSession
@@ -305,6 +318,19 @@ def _momentum(text):
   return _number(text, float, lambda v: 0.0 <= v < 1.0, "in [0, 1)")
 
 
+def _workers(text):
+  return _number(text, int, lambda v: v >= 1, "an int >= 1")
+
+
+def _hosts(text):
+  hosts = [h.strip() for h in text.split(",") if h.strip()]
+  try:
+    tb_cluster.Cluster(hosts, 0)
+  except ValueError as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
+  return hosts
+
+
 def _parser():
   parser = argparse.ArgumentParser(
       prog="tensorbow-run",
@@ -324,6 +350,17 @@ def _parser():
                       default="propagate",
                       help="what a training run does with an infinity or NaN "
                       "(default: propagate, as TensorFlow)")
+  parser.add_argument("--workers", type=_workers, default=1,
+                      help="start this many workers of one cluster on this "
+                      "machine (default: 1, this process alone)")
+  parser.add_argument("--threads", type=_workers, default=None,
+                      help="with --workers: intra-op threads per worker "
+                      "(default: cores / workers)")
+  parser.add_argument("--hosts", type=_hosts, default=None,
+                      help="HOST:PORT,...: the workers of a cluster on "
+                      "several machines; this process is --worker-index")
+  parser.add_argument("--worker-index", type=int, default=None,
+                      help="with --hosts: this process's worker")
   parser.add_argument("script", help="the TF1 Python script to run")
   parser.add_argument("script_args", nargs=argparse.REMAINDER,
                       help="arguments passed to the script")
@@ -337,7 +374,8 @@ def main(argv=None):
     argv: the arguments after the program name; None means `sys.argv[1:]`.
 
   Returns:
-    0 once the script has finished.
+    0 once the script has finished; with --workers, the workers' status
+    (launch.run_workers).
 
   Raises:
     SystemExit: on a bad argument or a missing script (status 2), or when
@@ -347,6 +385,19 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if not os.path.isfile(args.script):
     parser.error(f"script not found: {args.script}")
+  if args.hosts is not None:
+    if args.workers != 1:
+      parser.error("give --workers or --hosts, not both")
+    try:
+      job = tb_cluster.Cluster(args.hosts, args.worker_index)
+    except ValueError as e:
+      parser.error(f"--worker-index: {e}")
+    os.environ["TF_CONFIG"] = tb_cluster.to_environ(job)
+  elif args.worker_index is not None:
+    parser.error("--worker-index needs --hosts")
+  if args.workers > 1:
+    return launch.run_workers(_worker_command(args), args.workers,
+                              args.threads)
   print(f"tensorbow-run: {args.script} runs with TensorBowSession, "
         f"{args.replicas} replicas (algorithm {args.algorithm})",
         file=sys.stderr, flush=True)
@@ -364,6 +415,17 @@ def main(argv=None):
     sys.path[:] = saved_path
     print(report, file=sys.stderr, flush=True)
   return 0
+
+
+def _worker_command(args):
+  """The argv of one worker of `tensorbow-run --workers`."""
+  command = [sys.executable, "-m", "tensorbow.run",
+             "--replicas", str(args.replicas), "--algorithm", args.algorithm,
+             "--central_momentum", repr(args.central_momentum),
+             "--nonfinite", args.nonfinite]
+  if args.alpha is not None:
+    command += ["--alpha", repr(args.alpha)]
+  return command + [args.script] + list(args.script_args)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ import tensorflow as tf
 from tensorbow import algorithms
 from tensorbow import autotune
 from tensorbow import checkpoint
+from tensorbow import cluster as tb_cluster
 from tensorbow import compat
 from tensorbow import execution
 from tensorbow import options
@@ -51,16 +52,28 @@ class TensorBowSession(compat.SessionInterface):
       TensorFlow), "raise" (InvalidArgumentError, nothing committed) or
       "skip" (those replicas are left out of the wave's update and
       re-seeded from the central model, with a warning).
+    cluster_timeout: with a cluster of workers (`TF_CONFIG`), the seconds
+      a wave waits for the other workers before it fails.
+
+  With `TF_CONFIG` naming two or more workers, this process is one of
+  them: it trains `replicas` replicas on its own contiguous part of every
+  batch, and after each wave the algorithm ("sma" or "easgd") makes every
+  worker's central model the one of all their replicas (DESIGN.md, "Two
+  levels"). The chief's (worker 0's) model is taken by every worker
+  before the first wave.
 
   Raises:
-    ValueError: for an argument out of range.
+    ValueError: for an argument out of range, or a TF_CONFIG this session
+      cannot train on.
   """
 
   def __init__(self, target="", graph=None, config=None, *, replicas=2,
                algorithm="sma", alpha=None, central_momentum=0.9,
-               nonfinite="propagate"):
+               nonfinite="propagate", cluster_timeout=60.0):
+    self._cluster = tb_cluster.from_environ()
+    self._workers = 1 if self._cluster is None else self._cluster.num_workers
     options.check_options(replicas, algorithm, alpha, central_momentum,
-                          nonfinite)
+                          nonfinite, self._workers, cluster_timeout)
     # Resolved for L whenever L is set (replicas="auto" changes it).
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)
@@ -78,6 +91,8 @@ class TensorBowSession(compat.SessionInterface):
     self._context = None
     self.counts = {"training_runs": 0}  # completed; outlives the session
     self._settings = self._runtime = self._planner = self._trainer = None
+    self._reducer = (tb_cluster.Reducer(self._cluster, cluster_timeout)
+                     if self._cluster is not None else None)
     self.retune(1 if self._tuner is not None else replicas)
 
   def retune(self, replicas, stream_groups=None, inline=False):
@@ -97,7 +112,7 @@ class TensorBowSession(compat.SessionInterface):
           return
         self._trainer.refresh()
         self._runtime.close()
-      algorithm = self._algorithm_spec.resolved(replicas)
+      algorithm = self._algorithm_spec.resolved(replicas * self._workers)
       settings = self._settings = options.Settings(
           replicas, algorithm, self._nonfinite,
           stream_groups or tb_runtime.default_stream_groups(replicas),
@@ -115,7 +130,7 @@ class TensorBowSession(compat.SessionInterface):
                                       self._runtime, builder, state)
       self._trainer = waves.Trainer(
           self._session, settings, self._planner, self._runtime, builder,
-          state, self._graph, self._lock, self._check_open)
+          state, self._graph, self._lock, self._check_open, self._reducer)
 
   # ---- SessionInterface ----------------------------------------------------
 
@@ -137,6 +152,11 @@ class TensorBowSession(compat.SessionInterface):
   @property
   def sess_str(self):
     return self._session.sess_str
+
+  @property
+  def cluster(self):
+    """This worker's `cluster.Cluster` (from TF_CONFIG), or None."""
+    return self._cluster
 
   @property
   def replicas(self):
@@ -170,6 +190,8 @@ class TensorBowSession(compat.SessionInterface):
       self._closed = True
       self._runtime.close()
       self._session.close()
+      if self._reducer is not None:
+        self._reducer.close()
 
   def _check_open(self):
     if self._closed:

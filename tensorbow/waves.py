@@ -33,10 +33,11 @@ class Trainer(object):
     user_graph: the user's `tf.Graph`.
     lock: the session's lock.
     check_open: raises if the session was closed.
+    reducer: the session's `cluster.Reducer`, or None: one worker.
   """
 
   def __init__(self, session, settings, plans, runtime, builder, replicas,
-               user_graph, lock, check_open):
+               user_graph, lock, check_open, reducer=None):
     self._session = session
     self._replicas = settings.replicas
     self._algorithm = settings.algorithm
@@ -49,6 +50,7 @@ class Trainer(object):
     self._user_graph = user_graph
     self._lock = lock
     self._check_open = check_open
+    self._reducer = reducer
     self._needs_refresh = False
     self._loaded_state = None  # replica state restored with a checkpoint
     self._written_since_load = set()  # variables it no longer applies to
@@ -195,10 +197,15 @@ class Trainer(object):
       sizes = (sizes or [len(s) for s in shards[plan.batch_feed]]
                if plan.batch_feed >= 0 else [1] * plan.replicas)
       if self._state.in_use:
+        if self._reducer is not None:
+          self._take_chief_model()
         self._seed_replicas()
         prepare = self._state.wave_run(self._waves + 1, sizes)
         if prepare is not None:
           self._session.run(*prepare)
+        sync = self._reducer and self._state.worker_sync()
+        if sync:
+          self._session.run(sync[0])
       per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
       # Before the wave: an interrupt after it must still leave the
       # user-named slots to be refreshed.
@@ -251,7 +258,13 @@ class Trainer(object):
     """(plan, checked values) of a training run over `route` fed
     `fed_values`, `first` the values of one replica's element."""
     plan = self._plans.plan_for(route, first)
-    return plan, feeds.check(plan, fed_values, self._replicas)
+    if self._reducer is None:
+      return plan, feeds.check(plan, fed_values, self._replicas)
+    cluster = self._reducer.cluster
+    values = feeds.check(plan, fed_values,
+                         self._replicas * cluster.num_workers)
+    return plan, feeds.worker_part(
+        plan, values, lambda rows: cluster.part(rows, self._replicas))
 
   def _pull(self, route, count, options):
     """`count` elements of `route`'s input pipeline, each a list of values
@@ -291,6 +304,32 @@ class Trainer(object):
     merge = self._state.merge_run(self._waves, sizes)
     if merge is not None:
       self._session.run(*merge)
+    sync = self._reducer and self._state.worker_sync()
+    if sync:
+      _, added, sums, apply = sync
+      totals = self._reducer.sum(self._session.run(added),
+                                 f"wave {self._waves}")
+      self._session.run(apply, dict(zip(sums, totals)))
+
+  def _take_chief_model(self):
+    """Before a cluster's wave, the central model of the variables due to
+    be seeded becomes the chief's on every worker: each worker's script
+    initialises (or writes) them on its own."""
+    names, tensors = self._state.central_tensors(self._state.pending_seed())
+    if not names:
+      return
+    values = self._session.run(tensors)
+    # The collective sums numbers only; other variables stay each worker's.
+    numbers = {n: v for n, v in zip(names, values)
+               if np.asarray(v).dtype.kind in "fiuc"}
+    if not numbers:
+      return
+    names = sorted(numbers)
+    values = [numbers[n] if self._reducer.cluster.is_chief
+              else np.zeros_like(numbers[n]) for n in names]
+    values = self._reducer.sum(
+        values, f"the chief's model before wave {self._waves + 1}")
+    self._session.run(*self._state.set_central_run(dict(zip(names, values))))
 
   def _whole_wave(self, plan, per_replica, options, run_metadata):
     """A wave of tasks that compute and write in one TensorFlow run."""

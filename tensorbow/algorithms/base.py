@@ -30,6 +30,9 @@ class Algorithm(object):
   # The replicas' tasks train the central model itself: nothing is
   # replicated, and each task's step lands as soon as the task finishes.
   shares_model = False
+  # The central models of several workers can be kept equal after each
+  # wave (worker_sync); an algorithm that cannot refuses a cluster.
+  spans_workers = False
 
   def __eq__(self, other):
     return type(self) is type(other) and vars(self) == vars(other)
@@ -148,6 +151,14 @@ class Algorithm(object):
     (runtime.Runtime) that keeps what the commit applies; `sizes`: per
     replica, the rows of its shard."""
     del runtime, sizes
+
+  def worker_sync(self, builder, state):
+    """What keeps the central models of a cluster's workers equal, for
+    the variable of `state`: (op run before each wave, the tensor each
+    worker adds to the sum after it, a function from a tensor of that sum
+    to the op applying it), or None."""
+    del builder, state
+    return None
 
   def reset_ops(self, builder, states):
     """Ops restarting the synchronisation after a wave that did not

@@ -112,6 +112,7 @@ class SMA(base.Algorithm):
   """
 
   name = "sma"
+  spans_workers = True
 
   def __init__(self, alpha=None, central_momentum=0.9):
     if alpha is not None and not 0.0 < float(alpha) <= 1.0:
@@ -246,6 +247,25 @@ class SMA(base.Algorithm):
     leader.attr["N"].i = builder.num_replicas
     leader.attr["barrier"].s = state.barrier.encode()
     return [handle] + nodes + [leader]
+
+  def worker_sync(self, builder, state):
+    # Every worker's wave moved its central model from the same `base`
+    # (the central model and its momentum term) by the sum of its own
+    # replicas' corrections; the sum over the workers of those moves is
+    # the move of one wave of all their replicas.
+    var = builder.graph.get_operation_by_name(state.name)
+    dtype, shape = graph_util.dtype_and_shape(var)
+    handle = graph_util.resource(
+        f"{builder.prefix}/sma/{state.name}/worker_base", dtype, shape)
+    central = graph_util.read(var)
+    prev = tf.raw_ops.ReadVariableOp(resource=state.central_prev,
+                                     dtype=dtype)
+    momentum = builder.constant(self.central_momentum, dtype)
+    before = tf.raw_ops.AssignVariableOp(
+        resource=handle, value=central + momentum * (central - prev))
+    base = tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype)
+    return (before, graph_util.read(var) - base,
+            lambda total: graph_util.assign(var, base + total))
 
   # ---- The replicas' life cycle --------------------------------------------
 

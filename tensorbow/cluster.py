@@ -1,0 +1,291 @@
+"""This process's place in a job of several workers, and the sums it takes
+with the others (DESIGN.md, "Two levels").
+
+A cluster is given the way TensorFlow gives it: `TF_CONFIG` holds a
+`cluster` with a `worker` job of two or more addresses and this process's
+`task`. Each worker process starts one `tf.distribute.Server` for its task;
+a session's `Reducer` sums NumPy arrays over every worker with TensorFlow's
+collective all-reduce (gRPC between the servers), in a small graph of its
+own that runs on this worker's server. The training session itself stays
+in-process: what crosses workers is fetched, summed and fed back.
+"""
+import json
+import logging
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+
+DEFAULT_TIMEOUT = 60.0  # seconds a reduction waits for the other workers
+DEFAULT_START_TIMEOUT = 300.0  # seconds the first waits for them to start
+
+
+class Cluster(object):
+  """The workers of a job and which of them this process is.
+
+  Args:
+    workers: the workers' "host:port" addresses, two or more.
+    index: this process's place among them; worker 0 is the chief.
+
+  Raises:
+    ValueError: fewer than two workers, or an index out of range.
+  """
+
+  def __init__(self, workers, index):
+    workers = [str(w) for w in workers]
+    if len(workers) < 2:
+      raise ValueError(f"a cluster needs two or more workers, got {workers}")
+    if isinstance(index, bool) or not isinstance(index, int) or not (
+        0 <= index < len(workers)):
+      raise ValueError(f"worker index must be an int in [0, {len(workers)}), "
+                       f"got {index!r}")
+    for w in workers:
+      host, _, port = w.rpartition(":")
+      if not host or not port.isdigit():
+        raise ValueError(f"a worker's address must be host:port, got {w!r}")
+    self.workers = workers
+    self.index = index
+
+  def __eq__(self, other):
+    return (isinstance(other, Cluster) and self.workers == other.workers and
+            self.index == other.index)
+
+  def __repr__(self):
+    return f"Cluster({self.workers!r}, index={self.index})"
+
+  @property
+  def num_workers(self):
+    return len(self.workers)
+
+  @property
+  def is_chief(self):
+    return self.index == 0
+
+  def device(self, index=None):
+    """The CPU device of worker `index` (default: this one)."""
+    index = self.index if index is None else index
+    return f"/job:worker/replica:0/task:{index}/device:CPU:0"
+
+  def part(self, rows, replicas=1):
+    """(start, stop): this worker's contiguous part of `rows` rows when
+    every worker trains `replicas` replicas: the shards its replicas would
+    take if numpy.array_split cut the rows into one shard per replica of
+    the cluster, which the worker's own even split then gives back."""
+    n = self.num_workers * replicas
+    size, extra = divmod(rows, n)
+    first = self.index * replicas
+    start = first * size + min(first, extra)
+    last = first + replicas
+    return start, last * size + min(last, extra)
+
+
+def from_environ(environ=None):
+  """The cluster `TF_CONFIG` gives, or None: no `TF_CONFIG`, or no more
+  than one worker.
+
+  Raises:
+    ValueError: a `TF_CONFIG` that is not JSON, has jobs other than
+      "worker", or names no task of that job for this process.
+  """
+  text = (os.environ if environ is None else environ).get("TF_CONFIG", "")
+  if not text.strip():
+    return None
+  try:
+    config = json.loads(text)
+  except ValueError as e:
+    raise ValueError(f"TF_CONFIG is not JSON: {e}") from None
+  jobs = dict(config.get("cluster") or {})
+  workers = jobs.pop("worker", [])
+  if len(workers) < 2:
+    return None
+  if jobs:
+    raise ValueError(f"TensorBow trains on a cluster of workers only; "
+                     f"TF_CONFIG also has {sorted(jobs)}")
+  task = config.get("task") or {}
+  if task.get("type") != "worker" or "index" not in task:
+    raise ValueError(f"TF_CONFIG's task must be a worker with an index, got "
+                     f"{task!r}")
+  return Cluster(workers, int(task["index"]))
+
+
+def to_environ(cluster):
+  """The `TF_CONFIG` value that gives `cluster`."""
+  return json.dumps({"cluster": {"worker": cluster.workers},
+                     "task": {"type": "worker", "index": cluster.index}})
+
+
+_servers = {}  # (workers, index) -> the process's server for that task
+_servers_lock = threading.Lock()
+_group_keys = [0]  # the last collective group key a reducer took
+
+
+def server_config(cluster):
+  """The ConfigProto the servers and the reducers' sessions share."""
+  config = tf.compat.v1.ConfigProto()
+  config.experimental.collective_group_leader = (
+      "/job:worker/replica:0/task:0")
+  return config
+
+
+def server(cluster):
+  """This process's `tf.distribute.Server` for its task in `cluster`,
+  started on first use (a port can be served once per process)."""
+  key = (tuple(cluster.workers), cluster.index)
+  with _servers_lock:
+    if key not in _servers:
+      _servers[key] = tf.distribute.Server(
+          tf.train.ClusterSpec({"worker": cluster.workers}),
+          job_name="worker", task_index=cluster.index,
+          config=server_config(cluster), start=True)
+    return _servers[key]
+
+
+class Reducer(object):
+  """Sums arrays over the workers of a cluster, one all-reduce per dtype.
+
+  Every worker's session makes its reducers in the same order (the same
+  script), so the n-th reducer of each process forms one collective group.
+
+  Args:
+    cluster: the `Cluster`.
+    timeout: seconds a sum waits for the other workers before it fails.
+    start_timeout: seconds the first sum waits for them to start.
+  """
+
+  def __init__(self, cluster, timeout=DEFAULT_TIMEOUT,
+               start_timeout=DEFAULT_START_TIMEOUT):
+    self._cluster = cluster
+    self._timeout = float(timeout)
+    self._start_timeout = float(start_timeout)
+    with _servers_lock:
+      _group_keys[0] += 1
+      self._group_key = _group_keys[0]
+    self._graph = tf.Graph()
+    self._session = None
+    self._sums = {}  # (dtype, size) -> (placeholder, sum)
+    self._started = False
+
+  @property
+  def cluster(self):
+    return self._cluster
+
+  def close(self):
+    if self._session is not None:
+      self._session.close()
+      self._session = None
+
+  def sum(self, arrays, what):
+    """Per array of `arrays`, its sum over the workers; `what` names the
+    step for an error ("wave 12").
+
+    Raises:
+      tf.errors.UnavailableError: a worker was lost or did not answer
+        within the timeout.
+    """
+    arrays = [np.asarray(a) for a in arrays]
+    by_dtype = {}
+    for i, a in enumerate(arrays):
+      by_dtype.setdefault(a.dtype, []).append(i)
+    ops, feeds = [], {}
+    for dtype, indices in sorted(by_dtype.items(), key=lambda d: d[0].str):
+      flat = np.concatenate([arrays[i].ravel() for i in indices])
+      placeholder, total = self._sum_op(dtype, flat.size)
+      ops.append(total)
+      feeds[placeholder] = flat
+    sums = self._run(ops, feeds, what)
+    out = [None] * len(arrays)
+    for (dtype, indices), flat in zip(
+        sorted(by_dtype.items(), key=lambda d: d[0].str), sums):
+      offset = 0
+      for i in indices:
+        n = arrays[i].size
+        out[i] = flat[offset:offset + n].reshape(arrays[i].shape)
+        offset += n
+    return out
+
+  def _sum_op(self, dtype, size):
+    key = (np.dtype(dtype).str, size)
+    if key not in self._sums:
+      with self._graph.as_default(), tf.device(self._cluster.device()):
+        placeholder = tf.compat.v1.placeholder(dtype, [size])
+        # The instance key tells this sum from the group's others; the same
+        # script makes its sums in the same order on every worker.
+        total = tf.raw_ops.CollectiveReduceV2(
+            input=placeholder,
+            group_size=self._cluster.num_workers,
+            group_key=self._group_key,
+            instance_key=len(self._sums) + 1,
+            ordering_token=[], merge_op="Add", final_op="Id",
+            timeout_seconds=self._timeout)
+      self._sums[key] = (placeholder, total)
+    return self._sums[key]
+
+  def _run(self, ops, feeds, what):
+    if not self._started:
+      self._wait_for_workers()
+      self._session = tf.compat.v1.Session(
+          server(self._cluster).target, graph=self._graph,
+          config=server_config(self._cluster))
+      self._started = True
+    try:
+      return self._session.run(ops, feeds)
+    except tf.errors.OpError as e:
+      raise tf.errors.UnavailableError(
+          None, None,
+          f"TensorBow: worker {self._cluster.index} of "
+          f"{self._cluster.num_workers} lost the others during {what}: "
+          f"{self._lost()} ({type(e).__name__}: "
+          f"{e.message.splitlines()[0]})") from None
+
+  def _lost(self):
+    """Which other workers look lost: not listening, or (all listening)
+    not answering within the timeout."""
+    down = [i for i in self._others() if not _listening(
+        self._cluster.workers[i], 2.0)]
+    if down:
+      return ", ".join(f"worker {i} ({self._cluster.workers[i]}) is gone"
+                       for i in down)
+    return (f"a worker did not answer within {self._timeout:g} s (workers "
+            f"{', '.join(str(i) for i in self._others())} still listen)")
+
+  def _others(self):
+    return [i for i in range(self._cluster.num_workers)
+            if i != self._cluster.index]
+
+  def _wait_for_workers(self):
+    """Waits, with a message every 10 s, until every other worker's server
+    listens, for at most start_timeout seconds."""
+    server(self._cluster)
+    deadline = time.monotonic() + self._start_timeout
+    said = time.monotonic()
+    waiting = self._others()
+    while True:
+      waiting = [i for i in waiting
+                 if not _listening(self._cluster.workers[i], 1.0)]
+      if not waiting:
+        return
+      names = ", ".join(f"worker {i} ({self._cluster.workers[i]})"
+                        for i in waiting)
+      if time.monotonic() > deadline:
+        raise tf.errors.UnavailableError(
+            None, None,
+            f"TensorBow: worker {self._cluster.index} waited "
+            f"{self._start_timeout:g} s for {names} to start")
+      if time.monotonic() >= said:
+        logging.warning("TensorBow: worker %d waits for %s to start",
+                        self._cluster.index, names)
+        said = time.monotonic() + 10.0
+      time.sleep(0.2)
+
+
+def _listening(address, timeout):
+  """Whether a server accepts connections at "host:port"."""
+  host, _, port = address.rpartition(":")
+  try:
+    with socket.create_connection((host, int(port)), timeout=timeout):
+      return True
+  except OSError:
+    return False

@@ -1,0 +1,134 @@
+"""Starting the workers of a job on this machine and watching them:
+`tensorbow-run --workers W` (run.py), like `horovodrun` and `kungfu-run`.
+
+Each worker is a child process with its own `TF_CONFIG` (a cluster of
+free ports on 127.0.0.1) and its share of the cores for TensorFlow's
+thread pools. Their output lines reach this process's stdout prefixed
+with the worker's index. The job ends when every worker has exited, or as
+soon as one fails: the others are then stopped, and its status returned.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from tensorbow import cluster as tb_cluster
+
+# Seconds a stopped worker has to exit after SIGTERM before SIGKILL.
+_GRACE = 5.0
+
+
+def free_addresses(count):
+  """`count` distinct "127.0.0.1:port" addresses free now."""
+  sockets = []
+  try:
+    for _ in range(count):
+      s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+      s.bind(("127.0.0.1", 0))
+      sockets.append(s)
+    return [f"127.0.0.1:{s.getsockname()[1]}" for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
+
+
+def worker_environ(cluster, threads, environ=None):
+  """The environment of `cluster`'s worker: TF_CONFIG, and `threads`
+  threads for TensorFlow's intra-op pool (None: as inherited)."""
+  env = dict(os.environ if environ is None else environ)
+  env["TF_CONFIG"] = tb_cluster.to_environ(cluster)
+  if threads is not None:
+    env["TF_NUM_INTRAOP_THREADS"] = str(threads)
+    env["OMP_NUM_THREADS"] = str(threads)
+  return env
+
+
+def default_threads(workers):
+  """Intra-op threads per worker: the cores shared out, at least one."""
+  return max(1, (os.cpu_count() or 1) // workers)
+
+
+def run_workers(command, workers, threads=None, out=None, environ=None):
+  """Runs `command` (argv) as `workers` workers of one local cluster.
+
+  Args:
+    command: each worker's argv.
+    workers: W >= 2.
+    threads: intra-op threads per worker (None: default_threads).
+    out: where the prefixed lines go (default: sys.stdout).
+    environ: the workers' base environment (default: this process's).
+
+  Returns:
+    0 if every worker exited with 0; else the first non-zero status seen
+    (a negative signal number for a worker killed by a signal), the
+    others having been stopped.
+  """
+  out = sys.stdout if out is None else out
+  addresses = free_addresses(workers)
+  threads = default_threads(workers) if threads is None else threads
+  lock = threading.Lock()
+  children, readers = [], []
+  try:
+    for k in range(workers):
+      env = worker_environ(tb_cluster.Cluster(addresses, k), threads, environ)
+      child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT,
+                               start_new_session=True)
+      children.append(child)
+      reader = threading.Thread(target=_copy_lines,
+                                args=(child.stdout, f"[{k}] ", out, lock),
+                                daemon=True)
+      reader.start()
+      readers.append(reader)
+    status = _wait(children)
+  finally:
+    _stop(children)
+    for reader in readers:
+      reader.join(timeout=_GRACE)
+  return status
+
+
+def _copy_lines(stream, prefix, out, lock):
+  for line in iter(stream.readline, b""):
+    with lock:
+      out.write(prefix + line.decode(errors="replace"))
+      out.flush()
+  stream.close()
+
+
+def _wait(children):
+  """The first non-zero exit status among `children`, or 0 once all exit
+  with 0."""
+  while True:
+    codes = [c.poll() for c in children]
+    failed = [c for c in codes if c not in (None, 0)]
+    if failed:
+      return failed[0]
+    if all(c == 0 for c in codes):
+      return 0
+    time.sleep(0.1)
+
+
+def _stop(children):
+  """Stops the children still running (their process groups): SIGTERM,
+  then SIGKILL after a grace period."""
+  running = [c for c in children if c.poll() is None]
+  for c in running:
+    _signal_group(c, signal.SIGTERM)
+  deadline = time.monotonic() + _GRACE
+  for c in running:
+    try:
+      c.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      _signal_group(c, signal.SIGKILL)
+      c.wait()
+
+
+def _signal_group(child, sig):
+  try:
+    os.killpg(child.pid, sig)
+  except ProcessLookupError:
+    pass

@@ -1,0 +1,305 @@
+"""Several workers (DESIGN.md, "Two levels"): TF_CONFIG, the worker's part
+of a batch, the launcher, and SMA across processes against NumPy.
+
+The two-process tests start real workers on free ports of 127.0.0.1 with
+`launch.run_workers` (what `tensorbow-run --workers` runs), each bounded
+in time; every process they start is stopped before they return.
+"""
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import tensorbow
+from tensorbow import cluster as tb_cluster
+from tensorbow import feeds
+from tensorbow import launch
+from tensorbow import options
+
+import references
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
+LR = 0.1
+RNG = np.random.RandomState(11)
+W0 = RNG.randn(3, 1).astype(np.float32)
+B0 = np.array([0.1], np.float32)
+# Ten rows a wave: the four replicas' shards are uneven (3, 3, 2, 2).
+XS = RNG.randn(4, 10, 3).astype(np.float32)
+YS = RNG.randn(4, 10, 1).astype(np.float32)
+
+# One worker of the job: least squares, each worker's variables first set
+# elsewhere (the chief's are taken by all), trained by TensorBowSession
+# with 2 replicas over the waves of data.npz; the central model saved.
+WORKER = """\
+import json
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+{mode}
+import tensorbow as tb
+
+data = np.load(sys.argv[1])
+optimizer, resource, algorithm = sys.argv[3], sys.argv[4] == "1", sys.argv[5]
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+w = tf.compat.v1.get_variable("w", initializer=data["w0"] + index,
+                              use_resource=resource)
+b = tf.compat.v1.get_variable("b", initializer=data["b0"] - index,
+                              use_resource=resource)
+loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+opt = (tf.compat.v1.train.GradientDescentOptimizer({lr})
+       if optimizer == "sgd" else
+       tf.compat.v1.train.MomentumOptimizer({lr}, 0.9))
+train = opt.minimize(loss)
+with tb.TensorBowSession(replicas=2, algorithm=algorithm,
+                         cluster_timeout=float(sys.argv[6])) as sess:
+  sess.run(tf.compat.v1.global_variables_initializer())
+  for step, (xb, yb) in enumerate(zip(data["xs"], data["ys"])):
+    sess.run(train, {{x: xb, y: yb}})
+    print("wave", step + 1, "done", flush=True)
+    if len(sys.argv) > 7:
+      time.sleep(float(sys.argv[7]))
+  np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b))
+"""
+
+
+def _worker_script(tmp_path, tf_mode_statement, waves=4):
+  data = tmp_path / "data.npz"
+  np.savez(data, w0=W0, b0=B0, xs=np.concatenate([XS] * (waves // 4 or 1)),
+           ys=np.concatenate([YS] * (waves // 4 or 1)))
+  script = tmp_path / "worker.py"
+  script.write_text("import time\n" + WORKER.format(mode=tf_mode_statement,
+                                                    lr=LR))
+  return script, data
+
+
+def _environ():
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = os.pathsep.join(
+      [PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                        if p])
+  return env
+
+
+# ---- The cluster a process is in -----------------------------------------
+
+
+def _tf_config(workers, index, **extra):
+  return {"TF_CONFIG": json.dumps(
+      dict({"cluster": {"worker": workers},
+            "task": {"type": "worker", "index": index}}, **extra))}
+
+
+def test_tf_config_gives_the_cluster_and_this_worker():
+  workers = ["127.0.0.1:2001", "127.0.0.1:2002", "127.0.0.1:2003"]
+  cluster = tb_cluster.from_environ(_tf_config(workers, 2))
+  assert cluster == tb_cluster.Cluster(workers, 2)
+  assert cluster.num_workers == 3 and not cluster.is_chief
+  assert tb_cluster.from_environ(_tf_config(workers, 0)).is_chief
+  # Round trip through what the launcher sets.
+  assert tb_cluster.from_environ(
+      {"TF_CONFIG": tb_cluster.to_environ(cluster)}) == cluster
+
+
+@pytest.mark.parametrize("environ", [
+    {}, {"TF_CONFIG": ""}, _tf_config(["127.0.0.1:2001"], 0)])
+def test_no_cluster_without_two_workers(environ):
+  assert tb_cluster.from_environ(environ) is None
+
+
+@pytest.mark.parametrize("environ, message", [
+    ({"TF_CONFIG": "{not json"}, "not JSON"),
+    (_tf_config(["a:1", "b:2"], 0, cluster={"worker": ["a:1", "b:2"],
+                                            "ps": ["c:3"]}), "ps"),
+    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:2"]}})},
+     "task"),
+    (_tf_config(["a:1", "b:2"], 2), "index"),
+    (_tf_config(["a:1", "b"], 0), "host:port"),
+])
+def test_a_bad_tf_config_is_refused_by_name(environ, message):
+  with pytest.raises(ValueError, match=message):
+    tb_cluster.from_environ(environ)
+
+
+@pytest.mark.parametrize("workers, replicas", [(2, 1), (2, 2), (3, 2),
+                                               (2, 3)])
+def test_a_workers_part_is_its_replicas_shards_of_the_whole_batch(
+    workers, replicas):
+  for rows in range(workers * replicas, 30):
+    whole = np.array_split(np.arange(rows), workers * replicas)
+    for k in range(workers):
+      start, stop = tb_cluster.Cluster(["h:1"] * workers, k).part(rows,
+                                                                  replicas)
+      mine = np.array_split(np.arange(start, stop), replicas)
+      expected = whole[k * replicas:(k + 1) * replicas]
+      assert [list(m) for m in mine] == [list(e) for e in expected]
+
+
+def test_worker_part_cuts_batch_feeds_only():
+
+  class Plan(object):
+    batch = [True, False, True]
+
+  x, lr, y = np.arange(10), np.float32(0.1), np.arange(10, 20)
+  cut = feeds.worker_part(Plan(), [x, lr, y], lambda rows: (3, 6))
+  assert list(cut[0]) == [3, 4, 5] and cut[1] == lr
+  assert list(cut[2]) == [13, 14, 15]
+
+
+@pytest.mark.parametrize("algorithm", ["asgd", "adaptive", "ssgd", "none"])
+def test_algorithms_that_cannot_span_workers_refuse_a_cluster(algorithm):
+  with pytest.raises(ValueError, match=f"'{algorithm}' cannot keep"):
+    options.check_options(2, algorithm, workers=2)
+
+
+def test_replicas_auto_refuses_a_cluster():
+  with pytest.raises(ValueError, match="cannot tune"):
+    options.check_options("auto", "sma", workers=2)
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, "60", True])
+def test_cluster_timeout_is_checked(timeout):
+  with pytest.raises(ValueError, match="cluster_timeout"):
+    options.check_options(2, "sma", cluster_timeout=timeout)
+
+
+def test_sma_over_workers_takes_alpha_over_all_their_replicas():
+  assert options.check_options(2, "sma", workers=3).alpha == pytest.approx(
+      1 / 6)
+
+
+# ---- Two workers on this machine -------------------------------------------
+
+
+def _run_job(tmp_path, script, data, optimizer, resource, algorithm,
+             timeout=60.0):
+  out = io.StringIO()
+  status = launch.run_workers(
+      [sys.executable, str(script), str(data), str(tmp_path / "central"),
+       optimizer, "1" if resource else "0", algorithm, str(timeout)],
+      2, threads=1, out=out, environ=_environ())
+  assert status == 0, out.getvalue()[-3000:]
+  return out.getvalue(), [np.load(tmp_path / f"central{k}.npz")
+                          for k in range(2)]
+
+
+@pytest.mark.parametrize("optimizer, resource", [
+    ("sgd", False),
+    pytest.param("sgd", True, marks=pytest.mark.slow),
+    pytest.param("momentum", False, marks=pytest.mark.slow),
+    pytest.param("momentum", True, marks=pytest.mark.slow),
+])
+def test_two_workers_of_two_replicas_are_sma_of_four(
+    tmp_path, tf_mode_statement, optimizer, resource):
+  script, data = _worker_script(tmp_path, tf_mode_statement)
+  output, centrals = _run_job(tmp_path, script, data, optimizer, resource,
+                              "sma")
+  expected = references.sma(
+      [W0, B0], list(zip(XS, YS)), 4, 0.25, 0.9, LR,
+      momentum=0.9 if optimizer == "momentum" else None)[-1][0]
+  for central in centrals:
+    np.testing.assert_allclose(central["w"], expected[0], rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(central["b"], expected[1], rtol=1e-5,
+                               atol=1e-5)
+  # Every line came through, marked with its worker.
+  for k in range(2):
+    assert f"[{k}] wave 4 done" in output
+
+
+@pytest.mark.slow
+def test_easgd_over_two_workers_is_easgd_of_four(tmp_path,
+                                                 tf_mode_statement):
+  script, data = _worker_script(tmp_path, tf_mode_statement)
+  _, centrals = _run_job(tmp_path, script, data, "sgd", False, "easgd")
+  # EASGD is SMA without central momentum, alpha 0.9 / replicas.
+  expected = references.sma([W0, B0], list(zip(XS, YS)), 4, 0.9 / 4, 0.0,
+                             LR)[-1][0]
+  for central in centrals:
+    np.testing.assert_allclose(central["w"], expected[0], rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(central["b"], expected[1], rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_a_lost_worker_fails_the_other_within_the_bound(tmp_path,
+                                                        tf_mode_statement):
+  script, data = _worker_script(tmp_path, tf_mode_statement, waves=400)
+  addresses = launch.free_addresses(2)
+  bound = 10.0
+  children = []
+  try:
+    for k in range(2):
+      env = launch.worker_environ(tb_cluster.Cluster(addresses, k), 1,
+                                  _environ())
+      children.append(subprocess.Popen(
+          [sys.executable, str(script), str(data), str(tmp_path / "c"),
+           "sgd", "0", "sma", str(bound), "0.05"],
+          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+          start_new_session=True))
+    # Worker 1 dies once both train.
+    for line in iter(children[1].stdout.readline, b""):
+      if line.startswith(b"wave 3 "):
+        break
+    children[1].kill()
+    lost = time.monotonic()
+    _, err = children[0].communicate(timeout=bound + 60)
+    took = time.monotonic() - lost
+  finally:
+    for child in children:
+      if child.poll() is None:
+        os.killpg(child.pid, signal.SIGKILL)
+      child.wait()
+  assert children[0].returncode != 0
+  assert took < bound + 30, took
+  message = err.decode()
+  assert "worker 1 (" + addresses[1] + ") is gone" in message, message[-2000:]
+  assert "during wave" in message
+
+
+def test_the_launcher_stops_the_others_when_one_fails(tmp_path):
+  script = tmp_path / "job.py"
+  script.write_text(
+      "import json, os, sys, time\n"
+      "index = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
+      "print('threads', os.environ['TF_NUM_INTRAOP_THREADS'], flush=True)\n"
+      "if index == 1:\n"
+      "  sys.exit(3)\n"
+      "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+      "time.sleep(120)\n")
+  out = io.StringIO()
+  start = time.monotonic()
+  status = launch.run_workers([sys.executable, str(script),
+                               str(tmp_path / "pid")], 2, threads=3, out=out)
+  assert status == 3
+  assert time.monotonic() - start < 60
+  assert "[1] threads 3" in out.getvalue()
+  pid = int((tmp_path / "pid").read_text())
+  with pytest.raises(ProcessLookupError):
+    os.kill(pid, 0)
+
+
+def test_tensorbow_run_takes_workers_and_hosts(tmp_path):
+  script = tmp_path / "job.py"
+  script.write_text("import os\nprint(os.environ['TF_CONFIG'])\n")
+  done = subprocess.run(
+      [sys.executable, "-m", "tensorbow.run", "--hosts",
+       "127.0.0.1:1,127.0.0.1:2", "--worker-index", "1", str(script)],
+      env=_environ(), capture_output=True, timeout=120, check=True)
+  config = json.loads(done.stdout.decode().strip().splitlines()[-1])
+  assert config == {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                    "task": {"type": "worker", "index": 1}}
+  bad = subprocess.run(
+      [sys.executable, "-m", "tensorbow.run", "--hosts", "127.0.0.1:1",
+       "--worker-index", "0", str(script)],
+      env=_environ(), capture_output=True, timeout=120)
+  assert bad.returncode == 2 and b"two or more workers" in bad.stderr
