@@ -5,7 +5,8 @@ replicas' mean slots, which plain TensorFlow restores. To resume exactly,
 a TensorBowSession also needs what only it has: every replica's variables
 and slots and SMA's buffers (z_prev, the next central model, the
 corrections). When a plain run saves a checkpoint, the session writes them
-to `<checkpoint prefix>.tensorbow.npz`; when a plain run restores one, it
+to `<checkpoint prefix>.tensorbow.npz` (each worker of a cluster its own,
+`<prefix>.tensorbow-worker<k>.npz`); when a plain run restores one, it
 loads them back if they were saved by a session of the same configuration.
 """
 import logging
@@ -50,19 +51,27 @@ def saver_call(ops, feed_dict, graph):
   return kind, path
 
 
-def save(prefix, config, arrays):
+def state_path(prefix, worker=None):
+  """Where the replica state of checkpoint `prefix` goes: that of worker
+  `worker` of a cluster, or of the one process."""
+  if worker is None:
+    return prefix + SUFFIX
+  return f"{prefix}.tensorbow-worker{worker}.npz"
+
+
+def save(prefix, config, arrays, worker=None):
   """Writes `arrays` ({key: ndarray}) and `config` beside `prefix`."""
-  path = prefix + SUFFIX
+  path = state_path(prefix, worker)
   tmp = path + ".tmp"
   with open(tmp, "wb") as f:
     np.savez(f, **{_CONFIG: np.asarray(_described(config))}, **arrays)
   os.replace(tmp, path)
 
 
-def load(prefix, config):
+def load(prefix, config, worker=None):
   """{key: ndarray} saved beside `prefix` by a session with `config`, or
   None (with a log line saying why) if there is none or it differs."""
-  path = prefix + SUFFIX
+  path = state_path(prefix, worker)
   if not os.path.exists(path):
     logger.info("TensorBow: no %s; replicas re-seeded from the restored "
                 "central model", path)

@@ -275,8 +275,9 @@ class Reducer(object):
             f"TensorBow: worker {self._cluster.index} waited "
             f"{self._start_timeout:g} s for {names} to start")
       if time.monotonic() >= said:
-        logging.warning("TensorBow: worker %d waits for %s to start",
-                        self._cluster.index, names)
+        logging.getLogger("tensorbow").warning(
+            "TensorBow: worker %d waits for %s to start", self._cluster.index,
+            names)
         said = time.monotonic() + 10.0
       time.sleep(0.2)
 

@@ -9,6 +9,7 @@ then executed as a wave of learning tasks by the C++ runtime on the same
 TensorFlow session: batch feeds are sharded across the replicas, and the
 replicas' fetches merged.
 """
+import logging
 import threading
 import time
 
@@ -309,6 +310,18 @@ class TensorBowSession(compat.SessionInterface):
     written, ops = route.closure.written, route.closure.ops
     handler = route.handler
     feeds = {t.name: v for t, v in zip(route.fed, fed_values)}
+    saver = checkpoint.saver_call(ops, dict(zip(route.fed, fed_values)),
+                                  self.graph)
+    if (saver is not None and saver[0] == "save" and
+        self._cluster is not None and not self._cluster.is_chief and
+        [t.dtype for t in handler.fetches()] == [tf.string]):
+      # The chief writes the checkpoint; this worker keeps its replicas'
+      # state beside it, and returns what the save returns: its path.
+      _log_once(f"TensorBow: worker {self._cluster.index} leaves "
+                "checkpoint writes to the chief (worker 0) and saves only "
+                "its replicas' state")
+      self._trainer.after_saver(*saver)
+      return handler.build_results(self, [saver[1].encode()])
     self._trainer.refresh(route.closure.reads)
     # Not under the lock: a run that blocks inside TensorFlow (a dequeue)
     # must not block the session's other runs, as with TensorFlow.
@@ -329,8 +342,6 @@ class TensorBowSession(compat.SessionInterface):
       self._trainer.reseed(written)
       raise
     self._trainer.reseed(written)
-    saver = checkpoint.saver_call(ops, dict(zip(route.fed, fed_values)),
-                                  self.graph)
     if saver is not None:
       self._trainer.after_saver(*saver)
     return handler.build_results(self, values[:len(handler.fetches())])
@@ -347,6 +358,15 @@ class TensorBowSession(compat.SessionInterface):
     """Per stream group, the counters of the arena its tasks' staged feeds
     come from (runtime.Runtime.arena_stats); [] before a training run."""
     return self._runtime.arena_stats()
+
+
+_logged = set()
+
+
+def _log_once(message):
+  if message not in _logged:
+    _logged.add(message)
+    logging.getLogger("tensorbow").warning(message)
 
 
 def _cpu_devices(session):

@@ -88,10 +88,11 @@ class Trainer(object):
   def after_saver(self, kind, prefix):
     """A Saver's "save" or "restore" of checkpoint `prefix` ran."""
     with self._lock:
+      worker = self._reducer.cluster.index if self._reducer else None
       if kind == "save" and self._state.in_use:
-        checkpoint.save(prefix, self.config(), self.replica_state())
+        checkpoint.save(prefix, self.config(), self.replica_state(), worker)
       elif kind == "restore":
-        self._loaded_state = checkpoint.load(prefix, self.config())
+        self._loaded_state = checkpoint.load(prefix, self.config(), worker)
         self._written_since_load = set()
 
   def config(self):

@@ -36,6 +36,8 @@ YS = RNG.randn(4, 10, 1).astype(np.float32)
 # One worker of the job: least squares, each worker's variables first set
 # elsewhere (the chief's are taken by all), trained by TensorBowSession
 # with 2 replicas over the waves of data.npz; the central model saved.
+# With CKPT set, a Saver saves the model after wave SAVE_AT, or (FIRST set)
+# restores it and trains from wave FIRST + 1.
 WORKER = """\
 import json
 import os
@@ -60,14 +62,21 @@ opt = (tf.compat.v1.train.GradientDescentOptimizer({lr})
        if optimizer == "sgd" else
        tf.compat.v1.train.MomentumOptimizer({lr}, 0.9))
 train = opt.minimize(loss)
+env = os.environ
+saver = tf.compat.v1.train.Saver()
+first = int(env.get("FIRST", 0))
 with tb.TensorBowSession(replicas=2, algorithm=algorithm,
                          cluster_timeout=float(sys.argv[6])) as sess:
   sess.run(tf.compat.v1.global_variables_initializer())
-  for step, (xb, yb) in enumerate(zip(data["xs"], data["ys"])):
-    sess.run(train, {{x: xb, y: yb}})
+  if first:
+    saver.restore(sess, os.path.join(env["CKPT"], "model"))
+  for step in range(first, int(env.get("LAST", len(data["xs"])))):
+    sess.run(train, {{x: data["xs"][step], y: data["ys"][step]}})
     print("wave", step + 1, "done", flush=True)
-    if len(sys.argv) > 7:
-      time.sleep(float(sys.argv[7]))
+    if "CKPT" in env and step + 1 == int(env.get("SAVE_AT", -1)):
+      print("saved", saver.save(sess, os.path.join(env["CKPT"], "model")),
+            flush=True)
+    time.sleep(float(env.get("SLEEP", 0)))
   np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b))
 """
 
@@ -181,12 +190,12 @@ def test_sma_over_workers_takes_alpha_over_all_their_replicas():
 
 
 def _run_job(tmp_path, script, data, optimizer, resource, algorithm,
-             timeout=60.0):
+             timeout=60.0, **environ):
   out = io.StringIO()
   status = launch.run_workers(
       [sys.executable, str(script), str(data), str(tmp_path / "central"),
        optimizer, "1" if resource else "0", algorithm, str(timeout)],
-      2, threads=1, out=out, environ=_environ())
+      2, threads=1, out=out, environ=dict(_environ(), **environ))
   assert status == 0, out.getvalue()[-3000:]
   return out.getvalue(), [np.load(tmp_path / f"central{k}.npz")
                           for k in range(2)]
@@ -231,29 +240,35 @@ def test_easgd_over_two_workers_is_easgd_of_four(tmp_path,
                                atol=1e-5)
 
 
-def test_a_lost_worker_fails_the_other_within_the_bound(tmp_path,
-                                                        tf_mode_statement):
+def test_a_lost_worker_fails_the_other_within_the_bound_and_the_job_resumes(
+    tmp_path, tf_mode_statement):
   script, data = _worker_script(tmp_path, tf_mode_statement, waves=400)
+  ckpt = tmp_path / "ckpt"
+  ckpt.mkdir()
   addresses = launch.free_addresses(2)
   bound = 10.0
   children = []
   try:
     for k in range(2):
       env = launch.worker_environ(tb_cluster.Cluster(addresses, k), 1,
-                                  _environ())
+                                  dict(_environ(), CKPT=str(ckpt),
+                                       SAVE_AT="2", SLEEP="0.05"))
       children.append(subprocess.Popen(
           [sys.executable, str(script), str(data), str(tmp_path / "c"),
-           "sgd", "0", "sma", str(bound), "0.05"],
+           "sgd", "0", "sma", str(bound)],
           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
           start_new_session=True))
-    # Worker 1 dies once both train.
+    # Worker 1 dies once both have trained past the checkpoint.
+    said = []
     for line in iter(children[1].stdout.readline, b""):
+      said.append(line)
       if line.startswith(b"wave 3 "):
         break
     children[1].kill()
     lost = time.monotonic()
     _, err = children[0].communicate(timeout=bound + 60)
     took = time.monotonic() - lost
+    err1 = children[1].stderr.read().decode()
   finally:
     for child in children:
       if child.poll() is None:
@@ -264,6 +279,22 @@ def test_a_lost_worker_fails_the_other_within_the_bound(tmp_path,
   message = err.decode()
   assert "worker 1 (" + addresses[1] + ") is gone" in message, message[-2000:]
   assert "during wave" in message
+  # The chief wrote the checkpoint; worker 1 its replicas' state only.
+  assert b"saved " + str(ckpt / "model").encode() + b"\n" in said
+  assert "leaves checkpoint writes to the chief" in err1
+  for k in range(2):
+    assert (ckpt / f"model.tensorbow-worker{k}.npz").exists()
+  # Started again from the checkpoint, the job trains waves 3 and 4 as if
+  # nothing had happened.
+  _, centrals = _run_job(tmp_path, script, data, "sgd", False, "sma",
+                         CKPT=str(ckpt), FIRST="2", LAST="4")
+  expected = references.sma([W0, B0], list(zip(XS, YS)), 4, 0.25, 0.9,
+                            LR)[-1][0]
+  for central in centrals:
+    np.testing.assert_allclose(central["w"], expected[0], rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(central["b"], expected[1], rtol=1e-5,
+                               atol=1e-5)
 
 
 def test_the_launcher_stops_the_others_when_one_fails(tmp_path):
