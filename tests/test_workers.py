@@ -189,6 +189,13 @@ def test_sma_over_workers_takes_alpha_over_all_their_replicas():
 # ---- Two workers on this machine -------------------------------------------
 
 
+def _assert_centrals(centrals, expected):
+  """Every worker's central (w, b) is `expected`'s, to 1e-5."""
+  for central in centrals:
+    for name, value in zip("wb", expected):
+      np.testing.assert_allclose(central[name], value, rtol=1e-5, atol=1e-5)
+
+
 def _run_job(tmp_path, script, data, optimizer, resource, algorithm,
              timeout=60.0, **environ):
   out = io.StringIO()
@@ -215,11 +222,7 @@ def test_two_workers_of_two_replicas_are_sma_of_four(
   expected = references.sma(
       [W0, B0], list(zip(XS, YS)), 4, 0.25, 0.9, LR,
       momentum=0.9 if optimizer == "momentum" else None)[-1][0]
-  for central in centrals:
-    np.testing.assert_allclose(central["w"], expected[0], rtol=1e-5,
-                               atol=1e-5)
-    np.testing.assert_allclose(central["b"], expected[1], rtol=1e-5,
-                               atol=1e-5)
+  _assert_centrals(centrals, expected)
   # Every line came through, marked with its worker.
   for k in range(2):
     assert f"[{k}] wave 4 done" in output
@@ -233,11 +236,7 @@ def test_easgd_over_two_workers_is_easgd_of_four(tmp_path,
   # EASGD is SMA without central momentum, alpha 0.9 / replicas.
   expected = references.sma([W0, B0], list(zip(XS, YS)), 4, 0.9 / 4, 0.0,
                              LR)[-1][0]
-  for central in centrals:
-    np.testing.assert_allclose(central["w"], expected[0], rtol=1e-5,
-                               atol=1e-5)
-    np.testing.assert_allclose(central["b"], expected[1], rtol=1e-5,
-                               atol=1e-5)
+  _assert_centrals(centrals, expected)
 
 
 def test_a_lost_worker_fails_the_other_within_the_bound_and_the_job_resumes(
@@ -290,11 +289,53 @@ def test_a_lost_worker_fails_the_other_within_the_bound_and_the_job_resumes(
                          CKPT=str(ckpt), FIRST="2", LAST="4")
   expected = references.sma([W0, B0], list(zip(XS, YS)), 4, 0.25, 0.9,
                             LR)[-1][0]
-  for central in centrals:
-    np.testing.assert_allclose(central["w"], expected[0], rtol=1e-5,
-                               atol=1e-5)
-    np.testing.assert_allclose(central["b"], expected[1], rtol=1e-5,
-                               atol=1e-5)
+  _assert_centrals(centrals, expected)
+
+
+SCRIPTS = os.path.join(PACKAGE_ROOT, "benchmarks", "real_scripts")
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def _script_result(command, cwd):
+  """Per worker (None: one process), the RESULT accuracy and MODEL
+  checksum lines a real script printed."""
+  env = _environ()
+  env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], SCRIPTS])
+  done = subprocess.run(command, env=env, cwd=cwd, capture_output=True,
+                        text=True, timeout=900, check=False)
+  assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+  found = {}
+  for line in done.stdout.splitlines():
+    worker = None
+    if line.startswith("["):
+      worker, _, line = line.partition("] ")
+      worker = int(worker[1:])
+    if line.startswith("RESULT accuracy="):
+      found.setdefault(worker, {})["accuracy"] = float(
+          line.split()[1].split("=")[1])
+    elif line.startswith("MODEL "):
+      found.setdefault(worker, {})["model"] = float(line.split()[1])
+  return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST),
+                    reason="Fashion-MNIST is not installed "
+                    "(apt-get install dataset-fashion-mnist)")
+@pytest.mark.parametrize("script", ["mlp.py", "monitored_mlp.py"])
+def test_tensorbow_run_trains_an_unmodified_script_on_two_workers(
+    tmp_path, script):
+  plain = _script_result(
+      [sys.executable, script, str(tmp_path / "plain")], SCRIPTS)[None]
+  workers = _script_result(
+      [sys.executable, "-m", "tensorbow.run", "--workers", "2",
+       "--replicas", "2", script, str(tmp_path / "tb")], SCRIPTS)
+  assert sorted(workers) == [0, 1]
+  # One central model on both workers, as accurate as TensorFlow's.
+  assert workers[0]["model"] == workers[1]["model"]
+  assert workers[0]["accuracy"] == workers[1]["accuracy"]
+  assert abs(workers[0]["accuracy"] - plain["accuracy"]) <= 0.02, (
+      workers, plain)
 
 
 def test_the_launcher_stops_the_others_when_one_fails(tmp_path):

@@ -28,4 +28,6 @@ with tf.Session() as sess:
       batch = order[i:i + 100]
       _, l = sess.run([train, loss], {x: train_x[batch], y: train_y[batch]})
   acc = sess.run(accuracy, {x: test_x, y: test_y})
+  weights = sess.run(tf.trainable_variables())
   print(f"RESULT accuracy={acc:.4f} loss={l:.4f}")
+  print("MODEL", sum(float(np.abs(w).sum()) for w in weights))
