@@ -386,9 +386,15 @@ class Trainer(object):
                         "central model", what)
         committed = [not where for where in nonfinite]
         self._skip_replicas(bad, plan.replicas - len(bad))
-      self._algorithm.before_commit(
-          runtime, [len(values[plan.batch_feed]) for values in per_replica]
-          if plan.batch_feed >= 0 else [1] * plan.replicas)
+      sizes = ([len(values[plan.batch_feed]) for values in per_replica]
+               if plan.batch_feed >= 0 else [1] * plan.replicas)
+      if self._reducer is None:
+        self._algorithm.before_commit(runtime, sizes)
+      else:
+        wave = f"wave {self._waves + 1}"
+        self._algorithm.before_commit(
+            runtime, sizes,
+            workers=lambda arrays: self._reducer.sum(arrays, wave))
     except BaseException:
       # Nothing was written: the wave is dropped.
       runtime.discard()

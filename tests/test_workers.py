@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tensorbow
 from tensorbow import cluster as tb_cluster
@@ -58,9 +59,9 @@ w = tf.compat.v1.get_variable("w", initializer=data["w0"] + index,
 b = tf.compat.v1.get_variable("b", initializer=data["b0"] - index,
                               use_resource=resource)
 loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
-opt = (tf.compat.v1.train.GradientDescentOptimizer({lr})
-       if optimizer == "sgd" else
-       tf.compat.v1.train.MomentumOptimizer({lr}, 0.9))
+opt = {{"sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer({lr}),
+       "momentum": lambda: tf.compat.v1.train.MomentumOptimizer({lr}, 0.9),
+       "adam": lambda: tf.compat.v1.train.AdamOptimizer({lr})}}[optimizer]()
 train = opt.minimize(loss)
 env = os.environ
 saver = tf.compat.v1.train.Saver()
@@ -164,7 +165,7 @@ def test_worker_part_cuts_batch_feeds_only():
   assert list(cut[2]) == [13, 14, 15]
 
 
-@pytest.mark.parametrize("algorithm", ["asgd", "adaptive", "ssgd", "none"])
+@pytest.mark.parametrize("algorithm", ["asgd", "adaptive", "none"])
 def test_algorithms_that_cannot_span_workers_refuse_a_cluster(algorithm):
   with pytest.raises(ValueError, match=f"'{algorithm}' cannot keep"):
     options.check_options(2, algorithm, workers=2)
@@ -236,6 +237,30 @@ def test_easgd_over_two_workers_is_easgd_of_four(tmp_path,
   # EASGD is SMA without central momentum, alpha 0.9 / replicas.
   expected = references.sma([W0, B0], list(zip(XS, YS)), 4, 0.9 / 4, 0.0,
                              LR)[-1][0]
+  _assert_centrals(centrals, expected)
+
+
+@pytest.mark.parametrize("optimizer", [
+    "adam", pytest.param("momentum", marks=pytest.mark.slow)])
+def test_ssgd_over_two_workers_is_tensorflow_on_the_whole_batch(
+    tmp_path, tf_mode_statement, optimizer):
+  script, data = _worker_script(tmp_path, tf_mode_statement)
+  _, centrals = _run_job(tmp_path, script, data, optimizer, True, "ssgd")
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+    w = tf.compat.v1.get_variable("w", initializer=W0)
+    b = tf.compat.v1.get_variable("b", initializer=B0)
+    loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+    opt = (tf.compat.v1.train.AdamOptimizer(LR) if optimizer == "adam" else
+           tf.compat.v1.train.MomentumOptimizer(LR, 0.9))
+    train = opt.minimize(loss)
+    with tf.compat.v1.Session(graph=graph) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      for xb, yb in zip(XS, YS):
+        sess.run(train, {x: xb, y: yb})
+      expected = sess.run([w, b])
   _assert_centrals(centrals, expected)
 
 

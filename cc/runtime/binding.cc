@@ -367,6 +367,29 @@ class Runtime {
     ThrowIfError(kept_.Average(weights));
   }
 
+  // Synchronous SGD over workers: KeptWave::Sums, as float64 arrays.
+  py::list KeptSums(const std::vector<double>& weights) const {
+    std::vector<std::vector<double>> sums;
+    ThrowIfError(kept_.Sums(weights, &sums));
+    py::list out;
+    for (const std::vector<double>& sum : sums) {
+      out.append(py::array_t<double>(sum.size(), sum.data()));
+    }
+    return out;
+  }
+
+  // KeptWave::Replace with float64 arrays (one per averaged tensor).
+  void ReplaceKept(
+      const std::vector<py::array_t<double, py::array::c_style |
+                                                py::array::forcecast>>&
+          arrays) {
+    std::vector<std::vector<double>> values;
+    for (const auto& a : arrays) {
+      values.emplace_back(a.data(), a.data() + a.size());
+    }
+    ThrowIfError(kept_.Replace(values));
+  }
+
   // Forgets what Compute kept.
   void Discard() { kept_.Discard(); }
 
@@ -498,6 +521,8 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("run_options"), py::arg("other_options"),
            py::arg("want_metadata"))
       .def("average_kept", &Runtime::AverageKept, py::arg("weights"))
+      .def("kept_sums", &Runtime::KeptSums, py::arg("weights"))
+      .def("replace_kept", &Runtime::ReplaceKept, py::arg("values"))
       .def("discard", &Runtime::Discard)
       .def("task_timings", &Runtime::TaskTimings, py::arg("last") = 0)
       .def("clear_task_timings", &Runtime::ClearTaskTimings)

@@ -97,13 +97,69 @@ class KeptWave {
   // per replica, summing to 1), summed in double and stored in a tensor of
   // its own. Tensors of other dtypes must be equal across the replicas.
   Status Average(const std::vector<double>& weights) {
+    std::vector<std::vector<double>> sums;
+    Status s = Sums(weights, &sums);
+    if (!s.ok()) return s;
+    return Replace(sums);
+  }
+
+  // Per float32 or float64 tensor kept (in the order of Tensors()), the
+  // sum over the replicas weighted by `weights` (one per replica), in
+  // double: synchronous SGD's share of a worker, to be summed with the
+  // other workers'. Tensors of other dtypes must be equal across the
+  // replicas.
+  Status Sums(const std::vector<double>& weights,
+              std::vector<std::vector<double>>* sums) const {
     if (tensors_.empty() || weights.size() != tensors_.size()) {
       return Status(kInvalidArgument,
                     "TensorBow: AverageKept needs a computed wave");
     }
+    sums->clear();
     for (size_t k = 0; k < tensors_[0].size(); ++k) {
-      Status s = AverageOne(k, weights);
+      Status s = CheckSame(k);
       if (!s.ok()) return s;
+      const Tensor& first = tensors_[0][k];
+      if (!IsAveraged(first.dtype())) continue;
+      std::vector<double> sum(
+          first.nbytes() / AveragedElementSize(first.dtype()), 0.0);
+      for (size_t r = 0; r < tensors_.size(); ++r) {
+        AddWeighted(first.dtype(), tensors_[r][k].data(), weights[r], &sum);
+      }
+      sums->push_back(std::move(sum));
+    }
+    return Status::Ok();
+  }
+
+  // Every replica's float32 or float64 tensors kept become `values` (one
+  // per such tensor, as Sums gives them), each stored in a tensor of its
+  // own.
+  Status Replace(const std::vector<std::vector<double>>& values) {
+    if (tensors_.empty()) {
+      return Status(kInvalidArgument,
+                    "TensorBow: ReplaceKept needs a computed wave");
+    }
+    std::vector<size_t> averaged;  // positions of the averaged tensors
+    for (size_t k = 0; k < tensors_[0].size(); ++k) {
+      const Tensor& t = tensors_[0][k];
+      if (!IsAveraged(t.dtype())) continue;
+      const size_t i = averaged.size();
+      if (i == values.size() ||
+          values[i].size() != t.nbytes() / AveragedElementSize(t.dtype())) {
+        return ReplaceRefused();
+      }
+      averaged.push_back(k);
+    }
+    if (averaged.size() != values.size()) return ReplaceRefused();
+    for (size_t i = 0; i < averaged.size(); ++i) {
+      const size_t k = averaged[i];
+      const int dtype = tensors_[0][k].dtype();
+      const std::vector<int64_t> dims = tensors_[0][k].dims();
+      for (size_t r = 0; r < tensors_.size(); ++r) {
+        // A fresh tensor: the kept one may share a feed's buffer.
+        Tensor mean = Tensor::Allocate(dtype, dims);
+        StoreSum(dtype, values[i], mean.data());
+        tensors_[r][k] = std::move(mean);
+      }
     }
     return Status::Ok();
   }
@@ -115,8 +171,15 @@ class KeptWave {
   }
 
  private:
-  // Average for the k-th tensor of every replica.
-  Status AverageOne(size_t k, const std::vector<double>& weights) {
+  static Status ReplaceRefused() {
+    return Status(kInvalidArgument,
+                  "TensorBow: ReplaceKept needs one value of each averaged "
+                  "tensor's size");
+  }
+
+  // OK if the k-th tensor of every replica has one dtype and shape and,
+  // unless averaged, the same bytes.
+  Status CheckSame(size_t k) const {
     const size_t n = tensors_.size();
     const Tensor& first = tensors_[0][k];
     const int dtype = first.dtype();
@@ -140,17 +203,6 @@ class KeptWave {
                         "be averaged");
         }
       }
-      return Status::Ok();
-    }
-    std::vector<double> sum(first.nbytes() / AveragedElementSize(dtype), 0.0);
-    for (size_t r = 0; r < n; ++r) {
-      AddWeighted(dtype, tensors_[r][k].data(), weights[r], &sum);
-    }
-    for (size_t r = 0; r < n; ++r) {
-      // A fresh tensor: the kept one may share a feed's buffer.
-      Tensor mean = Tensor::Allocate(dtype, dims);
-      StoreSum(dtype, sum, mean.data());
-      tensors_[r][k] = std::move(mean);
     }
     return Status::Ok();
   }

@@ -176,6 +176,46 @@ void TestAverageRefusesWhatCannotBeAveraged() {
   EXPECT(wave.Average({0.5, 0.5}).ok());
 }
 
+// A worker's share of synchronous SGD: Sums gives the weighted sums of
+// the averaged tensors only, in double, changing nothing; Replace sets
+// every replica's to the values given, and refuses values of another
+// count or size, changing nothing.
+void TestSumsAndReplace() {
+  Wave wave;
+  std::vector<std::vector<double>> sums;
+  EXPECT(wave.Sums({1.0}, &sums).code() == kInvalidArgument);
+  EXPECT(wave.Replace({}).code() == kInvalidArgument);
+  std::vector<std::vector<FakeTensor>> outputs;
+  outputs.push_back(Outputs(0, {FakeTensor::Of<float>(kFloat, {1e8f, 2}),
+                                FakeTensor::Of<int32_t>(kInt32, {7}),
+                                FakeTensor::Of<double>(kDouble, {4})}));
+  outputs.push_back(Outputs(0, {FakeTensor::Of<float>(kFloat, {-1e8f, 1}),
+                                FakeTensor::Of<int32_t>(kInt32, {7}),
+                                FakeTensor::Of<double>(kDouble, {8})}));
+  wave.Keep({{}, {}}, &outputs, 3);
+  EXPECT(wave.Sums({3.0, 3.0}, &sums).ok());
+  EXPECT(sums.size() == 2);
+  EXPECT(sums[0] == std::vector<double>({0.0, 9.0}));
+  EXPECT(sums[1] == std::vector<double>({36.0}));
+  EXPECT(wave.Tensors()[1][0]->Values<float>() ==
+         std::vector<float>({-1e8f, 1}));
+  const char* kSizes =
+      "TensorBow: ReplaceKept needs one value of each averaged tensor's "
+      "size";
+  EXPECT(wave.Replace({{0.5, 1.5}}).message() == kSizes);
+  EXPECT(wave.Replace({{0.5}, {2.5}}).message() == kSizes);
+  EXPECT(wave.Replace({{0.5, 1.5}, {2.5}, {3.5}}).message() == kSizes);
+  EXPECT(wave.Tensors()[0][0]->Values<float>() ==
+         std::vector<float>({1e8f, 2}));
+  EXPECT(wave.Replace({{0.5, 1.5}, {2.5}}).ok());
+  for (int r = 0; r < 2; ++r) {
+    const auto kept = wave.Tensors()[r];
+    EXPECT(kept[0]->Values<float>() == std::vector<float>({0.5f, 1.5f}));
+    EXPECT(kept[1]->Values<int32_t>() == std::vector<int32_t>({7}));
+    EXPECT(kept[2]->Values<double>() == std::vector<double>({2.5}));
+  }
+}
+
 }  // namespace
 }  // namespace runtime
 }  // namespace tensorbow
@@ -186,5 +226,6 @@ int main() {
   TestCheckCommit();
   TestAverageWeightsAndSumsInDouble();
   TestAverageRefusesWhatCannotBeAveraged();
+  TestSumsAndReplace();
   return Failed("wave_test");
 }

@@ -146,11 +146,12 @@ class Algorithm(object):
     del times
     return shares
 
-  def before_commit(self, runtime, sizes):
+  def before_commit(self, runtime, sizes, workers=None):
     """Between a wave's computation and its commit, on the C++ runtime
     (runtime.Runtime) that keeps what the commit applies; `sizes`: per
-    replica, the rows of its shard."""
-    del runtime, sizes
+    replica, the rows of its shard. On a cluster (only then is it given),
+    `workers(arrays)` sums a list of arrays over the workers."""
+    del runtime, sizes, workers
 
   def worker_sync(self, builder, state):
     """What keeps the central models of a cluster's workers equal, for

@@ -5,7 +5,9 @@ MirroredStrategy and Horovod do.
 
 The gradients are what a wave's computation hands to its commit (the
 tensors crossing phases.split's cut): between the two phases the runtime
-replaces each by the replicas' weighted mean.
+replaces each by the replicas' weighted mean. On a cluster of workers the
+mean is over every worker's replicas: each worker's row-weighted sums are
+summed over the workers (an all-reduce) and divided by all their rows.
 """
 import numpy as np
 import tensorflow as tf
@@ -18,6 +20,7 @@ class SSGD(base.Algorithm):
 
   name = "ssgd"
   model_from_replica = True
+  spans_workers = True
 
   def check_nonfinite(self, nonfinite):
     super().check_nonfinite(nonfinite)
@@ -45,5 +48,10 @@ class SSGD(base.Algorithm):
     del has_state
     return False
 
-  def before_commit(self, runtime, sizes):
-    runtime.average_kept(np.asarray(sizes, np.float64) / sum(sizes))
+  def before_commit(self, runtime, sizes, workers=None):
+    rows = np.asarray(sizes, np.float64)
+    if workers is None:
+      runtime.average_kept(rows / rows.sum())
+      return
+    *sums, total = workers(runtime.kept_sums(rows) + [np.sum(rows)[None]])
+    runtime.replace_kept([s / total[0] for s in sums])

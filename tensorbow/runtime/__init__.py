@@ -179,6 +179,17 @@ class Runtime(object):
     floating-point and differs."""
     self._impl.average_kept([float(w) for w in weights])
 
+  def kept_sums(self, weights):
+    """Between `compute` and `commit`: per floating-point tensor kept for
+    the commit, its sum over the replicas weighted by `weights`, a
+    float64 vector (errors as average_kept's)."""
+    return self._impl.kept_sums([float(w) for w in weights])
+
+  def replace_kept(self, values):
+    """Every replica's floating-point tensors kept for the commit become
+    `values` (one float64 vector each, as kept_sums gives them)."""
+    self._impl.replace_kept(list(values))
+
   def discard(self):
     """Forgets what `compute` kept: the wave is not committed."""
     self._impl.discard()
