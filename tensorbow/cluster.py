@@ -167,6 +167,7 @@ class Reducer(object):
     self._session = None
     self._sums = {}  # (dtype, size) -> (placeholder, sum)
     self._started = False
+    self.seconds = 0.0  # in sums, once the workers had started
 
   @property
   def cluster(self):
@@ -230,6 +231,7 @@ class Reducer(object):
           server(self._cluster).target, graph=self._graph,
           config=server_config(self._cluster))
       self._started = True
+    start = time.perf_counter()
     try:
       return self._session.run(ops, feeds)
     except tf.errors.OpError as e:
@@ -239,6 +241,8 @@ class Reducer(object):
           f"{self._cluster.num_workers} lost the others during {what}: "
           f"{self._lost()} ({type(e).__name__}: "
           f"{e.message.splitlines()[0]})") from None
+    finally:
+      self.seconds += time.perf_counter() - start
 
   def _lost(self):
     """Which other workers look lost: not listening, or (all listening)

@@ -244,6 +244,15 @@ class ReplicaState(object):
 
     return self._builder.once("worker_sync", self._state_key(names), build)
 
+  def model_bytes(self):
+    """The bytes of the replicated model variables."""
+    total = 0
+    for name in (n for n, k in self._kinds.items() if k == "model"):
+      dtype, shape = graph_util.dtype_and_shape(
+          self._graph.get_operation_by_name(name))
+      total += dtype.size * shape.num_elements()
+    return total
+
   def pending_seed(self):
     """The replicated variables to be seeded from the central model
     before the next training run."""

@@ -26,6 +26,7 @@ from tensorbow import planner
 from tensorbow import replicas as tb_replicas
 from tensorbow import routing
 from tensorbow import runtime as tb_runtime
+from tensorbow import scaling
 from tensorbow import waves
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import builder as tb_builder
@@ -345,6 +346,15 @@ class TensorBowSession(compat.SessionInterface):
     if saver is not None:
       self._trainer.after_saver(*saver)
     return handler.build_results(self, values[:len(handler.fetches())])
+
+  def scaling_report(self, predicted=scaling.PREDICTED):
+    """The scaling model over this setting's training runs so far
+    (scaling.Report): T_C and T_O per wave, the central model's bytes, the
+    bandwidth GaDei's rule asks of them and the efficiency Lemma 3.1
+    predicts for each number of devices or workers in `predicted`."""
+    waves, compute, sync, model_bytes = self._trainer.timing()
+    return scaling.report(self._workers, waves, compute, sync, model_bytes,
+                          predicted)
 
   def task_timings(self):
     """Start, end, replica and stream group of every learning task run."""

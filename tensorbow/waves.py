@@ -9,6 +9,7 @@ slots, marks written variables for re-seeding and saves or loads the
 replicas' own state beside a checkpoint.
 """
 import logging
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -55,6 +56,8 @@ class Trainer(object):
     self._loaded_state = None  # replica state restored with a checkpoint
     self._written_since_load = set()  # variables it no longer applies to
     self._waves = 0  # training runs completed
+    # Waves timed, their seconds computing and synchronising (scaling.py).
+    self._timing = [0, 0.0, 0.0]
     self._shares = None  # per replica, its share of a batch (first_shares)
     self.last_rows = 0  # the rows the latest training run trained on
     self.last_batch = 0  # the batch size its graph was built for
@@ -66,6 +69,11 @@ class Trainer(object):
   def plans(self):
     """{training-run signature: planner.Plan} of the runs planned."""
     return self._plans.plans
+
+  def timing(self):
+    """(waves, seconds computing, seconds summing over the workers) of the
+    training runs so far, and the central model's bytes."""
+    return tuple(self._timing) + (self._state.model_bytes(),)
 
   def refresh(self, reads=None):
     """Brings user-named slots up to date before a plain run that reads
@@ -172,6 +180,8 @@ class Trainer(object):
       else:
         first = fed_values = fed_values + taken[0]
     with self._lock:
+      start = time.perf_counter()
+      synced = self._reducer.seconds if self._reducer else 0.0
       try:
         self._check_open()
         plan, values = self._checked(route, fed_values, first)
@@ -225,6 +235,10 @@ class Trainer(object):
       self._waves += 1
       if self._state.in_use:
         self._after_wave(plan, sizes)
+      synced = (self._reducer.seconds if self._reducer else 0.0) - synced
+      self._timing[0] += 1
+      self._timing[1] += time.perf_counter() - start - synced
+      self._timing[2] += synced
       fetched = handler.fetches()
       central = {}
       if plan.central_fetches:

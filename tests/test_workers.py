@@ -22,6 +22,7 @@ from tensorbow import cluster as tb_cluster
 from tensorbow import feeds
 from tensorbow import launch
 from tensorbow import options
+from tensorbow import scaling
 
 import references
 
@@ -79,6 +80,7 @@ with tb.TensorBowSession(replicas=2, algorithm=algorithm,
             flush=True)
     time.sleep(float(env.get("SLEEP", 0)))
   np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b))
+  print("REPORT", json.dumps(sess.scaling_report()._asdict()), flush=True)
 """
 
 
@@ -182,6 +184,21 @@ def test_cluster_timeout_is_checked(timeout):
     options.check_options(2, "sma", cluster_timeout=timeout)
 
 
+def test_scaling_model_is_lemma_3_1_and_gadeis_rule():
+  # T_C = 0.1 s, T_O = 0.02 s on 2 workers: r = 0.2 / 2 = 0.1.
+  report = scaling.report(2, 10, 1.0, 0.2, 1000, predicted=(1, 2, 8))
+  assert report.compute_seconds == pytest.approx(0.1)
+  assert report.sync_seconds == pytest.approx(0.02)
+  assert report.ratio == pytest.approx(0.2)
+  assert report.per_member_ratio == pytest.approx(0.1)
+  assert report.efficiency[1] == pytest.approx(1.0)
+  assert report.efficiency[2] == pytest.approx(1.1 / 1.2)
+  assert report.efficiency[8] == pytest.approx(1.1 / 1.8)
+  assert report.bandwidth == pytest.approx(2 * 1000 / 0.12)
+  # Before any wave, nothing to predict from.
+  assert scaling.report(2, 0, 0.0, 0.0, 1000).efficiency[64] == 1.0
+
+
 def test_sma_over_workers_takes_alpha_over_all_their_replicas():
   assert options.check_options(2, "sma", workers=3).alpha == pytest.approx(
       1 / 6)
@@ -227,6 +244,15 @@ def test_two_workers_of_two_replicas_are_sma_of_four(
   # Every line came through, marked with its worker.
   for k in range(2):
     assert f"[{k}] wave 4 done" in output
+  # The scaling model saw four waves of both kinds of time on each.
+  for k in range(2):
+    line = [l for l in output.splitlines() if l.startswith(f"[{k}] REPORT ")]
+    report = json.loads(line[0].split(" ", 2)[2])
+    assert report["workers"] == 2 and report["waves"] == 4
+    assert report["compute_seconds"] > 0 and report["sync_seconds"] > 0
+    assert report["model_bytes"] == 4 * (3 + 1)  # w and b, float32
+    assert report["bandwidth"] == pytest.approx(
+        2 * 16 / (report["compute_seconds"] + report["sync_seconds"]))
 
 
 @pytest.mark.slow

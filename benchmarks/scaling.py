@@ -1,0 +1,162 @@
+"""Scaling over workers, measured against the scaling model's prediction
+(tensorbow/scaling.py: Lemma 3.1 of the HTC guidelines, GaDei's bandwidth
+rule).
+
+    PYTHONPATH=. .venv/bin/python -m benchmarks.scaling \
+        [--models lenet,resnet32] [--workers 1,2,4] [--waves 30] \
+        [--repeats 3]
+
+For each model and each W it starts W workers on this machine (as
+`tensorbow-run --workers W` does, one intra-op thread each), every worker
+training `--replicas` replicas of `--batch_size` rows on synthetic images
+(weak scaling: the whole batch grows with W). After `--warmup` waves each
+worker times `--waves` more: the wall time per wave and, from
+`TensorBowSession.scaling_report()`, T_C and T_O (the slowest worker's).
+
+Two efficiencies are measured at W: t(1) / t(W), what W workers sharing
+this machine's cores give; and the synchronisation's alone, T(1) / T(W) of
+the lemma with T_C and t_O = T_O / W as measured at W, i.e. (1 + r_W) /
+(1 + W r_W) with r_W = T_O / (W T_C). The prediction is Lemma 3.1's
+alpha(W) with r fitted at the smallest W > 1: it holds if t_O / T_C stays
+put as W grows. It prints a Markdown table, with the model's alpha for 8
+and 64 members at that r.
+"""
+import argparse
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAPES = {"lenet": (28, 28, 1), "resnet32": (32, 32, 3)}
+
+
+def worker(args):
+  """One worker: trains and prints its timings as a JSON line."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.compat.v1.disable_v2_behavior()
+  import tensorbow as tb  # pylint: disable=g-import-not-at-top
+  from models import lenet, resnet32  # pylint: disable=g-import-not-at-top
+  tf.compat.v1.set_random_seed(0)
+  shape = SHAPES[args.model]
+  build = lenet.build if args.model == "lenet" else resnet32.build
+  model = build(shape, 10, 0.01)
+  sess = tb.TensorBowSession(replicas=args.replicas)
+  rows = args.replicas * args.batch_size * args.num_workers
+  rng = np.random.RandomState(0)
+  images = rng.rand(rows, *shape).astype(np.float32)
+  labels = rng.randint(0, 10, rows)
+  feed = {model.x: images, model.y: labels}
+  if model.training is not None:
+    feed[model.training] = True
+  sess.run(tf.compat.v1.global_variables_initializer())
+  for _ in range(args.warmup):
+    sess.run(model.train_op, feed)
+  before = sess.scaling_report()
+  start = time.perf_counter()
+  for _ in range(args.waves):
+    sess.run(model.train_op, feed)
+  wall = (time.perf_counter() - start) / args.waves
+  after = sess.scaling_report()
+  n = after.waves - before.waves
+  t_c = (after.compute_seconds * after.waves -
+         before.compute_seconds * before.waves) / n
+  t_o = (after.sync_seconds * after.waves -
+         before.sync_seconds * before.waves) / n
+  print("TIMING " + json.dumps({"wave": wall, "t_c": t_c, "t_o": t_o,
+                                "model_bytes": after.model_bytes}),
+        flush=True)
+  sess.close()
+
+
+def _command(args, model, workers):
+  return [sys.executable, "-m", "benchmarks.scaling", "--worker",
+          "--model", model, "--num_workers", str(workers),
+          "--replicas", str(args.replicas),
+          "--batch_size", str(args.batch_size), "--waves", str(args.waves),
+          "--warmup", str(args.warmup)]
+
+
+def measure(args, model, workers):
+  """Per worker, its TIMING dict."""
+  from tensorbow import launch  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+  if workers == 1:
+    env.pop("TF_CONFIG", None)
+    env["TF_NUM_INTRAOP_THREADS"] = "1"
+    text = subprocess.run(_command(args, model, 1), env=env, cwd=ROOT,
+                          capture_output=True, text=True,
+                          check=True).stdout
+  else:
+    out = io.StringIO()
+    status = launch.run_workers(_command(args, model, workers), workers,
+                                threads=1, out=out, environ=env)
+    text = out.getvalue()
+    if status != 0:
+      raise RuntimeError(f"{workers} workers of {model} failed:\n{text}")
+  return [json.loads(line.split("TIMING ", 1)[1])
+          for line in text.splitlines() if "TIMING " in line]
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--models", default="lenet,resnet32")
+  parser.add_argument("--workers", default="1,2,4")
+  parser.add_argument("--replicas", type=int, default=2)
+  parser.add_argument("--batch_size", type=int, default=4,
+                      help="rows per replica")
+  parser.add_argument("--waves", type=int, default=30)
+  parser.add_argument("--warmup", type=int, default=5)
+  parser.add_argument("--repeats", type=int, default=1,
+                      help="sweeps over W, interleaved; the median wave of "
+                      "each W is shown")
+  parser.add_argument("--worker", action="store_true",
+                      help=argparse.SUPPRESS)
+  parser.add_argument("--model", help=argparse.SUPPRESS)
+  parser.add_argument("--num_workers", type=int, default=1,
+                      help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.worker:
+    worker(args)
+    return
+  counts = [int(w) for w in args.workers.split(",")]
+  print(f"machine: {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores; {args.replicas} replicas x "
+        f"{args.batch_size} rows per worker, {args.waves} waves timed, "
+        f"median of {args.repeats}")
+  print("| model | W | wave ms | T_C ms | T_O ms | r_W | t(1)/t(W) | "
+        "sync efficiency at r_W | predicted alpha(W) at r | "
+        "GaDei B_w MB/s |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
+  for model in args.models.split(","):
+    runs = {w: [] for w in counts}
+    for _ in range(args.repeats):
+      for w in counts:
+        runs[w].append(max(measure(args, model, w), key=lambda t: t["wave"]))
+    rows = {w: sorted(r, key=lambda t: t["wave"])[len(r) // 2]
+            for w, r in runs.items()}
+    base = rows[counts[0]]["wave"]
+    fitted = [w for w in counts if w > 1]
+    r = (rows[fitted[0]]["t_o"] / (fitted[0] * rows[fitted[0]]["t_c"])
+         if fitted else 0.0)
+    for w in counts:
+      t = rows[w]
+      own_r = t["t_o"] / (w * t["t_c"]) if w > 1 else 0.0
+      predicted = (1 + r) / (1 + w * r)
+      bandwidth = 2 * t["model_bytes"] / t["wave"] / 1e6
+      print(f"| {model} | {w} | {1e3 * t['wave']:.1f} | "
+            f"{1e3 * t['t_c']:.1f} | {1e3 * t['t_o']:.2f} | {own_r:.4f} | "
+            f"{base / t['wave']:.3f} | {(1 + own_r) / (1 + w * own_r):.3f} | "
+            f"{predicted:.3f} | {bandwidth:.2f} |")
+    for g in (8, 64):
+      print(f"| {model} | {g} (model) | | | | | | | "
+            f"{(1 + r) / (1 + g * r):.3f} | |")
+
+
+if __name__ == "__main__":
+  main()
