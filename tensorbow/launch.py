@@ -7,6 +7,7 @@ thread pools. Their output lines reach this process's stdout prefixed
 with the worker's index. The job ends when every worker has exited, or as
 soon as one fails: the others are then stopped, and its status returned.
 """
+import ctypes
 import os
 import signal
 import socket
@@ -71,12 +72,17 @@ def run_workers(command, workers, threads=None, out=None, environ=None):
   threads = default_threads(workers) if threads is None else threads
   lock = threading.Lock()
   children, readers = [], []
+  # Stopped by a signal, the launcher still stops its workers.
+  handled = threading.current_thread() is threading.main_thread()
+  if handled:
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
   try:
     for k in range(workers):
       env = worker_environ(tb_cluster.Cluster(addresses, k), threads, environ)
       child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT,
-                               start_new_session=True)
+                               start_new_session=True,
+                               preexec_fn=_die_with_parent)
       children.append(child)
       reader = threading.Thread(target=_copy_lines,
                                 args=(child.stdout, f"[{k}] ", out, lock),
@@ -88,7 +94,23 @@ def run_workers(command, workers, threads=None, out=None, environ=None):
     _stop(children)
     for reader in readers:
       reader.join(timeout=_GRACE)
+    if handled:
+      signal.signal(signal.SIGTERM, previous)
   return status
+
+
+def _exit_on_signal(signum, frame):
+  del frame
+  sys.exit(128 + signum)
+
+
+def _die_with_parent():
+  """In a worker before it runs: SIGKILL when the launcher dies, however
+  it dies (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
+  try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+  except (OSError, AttributeError):
+    pass
 
 
 def _copy_lines(stream, prefix, out, lock):

@@ -411,6 +411,48 @@ def test_the_launcher_stops_the_others_when_one_fails(tmp_path):
     os.kill(pid, 0)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_workers_do_not_outlive_their_launcher(tmp_path, sig):
+  script = tmp_path / "job.py"
+  script.write_text(
+      "import os, sys, time\n"
+      "open(sys.argv[1] + os.environ['TF_CONFIG'][-3], 'w').write(\n"
+      "    str(os.getpid()))\n"
+      "time.sleep(120)\n")
+  launcher = subprocess.Popen(
+      [sys.executable, "-c",
+       "import sys; from tensorbow import launch; "
+       "launch.run_workers([sys.executable] + sys.argv[1:], 2)",
+       str(script), str(tmp_path / "pid")],
+      env=_environ(), stdout=subprocess.DEVNULL, start_new_session=True)
+  try:
+    deadline = time.monotonic() + 60
+    files = [tmp_path / f"pid{k}" for k in range(2)]
+    while not all(f.exists() and f.read_text() for f in files):
+      assert time.monotonic() < deadline
+      time.sleep(0.1)
+    pids = [int(f.read_text()) for f in files]
+    launcher.send_signal(sig)
+    launcher.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while True:
+      alive = []
+      for pid in pids:
+        try:
+          os.kill(pid, 0)
+          alive.append(pid)
+        except ProcessLookupError:
+          pass
+      if not alive:
+        break
+      assert time.monotonic() < deadline, f"workers {alive} outlived it"
+      time.sleep(0.1)
+  finally:
+    if launcher.poll() is None:
+      launcher.kill()
+      launcher.wait()
+
+
 def test_tensorbow_run_takes_workers_and_hosts(tmp_path):
   script = tmp_path / "job.py"
   script.write_text("import os\nprint(os.environ['TF_CONFIG'])\n")
