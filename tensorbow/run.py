@@ -218,6 +218,30 @@ def creator_class(original, report=None, **options):
   return ChiefSessionCreator
 
 
+def worker_creator_class(original, report=None, **options):
+  """A stand-in for `tf.compat.v1.train.WorkerSessionCreator` on a worker
+  of a cluster (`MonitoredTrainingSession(is_chief=False)`).
+
+  TensorFlow's waits for the chief to initialise variables it shares
+  with the worker; a TensorBow worker's variables are its own, so that
+  wait would never end. The stand-in initialises them as the chief's
+  creator does (no checkpoint: MonitoredTrainingSession gives a worker
+  none); the chief's model is taken before the first wave.
+  """
+  chief = creator_class(original, report, **options)
+
+  class WorkerSessionCreator(chief):
+    """`tf.compat.v1.train.WorkerSessionCreator` as replaced by
+    `tensorbow-run` on a cluster."""
+
+    def __init__(self, scaffold=None, master="", config=None,
+                 max_wait_secs=30 * 60):
+      del max_wait_secs  # nothing to wait for
+      super().__init__(scaffold, master, config)
+
+  return WorkerSessionCreator
+
+
 def _aliases(name, original):
   """The loaded TensorFlow API modules whose attribute `name` is `original`
   (`tf.compat.v1`, `tf.compat.v2.compat.v1`, ...).
@@ -244,7 +268,9 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
 
   Besides the public names, TensorFlow's `monitored_session` module gets
   the creator stand-in: it is what `MonitoredTrainingSession` and a
-  `MonitoredSession` without a `session_creator` use.
+  `MonitoredSession` without a `session_creator` use. On a cluster
+  (`TF_CONFIG`), `WorkerSessionCreator` is replaced too
+  (`worker_creator_class`).
 
   Args:
     replicas: passed to `TensorBowSession`.
@@ -285,6 +311,12 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
   patches += [(m, "ChiefSessionCreator", creator, creator_stand_in)
               for m in _aliases("ChiefSessionCreator", creator) +
               [compat.monitored_session]]
+  if job is not None:
+    worker = compat.monitored_session.WorkerSessionCreator
+    worker_stand_in = worker_creator_class(creator, report=report, **options)
+    patches += [(m, "WorkerSessionCreator", worker, worker_stand_in)
+                for m in _aliases("WorkerSessionCreator", worker) +
+                [compat.monitored_session]]
   try:
     for module, name, _, new in patches:
       setattr(module, name, new)

@@ -389,6 +389,57 @@ def test_tensorbow_run_trains_an_unmodified_script_on_two_workers(
       workers, plain)
 
 
+# A distributed-style TF1 script: MonitoredTrainingSession, is_chief from
+# TF_CONFIG, the chief alone given a checkpoint folder.
+MONITORED = """\
+import json
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+{mode}
+
+data = np.load(sys.argv[1])
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+w = tf.compat.v1.get_variable("w", initializer=data["w0"] + index)
+b = tf.compat.v1.get_variable("b", initializer=data["b0"])
+loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+step = tf.compat.v1.train.get_or_create_global_step()
+train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(
+    loss, global_step=step)
+with tf.compat.v1.train.MonitoredTrainingSession(
+    is_chief=index == 0,
+    checkpoint_dir=sys.argv[2] if index == 0 else None) as sess:
+  for xb, yb in zip(data["xs"], data["ys"]):
+    sess.run(train, {{x: xb, y: yb}})
+  w_value, b_value, steps = sess.run([w, b, step])
+np.savez(sys.argv[3] + str(index) + ".npz", w=w_value, b=b_value)
+print("steps", steps)
+"""
+
+
+def test_a_monitored_worker_that_is_not_chief_trains_with_the_chief(
+    tmp_path, tf_mode_statement):
+  _, data = _worker_script(tmp_path, tf_mode_statement)
+  script = tmp_path / "monitored.py"
+  script.write_text(MONITORED.format(mode=tf_mode_statement, lr=LR))
+  done = subprocess.run(
+      [sys.executable, "-m", "tensorbow.run", "--workers", "2",
+       "--replicas", "2", str(script), str(data), str(tmp_path / "ckpt"),
+       str(tmp_path / "central")],
+      env=_environ(), capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+  assert "[0] steps 4" in done.stdout and "[1] steps 4" in done.stdout
+  _assert_centrals(
+      [np.load(tmp_path / f"central{k}.npz") for k in range(2)],
+      references.sma([W0, B0], list(zip(XS, YS)), 4, 0.25, 0.9,
+                     LR)[-1][0])
+  assert tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
+
+
 def test_the_launcher_stops_the_others_when_one_fails(tmp_path):
   script = tmp_path / "job.py"
   script.write_text(
