@@ -66,6 +66,9 @@ class Planner(object):
     self._session = session
     self._exec = execution
     self._replicas = settings.replicas
+    # One replica training the user's own variables is plain training
+    # (DESIGN.md 2.7); a cluster's worker replicates even one.
+    self._plain = settings.replicas == 1 and builder.shares_variables
     self._algorithm = settings.algorithm
     self._nonfinite = settings.nonfinite
     self._runtime = runtime
@@ -92,7 +95,7 @@ class Planner(object):
       plan = self.plan(route.handler, route.closure.ops,
                        route.fed + route.pulled,
                        frozenset(route.closure.pulled), first)
-      if self._replicas > 1:
+      if not self._plain:
         self._algorithm.check_split(plan.atomic is not None)
       self.plans[route.signature] = plan
     return plan
@@ -126,7 +129,7 @@ class Planner(object):
     # What a replica's own data flows from (batch-norm statistics).
     batch_names = [t.name for t, b, e in zip(fed, batch, elements)
                    if b or e]
-    if self._replicas == 1:
+    if self._plain:
       # One replica is plain training (DESIGN.md 2.7): the user's own graph,
       # or a copy of it training the same variables with faster kernels.
       info = _plain_copy_info(ops, batch_names, trainable)
@@ -184,12 +187,12 @@ class Planner(object):
     tasks = [([group_tensor(t, g) for t in replica_fetches],
               [group_op(op, g) for op in targets])
              for g in range(self._builder.num_groups)]
-    by_group = self._replicas > 1
+    by_group = not self._plain
     # A shared model's tasks each apply their step when they finish, and
     # one replica's copy is plain training as TensorFlow runs it: one
     # TensorFlow run per task, not a computation and a commit.
     atomic = not (self._algorithm.shares_model or (
-        self._replicas == 1 and self._nonfinite == "propagate"))
+        self._plain and self._nonfinite == "propagate"))
     return self._task_plan(fed, batch, elements, tasks, sync_call,
                            central_fetches, self._builder.user_name, atomic,
                            info.written,

@@ -122,7 +122,10 @@ class TensorBowSession(compat.SessionInterface):
       self._runtime = tb_runtime.Runtime(self._session,
                                          settings.stream_groups, replicas,
                                          inline)
-      share = replicas == 1 or algorithm.shares_model
+      # One replica trains the user's own variables, except on a cluster,
+      # where its central model is one of the workers' to be summed.
+      share = ((replicas == 1 and self._cluster is None) or
+               algorithm.shares_model)
       groups = self._runtime.num_stream_groups
       builder = tb_builder.Builder(
           self._exec.graph, replicas, groups, share,

@@ -67,7 +67,8 @@ train = opt.minimize(loss)
 env = os.environ
 saver = tf.compat.v1.train.Saver()
 first = int(env.get("FIRST", 0))
-with tb.TensorBowSession(replicas=2, algorithm=algorithm,
+with tb.TensorBowSession(replicas=int(env.get("REPLICAS", 2)),
+                         algorithm=algorithm,
                          cluster_timeout=float(sys.argv[6])) as sess:
   sess.run(tf.compat.v1.global_variables_initializer())
   if first:
@@ -253,6 +254,23 @@ def test_two_workers_of_two_replicas_are_sma_of_four(
     assert report["model_bytes"] == 4 * (3 + 1)  # w and b, float32
     assert report["bandwidth"] == pytest.approx(
         2 * 16 / (report["compute_seconds"] + report["sync_seconds"]))
+
+
+@pytest.mark.parametrize("algorithm", ["sma", "ssgd"])
+def test_two_workers_of_one_replica_are_two_replicas(
+    tmp_path, tf_mode_statement, algorithm):
+  script, data = _worker_script(tmp_path, tf_mode_statement)
+  _, centrals = _run_job(tmp_path, script, data, "sgd", False, algorithm,
+                         REPLICAS="1")
+  if algorithm == "sma":
+    expected = references.sma([W0, B0], list(zip(XS, YS)), 2, 0.5, 0.9,
+                              LR)[-1][0]
+  else:  # the whole batch's step
+    expected = [W0.astype(np.float64), B0.astype(np.float64)]
+    for x, y in zip(XS, YS):
+      grads, _ = references.least_squares(expected, x, y)
+      expected = [p - LR * g for p, g in zip(expected, grads)]
+  _assert_centrals(centrals, expected)
 
 
 @pytest.mark.slow

@@ -73,6 +73,7 @@ class Builder(object):
                devices=None):
     self._graph = graph
     self._num_replicas = num_replicas
+    self._shares = share_variables
     self._num_groups = (1 if share_variables and num_replicas == 1 else
                         max(1, num_groups))
     self._devices = (list(devices[:self._num_groups])
@@ -97,6 +98,11 @@ class Builder(object):
       with self._graph.as_default():
         self._prefix = self._graph.unique_name("tensorbow", mark_as_used=True)
     return self._prefix
+
+  @property
+  def shares_variables(self):
+    """Whether the copies train the user's own variables."""
+    return self._shares
 
   @property
   def num_groups(self):
