@@ -185,6 +185,36 @@ def callable_from_options(run, callable_options):
 
 
 
+def silent_file_writer_init(file_writer, logdir, graph=None, graph_def=None):
+  """Sets up a `tf.compat.v1.summary.FileWriter` as its constructor would,
+  on an event writer that writes nothing and makes no file."""
+  file_writer._closed = False  # pylint: disable=protected-access
+  base = type(file_writer).__mro__[1]  # SummaryToEventTransformer
+  base.__init__(file_writer, _SilentEventWriter(logdir), graph, graph_def)
+
+
+class _SilentEventWriter(object):
+  """An EventFileWriter's interface, dropping every event."""
+
+  def __init__(self, logdir):
+    self._logdir = str(logdir)
+
+  def get_logdir(self):
+    return self._logdir
+
+  def add_event(self, event):
+    del event
+
+  def reopen(self):
+    pass
+
+  def flush(self):
+    pass
+
+  def close(self):
+    pass
+
+
 # ---- Graphs and operations ---------------------------------------------------
 
 

@@ -66,6 +66,7 @@ import sys
 
 import tensorflow as tf
 
+from tensorbow import chief
 from tensorbow import cluster as tb_cluster
 from tensorbow import compat
 from tensorbow import launch
@@ -311,6 +312,7 @@ def patch_session(replicas=2, algorithm="sma", alpha=None,
   patches += [(m, "ChiefSessionCreator", creator, creator_stand_in)
               for m in _aliases("ChiefSessionCreator", creator) +
               [compat.monitored_session]]
+  patches += chief.patches(job)
   if job is not None:
     worker = compat.monitored_session.WorkerSessionCreator
     worker_stand_in = worker_creator_class(creator, report=report, **options)

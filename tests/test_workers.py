@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 import tensorbow
+from tensorbow import chief
 from tensorbow import cluster as tb_cluster
 from tensorbow import feeds
 from tensorbow import launch
@@ -198,6 +199,60 @@ def test_scaling_model_is_lemma_3_1_and_gadeis_rule():
   assert report.bandwidth == pytest.approx(2 * 1000 / 0.12)
   # Before any wave, nothing to predict from.
   assert scaling.report(2, 0, 0.0, 0.0, 1000).efficiency[64] == 1.0
+
+
+def test_only_the_chief_writes_checkpoint_files_and_summaries(tmp_path):
+  assert chief.patches(None) == []
+  assert chief.patches(tb_cluster.Cluster(["h:1", "h:2"], 0)) == []
+  patches = chief.patches(tb_cluster.Cluster(["h:1", "h:2"], 1))
+  graph = tf.Graph()
+  with graph.as_default():
+    v = tf.compat.v1.get_variable("v", initializer=[1.0, 2.0])
+    step = tf.compat.v1.train.get_or_create_global_step()
+    saver = tf.compat.v1.train.Saver()
+    summary = tf.compat.v1.summary.scalar("s", tf.reduce_sum(v))
+  runs = []
+
+  class Session(object):
+    """Records the runs a save asks for (a TensorBowSession's would save
+    the replicas' state only)."""
+
+    def run(self, fetches, feed_dict=None):
+      runs.append((fetches, feed_dict))
+      return 7 if fetches is step else None
+
+  try:
+    for owner, name, _, new in patches:
+      setattr(owner, name, new)
+    path = saver.save(Session(), str(tmp_path / "model"), global_step=step)
+    assert saver.save(Session(), str(tmp_path / "model"),
+                      global_step=np.int64(8)) == str(tmp_path / "model") + "-8"
+    with graph.as_default():
+      writer = tf.compat.v1.summary.FileWriter(str(tmp_path / "events"),
+                                               graph)
+      with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        writer.add_summary(sess.run(summary), 1)
+      writer.flush()
+      writer.close()
+      assert writer.get_logdir() == str(tmp_path / "events")
+  finally:
+    for owner, name, old, _ in patches:
+      setattr(owner, name, old)
+  assert path == str(tmp_path / "model") + "-7"
+  assert runs[-2] == (saver.saver_def.save_tensor_name,
+                      {saver.saver_def.filename_tensor_name: path})
+  assert os.listdir(tmp_path) == []  # no state file, meta graph or events
+  # Put back: TensorFlow's own writer and save write again.
+  with graph.as_default():
+    writer = tf.compat.v1.summary.FileWriter(str(tmp_path / "events"))
+    writer.add_event(tf.compat.v1.Event(step=1))
+    writer.close()
+    with tf.compat.v1.Session(graph=graph) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      saver.save(sess, str(tmp_path / "model"), global_step=np.int64(3))
+  assert os.listdir(tmp_path / "events")
+  assert os.path.exists(str(tmp_path / "model") + "-3.index")
 
 
 def test_sma_over_workers_takes_alpha_over_all_their_replicas():
@@ -405,6 +460,12 @@ def test_tensorbow_run_trains_an_unmodified_script_on_two_workers(
   assert workers[0]["accuracy"] == workers[1]["accuracy"]
   assert abs(workers[0]["accuracy"] - plain["accuracy"]) <= 0.02, (
       workers, plain)
+  if script == "monitored_mlp.py":  # the chief's files alone
+    files = os.listdir(tmp_path / "tb")
+    assert len([f for f in files if f.startswith("events.")]) == 1, files
+    assert {f for f in files if f.endswith(".npz")} == {
+        f"model.ckpt-{s}.tensorbow-worker{k}.npz"
+        for s in (200, 400) for k in range(2)}, files
 
 
 # A distributed-style TF1 script: MonitoredTrainingSession, is_chief from
