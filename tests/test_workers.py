@@ -3,7 +3,9 @@ of a batch, the launcher, and SMA across processes against NumPy.
 
 The two-process tests start real workers on free ports of 127.0.0.1 with
 `launch.run_workers` (what `tensorbow-run --workers` runs), each bounded
-in time; every process they start is stopped before they return.
+in time; every process they start is stopped before they return. The
+fast tier keeps one such job per algorithm; failures, restarts and real
+scripts are in the slow tier.
 """
 import io
 import json
@@ -311,7 +313,8 @@ def test_two_workers_of_two_replicas_are_sma_of_four(
         2 * 16 / (report["compute_seconds"] + report["sync_seconds"]))
 
 
-@pytest.mark.parametrize("algorithm", ["sma", "ssgd"])
+@pytest.mark.parametrize("algorithm", [
+    "sma", pytest.param("ssgd", marks=pytest.mark.slow)])
 def test_two_workers_of_one_replica_are_two_replicas(
     tmp_path, tf_mode_statement, algorithm):
   script, data = _worker_script(tmp_path, tf_mode_statement)
@@ -363,6 +366,7 @@ def test_ssgd_over_two_workers_is_tensorflow_on_the_whole_batch(
   _assert_centrals(centrals, expected)
 
 
+@pytest.mark.slow
 def test_a_lost_worker_fails_the_other_within_the_bound_and_the_job_resumes(
     tmp_path, tf_mode_statement):
   script, data = _worker_script(tmp_path, tf_mode_statement, waves=400)
@@ -373,14 +377,9 @@ def test_a_lost_worker_fails_the_other_within_the_bound_and_the_job_resumes(
   children = []
   try:
     for k in range(2):
-      env = launch.worker_environ(tb_cluster.Cluster(addresses, k), 1,
-                                  dict(_environ(), CKPT=str(ckpt),
-                                       SAVE_AT="2", SLEEP="0.05"))
-      children.append(subprocess.Popen(
-          [sys.executable, str(script), str(data), str(tmp_path / "c"),
-           "sgd", "0", "sma", str(bound)],
-          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-          start_new_session=True))
+      children.append(_start_worker(tmp_path, script, data, addresses, k,
+                                    bound, CKPT=str(ckpt), SAVE_AT="2",
+                                    SLEEP="0.05"))
     # Worker 1 dies once both have trained past the checkpoint.
     said = []
     for line in iter(children[1].stdout.readline, b""):
@@ -393,10 +392,7 @@ def test_a_lost_worker_fails_the_other_within_the_bound_and_the_job_resumes(
     took = time.monotonic() - lost
     err1 = children[1].stderr.read().decode()
   finally:
-    for child in children:
-      if child.poll() is None:
-        os.killpg(child.pid, signal.SIGKILL)
-      child.wait()
+    _stop_all(children)
   assert children[0].returncode != 0
   assert took < bound + 30, took
   message = err.decode()
@@ -500,6 +496,7 @@ print("steps", steps)
 """
 
 
+@pytest.mark.slow
 def test_a_monitored_worker_that_is_not_chief_trains_with_the_chief(
     tmp_path, tf_mode_statement):
   _, data = _worker_script(tmp_path, tf_mode_statement)
@@ -517,6 +514,69 @@ def test_a_monitored_worker_that_is_not_chief_trains_with_the_chief(
       references.sma([W0, B0], list(zip(XS, YS)), 4, 0.25, 0.9,
                      LR)[-1][0])
   assert tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
+
+
+def _start_worker(tmp_path, script, data, addresses, k, bound, **environ):
+  env = launch.worker_environ(tb_cluster.Cluster(addresses, k), 1,
+                              dict(_environ(), **environ))
+  return subprocess.Popen(
+      [sys.executable, str(script), str(data), str(tmp_path / "c"), "sgd",
+       "0", "sma", str(bound)],
+      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      start_new_session=True)
+
+
+def _stop_all(children):
+  for child in children:
+    if child.poll() is None:
+      os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+@pytest.mark.slow
+def test_a_worker_that_stops_answering_fails_the_other_within_the_bound(
+    tmp_path, tf_mode_statement):
+  script, data = _worker_script(tmp_path, tf_mode_statement, waves=400)
+  addresses = launch.free_addresses(2)
+  bound = 5.0
+  children = [_start_worker(tmp_path, script, data, addresses, k, bound,
+                            SLEEP="0.05") for k in range(2)]
+  try:
+    for line in iter(children[1].stdout.readline, b""):
+      if line.startswith(b"wave 3 "):
+        break
+    os.killpg(children[1].pid, signal.SIGSTOP)  # alive, listening, silent
+    stopped = time.monotonic()
+    _, err = children[0].communicate(timeout=bound + 60)
+    took = time.monotonic() - stopped
+  finally:
+    _stop_all(children)
+  assert children[0].returncode != 0
+  assert bound - 1 < took < bound + 30, took
+  message = err.decode()
+  assert f"did not answer within {bound:g} s" in message, message[-2000:]
+  assert "during wave" in message
+
+
+@pytest.mark.slow
+def test_a_late_worker_is_waited_for_by_name(tmp_path, tf_mode_statement):
+  script, data = _worker_script(tmp_path, tf_mode_statement)
+  addresses = launch.free_addresses(2)
+  children = [_start_worker(tmp_path, script, data, addresses, 0, 60.0)]
+  try:
+    time.sleep(15)  # worker 0 reaches its first wave alone
+    children.append(_start_worker(tmp_path, script, data, addresses, 1,
+                                  60.0))
+    outputs = [c.communicate(timeout=240) for c in children]
+  finally:
+    _stop_all(children)
+  assert [c.returncode for c in children] == [0, 0], outputs[0][1][-2000:]
+  assert (f"worker 0 waits for worker 1 ({addresses[1]}) to start".encode()
+          in outputs[0][1])
+  expected = references.sma([W0, B0], list(zip(XS, YS)), 4, 0.25, 0.9,
+                            LR)[-1][0]
+  _assert_centrals([np.load(tmp_path / f"c{k}.npz") for k in range(2)],
+                   expected)
 
 
 def test_the_launcher_stops_the_others_when_one_fails(tmp_path):
@@ -583,6 +643,7 @@ def test_workers_do_not_outlive_their_launcher(tmp_path, sig):
       launcher.wait()
 
 
+@pytest.mark.slow
 def test_tensorbow_run_takes_workers_and_hosts(tmp_path):
   script = tmp_path / "job.py"
   script.write_text("import os\nprint(os.environ['TF_CONFIG'])\n")
