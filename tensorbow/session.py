@@ -59,9 +59,9 @@ class TensorBowSession(compat.SessionInterface):
 
   With `TF_CONFIG` naming two or more workers, this process is one of
   them: it trains `replicas` replicas on its own contiguous part of every
-  batch, and after each wave the algorithm ("sma" or "easgd") makes every
-  worker's central model the one of all their replicas (DESIGN.md, "Two
-  levels"). The chief's (worker 0's) model is taken by every worker
+  batch, and each wave the algorithm ("sma", "easgd" or "ssgd") makes
+  every worker's central model the one of all their replicas (DESIGN.md,
+  "Two levels"). The chief's (worker 0's) model is taken by every worker
   before the first wave.
 
   Raises:
