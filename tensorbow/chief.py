@@ -11,7 +11,7 @@ than the chief (worker 0), while the script runs:
   returned as TensorFlow's save returns it;
 - `FileWriter`s write nothing and make no event file.
 
-One log line says so for each.
+The session's log line says so for checkpoints, one here for summaries.
 """
 import logging
 
@@ -30,17 +30,10 @@ def patches(job):
     return []
   saver = tf.compat.v1.train.Saver
   writer = tf.compat.v1.summary.FileWriter
-  said = set()
-
-  def say(what):
-    if what not in said:
-      said.add(what)
-      _logger.warning("TensorBow: worker %d leaves %s to the chief "
-                      "(worker 0)", job.index, what)
+  said = []
 
   def save(self, sess, save_path, global_step=None, *args, **kwargs):
     del args, kwargs
-    say("checkpoint files and their state")
     if global_step is not None:
       if not isinstance(global_step, (int, np.integer)):
         global_step = int(sess.run(global_step))
@@ -52,7 +45,10 @@ def patches(job):
   def file_writer(self, logdir, graph=None, max_queue=10, flush_secs=120,
                   graph_def=None, filename_suffix=None, session=None):
     del max_queue, flush_secs, filename_suffix, session
-    say("summaries")
+    if not said:
+      said.append(logdir)
+      _logger.warning("TensorBow: worker %d leaves summaries to the chief "
+                      "(worker 0)", job.index)
     compat.silent_file_writer_init(self, logdir, graph, graph_def)
 
   return [(saver, "save", saver.save, save),

@@ -64,10 +64,9 @@ class Cluster(object):
   def is_chief(self):
     return self.index == 0
 
-  def device(self, index=None):
-    """The CPU device of worker `index` (default: this one)."""
-    index = self.index if index is None else index
-    return f"/job:worker/replica:0/task:{index}/device:CPU:0"
+  def device(self):
+    """This worker's CPU device."""
+    return f"/job:worker/replica:0/task:{self.index}/device:CPU:0"
 
   def part(self, rows, replicas=1):
     """(start, stop): this worker's contiguous part of `rows` rows when
@@ -122,7 +121,7 @@ _servers_lock = threading.Lock()
 _group_keys = [0]  # the last collective group key a reducer took
 
 
-def server_config(cluster):
+def server_config():
   """The ConfigProto the servers and the reducers' sessions share."""
   config = tf.compat.v1.ConfigProto()
   config.experimental.collective_group_leader = (
@@ -139,7 +138,7 @@ def server(cluster):
       _servers[key] = tf.distribute.Server(
           tf.train.ClusterSpec({"worker": cluster.workers}),
           job_name="worker", task_index=cluster.index,
-          config=server_config(cluster), start=True)
+          config=server_config(), start=True)
     return _servers[key]
 
 
@@ -166,12 +165,7 @@ class Reducer(object):
     self._graph = tf.Graph()
     self._session = None
     self._sums = {}  # (dtype, size) -> (placeholder, sum)
-    self._started = False
     self.seconds = 0.0  # in sums, once the workers had started
-
-  @property
-  def cluster(self):
-    return self._cluster
 
   def close(self):
     if self._session is not None:
@@ -190,16 +184,16 @@ class Reducer(object):
     by_dtype = {}
     for i, a in enumerate(arrays):
       by_dtype.setdefault(a.dtype, []).append(i)
+    by_dtype = sorted(by_dtype.items(), key=lambda d: d[0].str)
     ops, feeds = [], {}
-    for dtype, indices in sorted(by_dtype.items(), key=lambda d: d[0].str):
+    for dtype, indices in by_dtype:
       flat = np.concatenate([arrays[i].ravel() for i in indices])
       placeholder, total = self._sum_op(dtype, flat.size)
       ops.append(total)
       feeds[placeholder] = flat
     sums = self._run(ops, feeds, what)
     out = [None] * len(arrays)
-    for (dtype, indices), flat in zip(
-        sorted(by_dtype.items(), key=lambda d: d[0].str), sums):
+    for (_, indices), flat in zip(by_dtype, sums):
       offset = 0
       for i in indices:
         n = arrays[i].size
@@ -225,12 +219,11 @@ class Reducer(object):
     return self._sums[key]
 
   def _run(self, ops, feeds, what):
-    if not self._started:
+    if self._session is None:
       self._wait_for_workers()
       self._session = tf.compat.v1.Session(
           server(self._cluster).target, graph=self._graph,
-          config=server_config(self._cluster))
-      self._started = True
+          config=server_config())
     start = time.perf_counter()
     try:
       return self._session.run(ops, feeds)

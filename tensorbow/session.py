@@ -135,7 +135,8 @@ class TensorBowSession(compat.SessionInterface):
                                       self._runtime, builder, state)
       self._trainer = waves.Trainer(
           self._session, settings, self._planner, self._runtime, builder,
-          state, self._graph, self._lock, self._check_open, self._reducer)
+          state, self._graph, self._lock, self._check_open, self._cluster,
+          self._reducer)
 
   # ---- SessionInterface ----------------------------------------------------
 

@@ -34,11 +34,13 @@ class Trainer(object):
     user_graph: the user's `tf.Graph`.
     lock: the session's lock.
     check_open: raises if the session was closed.
-    reducer: the session's `cluster.Reducer`, or None: one worker.
+    cluster: this worker's `cluster.Cluster`, or None: one process.
+    reducer: with a cluster, the session's `cluster.Reducer` (sums over
+      the workers).
   """
 
   def __init__(self, session, settings, plans, runtime, builder, replicas,
-               user_graph, lock, check_open, reducer=None):
+               user_graph, lock, check_open, cluster=None, reducer=None):
     self._session = session
     self._replicas = settings.replicas
     self._algorithm = settings.algorithm
@@ -51,6 +53,7 @@ class Trainer(object):
     self._user_graph = user_graph
     self._lock = lock
     self._check_open = check_open
+    self._cluster = cluster
     self._reducer = reducer
     self._needs_refresh = False
     self._loaded_state = None  # replica state restored with a checkpoint
@@ -96,7 +99,7 @@ class Trainer(object):
   def after_saver(self, kind, prefix):
     """A Saver's "save" or "restore" of checkpoint `prefix` ran."""
     with self._lock:
-      worker = self._reducer.cluster.index if self._reducer else None
+      worker = self._cluster.index if self._cluster else None
       if kind == "save" and self._state.in_use:
         checkpoint.save(prefix, self.config(), self.replica_state(), worker)
       elif kind == "restore":
@@ -212,11 +215,12 @@ class Trainer(object):
           self._take_chief_model()
         self._seed_replicas()
         prepare = self._state.wave_run(self._waves + 1, sizes)
+        sync = self._reducer and self._state.worker_sync()
+        if sync:  # the workers' common base, in the same run
+          prepare = (([sync[0]] + list(prepare[0]), prepare[1])
+                     if prepare is not None else ([sync[0]], {}))
         if prepare is not None:
           self._session.run(*prepare)
-        sync = self._reducer and self._state.worker_sync()
-        if sync:
-          self._session.run(sync[0])
       per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
       # Before the wave: an interrupt after it must still leave the
       # user-named slots to be refreshed.
@@ -275,11 +279,10 @@ class Trainer(object):
     plan = self._plans.plan_for(route, first)
     if self._reducer is None:
       return plan, feeds.check(plan, fed_values, self._replicas)
-    cluster = self._reducer.cluster
     values = feeds.check(plan, fed_values,
-                         self._replicas * cluster.num_workers)
+                         self._replicas * self._cluster.num_workers)
     return plan, feeds.worker_part(
-        plan, values, lambda rows: cluster.part(rows, self._replicas))
+        plan, values, lambda rows: self._cluster.part(rows, self._replicas))
 
   def _pull(self, route, count, options):
     """`count` elements of `route`'s input pipeline, each a list of values
@@ -340,7 +343,7 @@ class Trainer(object):
     if not numbers:
       return
     names = sorted(numbers)
-    values = [numbers[n] if self._reducer.cluster.is_chief
+    values = [numbers[n] if self._cluster.is_chief
               else np.zeros_like(numbers[n]) for n in names]
     values = self._reducer.sum(
         values, f"the chief's model before wave {self._waves + 1}")

@@ -342,12 +342,14 @@ def test_easgd_over_two_workers_is_easgd_of_four(tmp_path,
   _assert_centrals(centrals, expected)
 
 
-@pytest.mark.parametrize("optimizer", [
-    "adam", pytest.param("momentum", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("optimizer, resource", [
+    ("adam", True),
+    pytest.param("adam", False, marks=pytest.mark.slow),
+    pytest.param("momentum", True, marks=pytest.mark.slow)])
 def test_ssgd_over_two_workers_is_tensorflow_on_the_whole_batch(
-    tmp_path, tf_mode_statement, optimizer):
+    tmp_path, tf_mode_statement, optimizer, resource):
   script, data = _worker_script(tmp_path, tf_mode_statement)
-  _, centrals = _run_job(tmp_path, script, data, optimizer, True, "ssgd")
+  _, centrals = _run_job(tmp_path, script, data, optimizer, resource, "ssgd")
   graph = tf.Graph()
   with graph.as_default():
     x = tf.compat.v1.placeholder(tf.float32, [None, 3])
@@ -364,6 +366,23 @@ def test_ssgd_over_two_workers_is_tensorflow_on_the_whole_batch(
         sess.run(train, {x: xb, y: yb})
       expected = sess.run([w, b])
   _assert_centrals(centrals, expected)
+
+
+def _start_worker(tmp_path, script, data, addresses, k, bound, **environ):
+  env = launch.worker_environ(tb_cluster.Cluster(addresses, k), 1,
+                              dict(_environ(), **environ))
+  return subprocess.Popen(
+      [sys.executable, str(script), str(data), str(tmp_path / "c"), "sgd",
+       "0", "sma", str(bound)],
+      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      start_new_session=True)
+
+
+def _stop_all(children):
+  for child in children:
+    if child.poll() is None:
+      os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
 
 
 @pytest.mark.slow
@@ -514,23 +533,6 @@ def test_a_monitored_worker_that_is_not_chief_trains_with_the_chief(
       references.sma([W0, B0], list(zip(XS, YS)), 4, 0.25, 0.9,
                      LR)[-1][0])
   assert tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
-
-
-def _start_worker(tmp_path, script, data, addresses, k, bound, **environ):
-  env = launch.worker_environ(tb_cluster.Cluster(addresses, k), 1,
-                              dict(_environ(), **environ))
-  return subprocess.Popen(
-      [sys.executable, str(script), str(data), str(tmp_path / "c"), "sgd",
-       "0", "sma", str(bound)],
-      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-      start_new_session=True)
-
-
-def _stop_all(children):
-  for child in children:
-    if child.poll() is None:
-      os.killpg(child.pid, signal.SIGKILL)
-    child.wait()
 
 
 @pytest.mark.slow
