@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -231,12 +232,17 @@ struct Wave {
 
 class Runtime {
  public:
+  // `group_device` and `replica_device`: as TaskScheduler's placement
+  // (empty: none); every device of a replica must have a stream group.
   Runtime(py::handle session, int num_stream_groups, int num_replicas,
-          std::vector<std::string> abi_ids)
+          std::vector<std::string> abi_ids, std::vector<int> group_device,
+          std::vector<int> replica_device)
       : abi_ids_(std::move(abi_ids)),
         session_(PointerFromConduit<TF_Session>(session, abi_ids_,
                                                 "TF_Session")),
-        scheduler_(num_stream_groups),
+        scheduler_(CheckedGroups(num_stream_groups, group_device,
+                                 replica_device),
+                   std::move(group_device), std::move(replica_device)),
         replica_ids_(num_replicas < 1 ? 1 : num_replicas) {
     for (size_t r = 0; r < replica_ids_.size(); ++r) {
       replica_ids_[r].value = static_cast<int32_t>(r);
@@ -416,6 +422,25 @@ class Runtime {
   int num_stream_groups() const { return scheduler_.num_stream_groups(); }
 
  private:
+  // `num_stream_groups`, or throws ValueError if the placement leaves a
+  // replica's device without a stream group.
+  static int CheckedGroups(int num_stream_groups,
+                           const std::vector<int>& group_device,
+                           const std::vector<int>& replica_device) {
+    if (replica_device.empty()) return num_stream_groups;
+    if (static_cast<int>(group_device.size()) != num_stream_groups) {
+      throw py::value_error("TensorBow: one device per stream group expected");
+    }
+    for (int device : replica_device) {
+      if (std::find(group_device.begin(), group_device.end(), device) ==
+          group_device.end()) {
+        throw py::value_error("TensorBow: device " + std::to_string(device) +
+                              " of a replica has no stream group");
+      }
+    }
+    return num_stream_groups;
+  }
+
   Wave MakeWave(const std::vector<int>& calls, bool by_group,
                 const py::list& feeds, const std::vector<int>& dtypes,
                 int batch_feed) {
@@ -500,9 +525,11 @@ PYBIND11_MODULE(_runtime, m) {
   using tensorbow::runtime::Runtime;
   m.doc() = "TensorBow's task scheduler over a TensorFlow session.";
   py::class_<Runtime>(m, "Runtime")
-      .def(py::init<py::handle, int, int, std::vector<std::string>>(),
+      .def(py::init<py::handle, int, int, std::vector<std::string>,
+                    std::vector<int>, std::vector<int>>(),
            py::arg("session"), py::arg("num_stream_groups"),
-           py::arg("num_replicas"), py::arg("abi_ids"))
+           py::arg("num_replicas"), py::arg("abi_ids"),
+           py::arg("group_device"), py::arg("replica_device"))
       .def("add_call", &Runtime::AddCall, py::arg("feeds"), py::arg("fetches"),
            py::arg("targets"))
       .def("run_wave", &Runtime::RunWave, py::arg("calls"),

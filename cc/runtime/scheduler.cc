@@ -1,6 +1,8 @@
 #include "cc/runtime/scheduler.h"
 
+#include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace tensorbow {
 namespace runtime {
@@ -15,10 +17,30 @@ int64_t NowNs() {
       .count();
 }
 
+// `replica_device` with -1 for the replicas whose device no stream group
+// serves: they must still run somewhere.
+std::vector<int> Served(const std::vector<int>& group_device,
+                        std::vector<int> replica_device) {
+  for (int& device : replica_device) {
+    if (std::find(group_device.begin(), group_device.end(), device) ==
+        group_device.end()) {
+      device = -1;
+    }
+  }
+  return replica_device;
+}
+
 }  // namespace
 
-TaskScheduler::TaskScheduler(int num_stream_groups)
-    : num_stream_groups_(num_stream_groups < 1 ? 1 : num_stream_groups) {
+TaskScheduler::TaskScheduler(int num_stream_groups,
+                             std::vector<int> group_device,
+                             std::vector<int> replica_device)
+    : num_stream_groups_(num_stream_groups < 1 ? 1 : num_stream_groups),
+      group_device_(static_cast<int>(group_device.size()) ==
+                            num_stream_groups_
+                        ? std::move(group_device)
+                        : std::vector<int>()),
+      replica_device_(Served(group_device_, std::move(replica_device))) {
   for (int g = 1; g < num_stream_groups_; ++g) {
     threads_.emplace_back([this, g] { WorkerLoop(g); });
   }
@@ -48,15 +70,23 @@ Status TaskScheduler::RunWave(const std::vector<Task>& tasks,
     rows_.resize(tasks.size(), -1);
     statuses_.assign(tasks.size(), Status::Ok());
     remaining_ = 0;
+    bool placed = false;
     for (size_t r = 0; r < tasks.size(); ++r) {
       if (!tasks[r]) continue;
-      queue_.push_back(Pending{&tasks[r], static_cast<int>(r)});
+      const int device = r < replica_device_.size() ? replica_device_[r] : -1;
+      placed = placed || device >= 0;
+      queue_.push_back(Pending{&tasks[r], static_cast<int>(r), device});
       ++remaining_;
     }
-    // Wake only as many workers as there are tasks beyond the caller's.
-    const size_t others = remaining_ > 0 ? remaining_ - 1 : 0;
-    for (size_t i = 0; i < others && i < threads_.size(); ++i) {
-      work_cv_.notify_one();
+    if (placed) {
+      // Only the groups of a task's device may take it.
+      work_cv_.notify_all();
+    } else {
+      // Wake only as many workers as there are tasks beyond the caller's.
+      const size_t others = remaining_ > 0 ? remaining_ - 1 : 0;
+      for (size_t i = 0; i < others && i < threads_.size(); ++i) {
+        work_cv_.notify_one();
+      }
     }
     Drain(/*stream_group=*/0, lock);
     done_cv_.wait(lock, [this] { return remaining_ == 0; });
@@ -71,11 +101,22 @@ Status TaskScheduler::RunWave(const std::vector<Task>& tasks,
   return s;
 }
 
+std::deque<TaskScheduler::Pending>::iterator TaskScheduler::NextFor(
+    int stream_group) {
+  if (group_device_.empty()) return queue_.begin();
+  const int device = group_device_[stream_group];
+  return std::find_if(queue_.begin(), queue_.end(), [device](const Pending& p) {
+    return p.device < 0 || p.device == device;
+  });
+}
+
 void TaskScheduler::Drain(int stream_group,
                           std::unique_lock<std::mutex>& lock) {
-  while (!queue_.empty()) {
-    Pending p = queue_.front();
-    queue_.pop_front();
+  while (true) {
+    auto next = NextFor(stream_group);
+    if (next == queue_.end()) return;
+    Pending p = *next;
+    queue_.erase(next);
     lock.unlock();
     const int64_t start = NowNs();
     Status s = (*p.task)(stream_group);
@@ -90,7 +131,9 @@ void TaskScheduler::Drain(int stream_group,
 void TaskScheduler::WorkerLoop(int stream_group) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    work_cv_.wait(lock, [this, stream_group] {
+      return stopping_ || NextFor(stream_group) != queue_.end();
+    });
     if (stopping_) return;
     Drain(stream_group, lock);
   }

@@ -1,5 +1,7 @@
 // A Crossbow-like task scheduler: a pool of stream groups (worker threads)
-// that runs one wave of learning tasks concurrently, then returns.
+// that runs one wave of learning tasks concurrently, then returns. With
+// several devices, each stream group serves one device and takes only the
+// tasks of the replicas placed there.
 //
 // Plain C++: no TensorFlow, no Python. A learning task is a callable that
 // is told which stream group runs it. The thread that submits a wave works
@@ -37,7 +39,13 @@ class TaskScheduler {
   using Task = std::function<Status(int stream_group)>;
 
   // Starts `num_stream_groups - 1` worker threads (the caller is group 0).
-  explicit TaskScheduler(int num_stream_groups);
+  // With `group_device` (per stream group, its device) and `replica_device`
+  // (per replica, its device), replica r's tasks run only on the groups of
+  // its device; a replica beyond the map, or whose device no group serves,
+  // runs on any group.
+  explicit TaskScheduler(int num_stream_groups,
+                         std::vector<int> group_device = {},
+                         std::vector<int> replica_device = {});
   // Waits for a wave in flight on another thread, then stops the workers.
   ~TaskScheduler();
 
@@ -63,11 +71,15 @@ class TaskScheduler {
   struct Pending {
     const Task* task;
     int replica;
+    int device;  // -1: any stream group may run it
   };
 
   void WorkerLoop(int stream_group);
-  // Pops and runs queued tasks of the current wave until none is left.
+  // Pops and runs queued tasks of the current wave that `stream_group` may
+  // run until none is left.
   void Drain(int stream_group, std::unique_lock<std::mutex>& lock);
+  // The first queued task `stream_group` may run, or queue_.end().
+  std::deque<Pending>::iterator NextFor(int stream_group);  // requires mu_
   void Record(int replica, int stream_group, int64_t start, int64_t end);
   void RecordLocked(int replica, int stream_group, int64_t start,
                     int64_t end);  // requires mu_
@@ -75,6 +87,8 @@ class TaskScheduler {
   int phase_ = 0;  // of the current wave's tasks
 
   const int num_stream_groups_;
+  const std::vector<int> group_device_;    // empty: no placement
+  const std::vector<int> replica_device_;  // -1 where any group may run it
   std::mutex wave_mu_;  // one wave at a time
 
   mutable std::mutex mu_;

@@ -200,6 +200,40 @@ void TestOneStreamGroup() {
   EXPECT(on_caller == 4);
 }
 
+// Placed on devices: four groups serve devices 0, 0, 1, 1, and each
+// replica's task runs only on a group of its device, however long the other
+// device's tasks take; a replica whose device no group serves still runs.
+void TestTasksRunOnTheirDevicesGroups() {
+  const std::vector<int> group_device = {0, 0, 1, 1};
+  const std::vector<int> replica_device = {1, 1, 1, 0, 0, 0, 2};
+  TaskScheduler scheduler(4, group_device, replica_device);
+  const int n = static_cast<int>(replica_device.size());
+  std::vector<int> groups(n, -1);
+  std::vector<TaskScheduler::Task> tasks;
+  for (int r = 0; r < n; ++r) {
+    tasks.push_back([&, r](int group) {
+      // Device 1's tasks are slow: a free group of device 0 must still
+      // leave them alone.
+      SleepMs(replica_device[r] == 1 ? 5 : 0);
+      groups[r] = group;
+      return Status::Ok();
+    });
+  }
+  std::set<int> used;
+  for (int wave = 0; wave < 20; ++wave) {
+    EXPECT(scheduler.RunWave(tasks, nullptr).ok());
+    for (int r = 0; r < n; ++r) {
+      EXPECT(groups[r] >= 0 && groups[r] < 4);
+      if (replica_device[r] < 2) {
+        EXPECT(group_device[groups[r]] == replica_device[r]);
+      }
+      used.insert(groups[r]);
+      groups[r] = -1;
+    }
+  }
+  EXPECT(used.size() >= 2);
+}
+
 }  // namespace
 }  // namespace runtime
 }  // namespace tensorbow
@@ -212,5 +246,6 @@ int main() {
   TestTimings();
   TestShutdownWithTasksQueued();
   TestOneStreamGroup();
+  TestTasksRunOnTheirDevicesGroups();
   return Failed("scheduler_test");
 }

@@ -54,20 +54,26 @@ class Runtime(object):
     num_stream_groups: concurrent tasks (worker threads, the caller's
       included).
     num_replicas: L, the most tasks of a wave.
+    placement: None, or (per stream group its device, per replica its
+      device), device indices: then replica r's tasks run only on the
+      stream groups of its device.
 
   Calls given `by_group` are one per stream group: a task of replica r is
-  run by whichever stream group g takes it first, with calls[g], fed the
-  replica's feeds and then r (an int32 scalar) as its last feed.
+  run by whichever stream group g (of its device) takes it first, with
+  calls[g], fed the replica's feeds and then r (an int32 scalar) as its
+  last feed.
 
   The threads start with the first call prepared, so a session that never
   trains starts none; `close` stops them.
   """
 
   def __init__(self, session, num_stream_groups, num_replicas=1,
-               inline=False):
+               inline=False, placement=None):
     self._session = session
     self._num_stream_groups = max(1, num_stream_groups)
     self._num_replicas = num_replicas
+    self._placement = ([list(p) for p in placement] if placement is not None
+                       else [[], []])
     self._started = None
     self._closed = False
     # Each task's ops run on the thread of its stream group, not on
@@ -81,7 +87,8 @@ class Runtime(object):
         raise RuntimeError("TensorBow's runtime was closed")
       self._started = extension().Runtime(
           compat.session_handle(self._session), self._num_stream_groups,
-          self._num_replicas, list(compat.PYBIND11_ABI_IDS))
+          self._num_replicas, list(compat.PYBIND11_ABI_IDS),
+          *self._placement)
     return self._started
 
   @property
