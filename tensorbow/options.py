@@ -21,10 +21,10 @@ Settings = collections.namedtuple("Settings", [
 
 def check_options(replicas=2, algorithm="sma", alpha=None,
                   central_momentum=0.9, nonfinite="propagate", workers=1,
-                  cluster_timeout=60.0):
+                  cluster_timeout=60.0, devices=1):
   """Checks `TensorBowSession`'s options; returns the algorithm resolved for
   `replicas` on each of `workers` workers (for "auto", for the one
-  replica it starts with).
+  replica it starts with), spread over `devices` devices.
 
   Raises:
     ValueError: for an option out of range.
@@ -51,7 +51,29 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
     if replicas == AUTO:
       raise ValueError(f"replicas={AUTO!r} cannot tune a cluster's workers "
                        "together; give each worker a number of replicas")
+  if devices > 1:
+    _check_devices(replicas, resolved, nonfinite, workers, devices)
   return resolved
+
+
+def _check_devices(replicas, algorithm, nonfinite, workers, devices):
+  """Raises ValueError if `replicas` replicas of `algorithm` cannot be
+  spread over `devices` devices."""
+  if replicas == AUTO:
+    raise ValueError(f"replicas={AUTO!r} cannot tune replicas spread over "
+                     "devices; give their number")
+  if replicas < devices:
+    raise ValueError(f"{devices} devices need at least as many replicas, got "
+                     f"replicas={replicas}")
+  if not algorithm.spans_workers:
+    raise ValueError(f"algorithm {algorithm.name!r} cannot keep replicas on "
+                     "several devices together")
+  if nonfinite == "skip":
+    raise ValueError("nonfinite='skip' cannot leave replicas out of a wave "
+                     "spread over several devices")
+  if workers > 1:
+    raise ValueError("devices= on each worker of a cluster is not supported: "
+                     "give each worker one device")
 
 
 def checkpoint_config(settings):

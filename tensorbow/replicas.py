@@ -299,21 +299,29 @@ class ReplicaState(object):
   def sync_op(self, info, source=0):
     """The synchronisation op of a training run with `info`, or None.
 
-    Single variables (a global step) are taken from replica `source`.
+    Single variables (a global step) are taken from replica `source`; with
+    the replicas on several devices, the model variables become the sum of
+    the devices' moves (Algorithm.device_sync).
     """
-    if self._share_variables or not info.other_vars:
+    if self._share_variables:
       return None
     names = tuple(sorted(info.other_vars))
     batch = tuple(n in info.batch_dependent for n in names)
+    models = tuple(sorted(n for n in info.model_vars if n in self._states))
+    if not names and not models:
+      return None
 
     def build():
       src = self._builder.constant(source, tf.int32)
-      return tf.group(*[
-          graph_util.assign(self._graph.get_operation_by_name(name),
-                            self._replicated[name].mean(src, mean=mean))
-          for name, mean in zip(names, batch)], name="sync")
+      ops = [graph_util.assign(self._graph.get_operation_by_name(name),
+                               self._replicated[name].mean(src, mean=mean))
+             for name, mean in zip(names, batch)]
+      ops += [self._algorithm.device_sync(self._builder, self._states[n])
+              for n in models]
+      ops = [op for op in ops if op is not None]
+      return tf.group(*ops, name="sync") if ops else None
 
-    return self._builder.once(("sync", source, batch), names, build)
+    return self._builder.once(("sync", source, batch, models), names, build)
 
   def refresh_op(self):
     """Op that brings user-named slots (and, for an algorithm whose model is

@@ -2,14 +2,16 @@
 session's waves predict for more devices or workers.
 
 A wave takes T_C to compute (its learning tasks and the rest of the wave
-on this worker) and T_O to synchronise (the sums over the workers). The
+on this worker) and T_O to synchronise (the sums over the workers, and
+over the devices of one process). The
 lemma of the HTC guidelines (Lemma 3.1) takes the synchronisation to grow
 with the number G of devices or workers, T(G) = T_C + G * t_O, t_O the
 cost per member, and gives the scaling efficiency
 
     alpha(G) = T(1) / T(G) = (1 + r) / (1 + G * r),    r = t_O / T_C.
 
-Measured on W workers, t_O = T_O / W. GaDei's rule gives the bandwidth a
+Measured on W members (workers, each with D devices: W·D), t_O = T_O / W.
+GaDei's rule gives the bandwidth a
 model of B bytes needs to keep up: B_w >= 2 * B / (T_C + T_O) (its
 gradients out and its model in, once a wave).
 """
@@ -18,7 +20,7 @@ import collections
 PREDICTED = (1, 2, 4, 8, 64)
 
 Report = collections.namedtuple("Report", [
-    "workers",  # W, the workers the times were measured on
+    "workers",  # W, the members (workers x devices) measured on
     "waves",  # the waves measured
     "compute_seconds",  # T_C, mean per wave
     "sync_seconds",  # T_O, mean per wave

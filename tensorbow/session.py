@@ -20,6 +20,7 @@ from tensorbow import autotune
 from tensorbow import checkpoint
 from tensorbow import cluster as tb_cluster
 from tensorbow import compat
+from tensorbow import devices as tb_devices
 from tensorbow import execution
 from tensorbow import options
 from tensorbow import planner
@@ -56,6 +57,11 @@ class TensorBowSession(compat.SessionInterface):
       re-seeded from the central model, with a warning).
     cluster_timeout: with a cluster of workers (`TF_CONFIG`), the seconds
       a wave waits for the other workers before it fails.
+    devices: None (one device, as TensorFlow places the model), or the
+      devices to spread the replicas over, such as ["/cpu:0", "/cpu:1"]
+      (with `ConfigProto(device_count={"CPU": 2})`): each keeps its own copy
+      of the central model for its replicas, and after each wave the
+      copies' moves are summed ("sma", "easgd" and "ssgd").
 
   With `TF_CONFIG` naming two or more workers, this process is one of
   them: it trains `replicas` replicas on its own contiguous part of every
@@ -71,11 +77,13 @@ class TensorBowSession(compat.SessionInterface):
 
   def __init__(self, target="", graph=None, config=None, *, replicas=2,
                algorithm="sma", alpha=None, central_momentum=0.9,
-               nonfinite="propagate", cluster_timeout=60.0):
+               nonfinite="propagate", cluster_timeout=60.0, devices=None):
     self._cluster = tb_cluster.from_environ()
     self._workers = 1 if self._cluster is None else self._cluster.num_workers
+    devices = tb_devices.check(devices)
     options.check_options(replicas, algorithm, alpha, central_momentum,
-                          nonfinite, self._workers, cluster_timeout)
+                          nonfinite, self._workers, cluster_timeout,
+                          len(devices) if devices else 1)
     # Resolved for L whenever L is set (replicas="auto" changes it).
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)
@@ -86,6 +94,13 @@ class TensorBowSession(compat.SessionInterface):
     self._session = compat.PlainSession(target=target,
                                         graph=self._exec.graph, config=config)
     self._config = compat.session_config(self._session)  # TF's if None
+    try:
+      self._devices = (tb_devices.resolve(
+          devices, [d.name for d in self._session.list_devices()])
+                       if devices and len(devices) > 1 else None)
+    except ValueError:
+      self._session.close()
+      raise
     self._nonfinite = nonfinite
     self._lock = threading.RLock()
     self._router = routing.Router(self._graph, self._exec, self._lock)
@@ -115,21 +130,24 @@ class TensorBowSession(compat.SessionInterface):
         self._trainer.refresh()
         self._runtime.close()
       algorithm = self._algorithm_spec.resolved(replicas * self._workers)
+      groups = stream_groups or tb_runtime.default_stream_groups(replicas)
+      placement = (tb_devices.place(self._devices, replicas, groups)
+                   if self._devices else None)
+      if placement is not None:
+        groups = len(placement.group_device)
       settings = self._settings = options.Settings(
-          replicas, algorithm, self._nonfinite,
-          stream_groups or tb_runtime.default_stream_groups(replicas),
-          inline)
-      self._runtime = tb_runtime.Runtime(self._session,
-                                         settings.stream_groups, replicas,
-                                         inline)
+          replicas, algorithm, self._nonfinite, groups, inline)
+      self._runtime = tb_runtime.Runtime(
+          self._session, groups, replicas, inline,
+          placement and (placement.group_device, placement.replica_device))
       # One replica trains the user's own variables, except on a cluster,
       # where its central model is one of the workers' to be summed.
       share = ((replicas == 1 and self._cluster is None) or
                algorithm.shares_model)
-      groups = self._runtime.num_stream_groups
       builder = tb_builder.Builder(
           self._exec.graph, replicas, groups, share,
-          _cpu_devices(self._session) if groups > 1 and not share else None)
+          _cpu_devices(self._session) if groups > 1 and not share else None,
+          placement)
       state = tb_replicas.ReplicaState(builder, algorithm, share)
       self._planner = planner.Planner(self._session, self._exec, settings,
                                       self._runtime, builder, state)
@@ -357,7 +375,8 @@ class TensorBowSession(compat.SessionInterface):
     bandwidth GaDei's rule asks of them and the efficiency Lemma 3.1
     predicts for each number of devices or workers in `predicted`."""
     waves, compute, sync, model_bytes = self._trainer.timing()
-    return scaling.report(self._workers, waves, compute, sync, model_bytes,
+    members = self._workers * (len(self._devices) if self._devices else 1)
+    return scaling.report(members, waves, compute, sync, model_bytes,
                           predicted)
 
   def task_timings(self):

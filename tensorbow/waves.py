@@ -240,6 +240,8 @@ class Trainer(object):
       if self._state.in_use:
         self._after_wave(plan, sizes)
       synced = (self._reducer.seconds if self._reducer else 0.0) - synced
+      if self._builder.placement is not None and plan.sync_call >= 0:
+        synced += self._device_sum_seconds()
       self._timing[0] += 1
       self._timing[1] += time.perf_counter() - start - synced
       self._timing[2] += synced
@@ -328,6 +330,13 @@ class Trainer(object):
       totals = self._reducer.sum(self._session.run(added),
                                  f"wave {self._waves}")
       self._session.run(apply, dict(zip(sums, totals)))
+
+  def _device_sum_seconds(self):
+    """The seconds the latest wave's sum across devices took (its
+    synchronisation task)."""
+    last = self._runtime.task_timings(last=1)
+    return (last[0].end - last[0].start
+            if last and last[0].replica < 0 else 0.0)
 
   def _take_chief_model(self):
     """Before a cluster's wave, the central model of the variables due to

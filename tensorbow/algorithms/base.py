@@ -161,6 +161,13 @@ class Algorithm(object):
     del builder, state
     return None
 
+  def device_sync(self, builder, state):
+    """With the replicas on several devices (builder.placement), the op
+    that makes every device's copy of `state`'s variable, and the variable,
+    the central model of all the replicas after a wave; or None."""
+    del builder, state
+    return None
+
   def reset_ops(self, builder, states):
     """Ops restarting the synchronisation after a wave that did not
     finish."""

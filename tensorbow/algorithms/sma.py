@@ -98,6 +98,18 @@ class _State(object):
     # None for a reference variable (corrections and a leader instead).
     self.central_next = central_next
     self.barrier = barrier  # the name of its count of arrivals
+    # With several devices (Builder.placement), per device its _Central:
+    # the device's replicas correct against it and update it alone.
+    self.devices = []
+
+
+# The central model that a group's replicas correct against and update:
+# the user's variable, or a device's own copy. `key` tells the inputs of
+# different copies apart; `value` is its value read; `next` its buffer for
+# the fused ops (or None); `replicas` the replicas that update it.
+_Central = collections.namedtuple("_Central", [
+    "key", "var", "prev", "next", "value", "barrier", "replicas",
+    "resource"])
 
 
 class SMA(base.Algorithm):
@@ -149,15 +161,42 @@ class SMA(base.Algorithm):
           f"TensorBow's SMA supports floating-point model variables; "
           f"'{var_op.name}' is {dtype.name}")
     scope = f"{builder.prefix}/sma/{var_op.name}"
-    return _State(
+    fused = (var_op.type == "VarHandleOp" and
+             dtype.as_datatype_enum in _FUSABLE_TYPES)
+    state = _State(
         var_op.name,
         builder.replicated(f"{scope}/correction", dtype, shape),
         graph_util.resource(f"{scope}/central_prev", dtype, shape),
         tf.identity(graph_util.read(var_op), name=f"{scope}/central"),
         (graph_util.resource(f"{scope}/central_next", dtype, shape)
-         if var_op.type == "VarHandleOp" and
-         dtype.as_datatype_enum in _FUSABLE_TYPES else None),
+         if fused else None),
         f"{scope}/barrier")
+    placement = builder.placement
+    for d in range(placement.num_devices if placement is not None else 0):
+      # The user's variable holds the central model between waves; during
+      # one, each device's replicas work on the device's copy.
+      at = f"{scope}/device_{d}"
+      copy = graph_util.resource(f"{at}/central", dtype, shape)
+      state.devices.append(_Central(
+          f"/device_{d}", copy,
+          graph_util.resource(f"{at}/central_prev", dtype, shape),
+          graph_util.resource(f"{at}/central_next", dtype, shape)
+          if fused else None,
+          tf.raw_ops.ReadVariableOp(resource=copy, dtype=dtype,
+                                    name=f"{at}/central_value"),
+          f"{at}/barrier", placement.replicas_of(d), True))
+    return state
+
+  def _central(self, builder, state, var, group):
+    """The _Central that stream group `group`'s copy updates."""
+    if state.devices:
+      return state.devices[builder.placement.group_device[group]]
+    user = builder.graph.get_operation_by_name(var.name)
+    return _Central("", user.outputs[0],
+                    state.central_prev, state.central_next,
+                    state.central_value, state.barrier,
+                    list(range(builder.num_replicas)),
+                    var.type == "VarHandleOp")
 
   def apply_nodes(self, builder, state, node, var, group, aux):
     # "T" for the apply ops; "dtype" for the resource writes of sparse
@@ -181,15 +220,15 @@ class SMA(base.Algorithm):
           out.attr[a].CopyFrom(node.attr[a])
       return out
 
-    central_var = builder.graph.get_operation_by_name(var.name).outputs[0]
-    if state.central_next is not None and kind is not None:
+    target = self._central(builder, state, var, group)
+    if target.next is not None and kind is not None:
       # One op: the step, the correction and this replica's share of the
       # central update, under the apply op's name; the central model's
       # buffers as handles of the group's device.
       handles, extra = [], []
-      for role, handle in (("central_var", central_var),
-                           ("central_prev", state.central_prev),
-                           ("central_next", state.central_next)):
+      for role, handle in (("central_var", target.var),
+                           ("central_prev", target.prev),
+                           ("central_next", target.next)):
         name, nodes = builder.device_handle(f"{node.name}>tensorbow_{role}",
                                             handle, aux)
         handles.append(name)
@@ -201,8 +240,8 @@ class SMA(base.Algorithm):
                    attrs=("T", "use_locking", "use_nesterov"))
       fused.attr["replica"].i = group
       fused.attr["stagger"].i = builder.num_groups
-      fused.attr["num_replicas"].i = builder.num_replicas
-      fused.attr["barrier"].s = state.barrier.encode()
+      fused.attr["num_replicas"].i = len(target.replicas)
+      fused.attr["barrier"].s = target.barrier.encode()
       return extra + [fused]
     # This task's replica's correction buffer.
     handle = builder.replica_variable_node(
@@ -210,7 +249,7 @@ class SMA(base.Algorithm):
                              device=node.device),
         "TensorBowReplicaVarHandle", state.correction, aux)
     correction = handle.name + ":0"
-    central = aux(f"{ext}/central", state.central_value)
+    central = aux(f"{ext}{target.key}/central", target.value)
     if state.corrections is None:
       state.corrections = state.correction.handles()
       if builder.is_seeded(var.name):
@@ -239,14 +278,43 @@ class SMA(base.Algorithm):
                     [data[0], correction, "^" + inner.name])]
     # The leader takes the apply op's name, so what waited for the apply op
     # (the user's train op, a global step) waits for the central update.
-    leader = make(node.name, _SMA_OPS["leader"][resource], [
-        aux(f"{ext}/central_var", central_var),
-        aux(f"{ext}/central_prev", state.central_prev)
-    ] + [aux(f"{ext}/corrections_{i}", c)
-         for i, c in enumerate(state.corrections)] + [momentum, "^" + step])
-    leader.attr["N"].i = builder.num_replicas
-    leader.attr["barrier"].s = state.barrier.encode()
+    leader = make(node.name, _SMA_OPS["leader"][target.resource], [
+        aux(f"{ext}{target.key}/central_var", target.var),
+        aux(f"{ext}{target.key}/central_prev", target.prev)
+    ] + [aux(f"{ext}/corrections_{r}", state.corrections[r])
+         for r in target.replicas] + [momentum, "^" + step])
+    leader.attr["N"].i = len(target.replicas)
+    leader.attr["barrier"].s = target.barrier.encode()
     return [handle] + nodes + [leader]
+
+  def device_sync(self, builder, state):
+    # Each device's wave moved its copy from the same base (the central
+    # model and its momentum term) by the sum of its replicas'
+    # corrections; the moves summed are the move of all L replicas.
+    if not state.devices:
+      return None
+    var = builder.graph.get_operation_by_name(state.name)
+    dtype, _ = graph_util.dtype_and_shape(var)
+    # Half precision sums in float32, as the leader does.
+    wide = tf.float32 if dtype.size < 4 else dtype
+    central = graph_util.read(var)
+    prev = tf.raw_ops.ReadVariableOp(resource=state.central_prev, dtype=dtype)
+    z = tf.cast(central, wide)
+    base = z + self.central_momentum * (z - tf.cast(prev, wide))
+    moved = tf.add_n([
+        tf.cast(tf.raw_ops.ReadVariableOp(resource=c.var, dtype=dtype), wide)
+        - base for c in state.devices])
+    new = tf.cast(base + moved, dtype)
+    # Every read before any write: `new` waits for them all.
+    with tf.control_dependencies([new]):
+      # A copy: a reference variable's value is its buffer, written below.
+      keep = tf.raw_ops.AssignVariableOp(
+          resource=state.central_prev, value=tf.raw_ops.DeepCopy(x=central))
+    with tf.control_dependencies([keep]):
+      assigns = [graph_util.assign(var, new)] + [
+          tf.raw_ops.AssignVariableOp(resource=c.var, value=new)
+          for c in state.devices]
+    return tf.group(keep, *assigns, name=f"device_sum/{state.name}")
 
   def worker_sync(self, builder, state):
     # Every worker's wave moved its central model from the same `base`
@@ -278,6 +346,11 @@ class SMA(base.Algorithm):
     if state.central_next is not None:
       ops.append(tf.raw_ops.AssignVariableOp(resource=state.central_next,
                                              value=zeros))
+    for c in state.devices:
+      ops += [tf.raw_ops.AssignVariableOp(resource=c.var, value=value),
+              tf.raw_ops.AssignVariableOp(resource=c.prev, value=value)]
+      if c.next is not None:
+        ops.append(tf.raw_ops.AssignVariableOp(resource=c.next, value=zeros))
     return ops
 
   def reseed_ops(self, builder, state, central, replicas):
@@ -297,13 +370,19 @@ class SMA(base.Algorithm):
     if not states:
       return []
     return [tb_ops.library().tensor_bow_reset_sma_barriers(
-        barriers=[s.barrier for s in states])]
+        barriers=[b for s in states
+                  for b in [s.barrier] + [c.barrier for c in s.devices]])]
 
   def state_parts(self, builder, state):
     name = state.name
     parts = [(f"{name}/sma/central_prev", state.central_prev)]
     if state.central_next is not None:
       parts.append((f"{name}/sma/central_next", state.central_next))
+    for d, c in enumerate(state.devices):
+      parts += [(f"{name}/sma/device_{d}/central", c.var),
+                (f"{name}/sma/device_{d}/central_prev", c.prev)]
+      if c.next is not None:
+        parts.append((f"{name}/sma/device_{d}/central_next", c.next))
     if state.corrections is not None:
       parts.append(([f"{name}/sma/correction_{r}"
                      for r in range(builder.num_replicas)], state.correction))

@@ -67,15 +67,21 @@ class Builder(object):
       none pinned to a device.
     devices: the session's CPU devices, CPU:0 first; with more than one
       copy and as many devices, copy g is pinned to device g.
+    placement: a `devices.Placement` of the replicas on the devices the
+      session was given, or None; then copy g is pinned to its group's
+      device, and the algorithm keeps state per device.
   """
 
   def __init__(self, graph, num_replicas, num_groups, share_variables=False,
-               devices=None):
+               devices=None, placement=None):
     self._graph = graph
     self._num_replicas = num_replicas
     self._shares = share_variables
     self._num_groups = (1 if share_variables and num_replicas == 1 else
                         max(1, num_groups))
+    self._placement = placement
+    if placement is not None:
+      devices = placement.group_names()
     self._devices = (list(devices[:self._num_groups])
                      if devices and not share_variables and
                      len(devices) >= self._num_groups > 1 else None)
@@ -111,6 +117,12 @@ class Builder(object):
   @property
   def num_replicas(self):
     return self._num_replicas
+
+  @property
+  def placement(self):
+    """The `devices.Placement` of the replicas on several devices, each
+    keeping its own copy of the central model, or None."""
+    return self._placement
 
   def device(self, group):
     """The device stream group `group`'s copy is pinned to, or None."""
