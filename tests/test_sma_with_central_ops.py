@@ -246,3 +246,56 @@ def test_uninitialised_next_buffer_is_an_error():
     with pytest.raises(tf.errors.FailedPreconditionError,
                        match="uninitialized variable 'next'"):
       sess.run(wave.ops[0], {wave.g[0]: np.ones(3, np.float32)})
+
+
+@pytest.mark.parametrize("kind", ["ref", "resource"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("devices", [1, 3])
+def test_sum_device_copies_is_the_central_update_of_all_devices(
+    kind, dtype, devices):
+  """TensorBow{,Resource}SumDeviceCopies against NumPy, twice in a row,
+  the second from what the first wrote: the central model, its previous
+  value and every copy."""
+  rng = np.random.RandomState(devices)
+  shape = (70000,)  # several of parallelFor's blocks
+  z0 = rng.uniform(-1, 1, shape).astype(dtype)
+  zp0 = rng.uniform(-1, 1, shape).astype(dtype)
+  graph = tf.Graph()
+  with graph.as_default():
+    if kind == "ref":
+      z = tf1.Variable(z0, use_resource=False, name="z")
+      central = z._ref()  # pylint: disable=protected-access
+    else:
+      z = tf1.get_variable("z", initializer=z0, use_resource=True)
+      central = z.handle
+    zp = tf1.get_variable("zp", initializer=zp0, use_resource=True)
+    copies = [tf1.get_variable(f"c{d}", initializer=z0, use_resource=True)
+              for d in range(devices)]
+    moves = [tf1.placeholder(dtype, shape) for _ in range(devices)]
+    # A wave: every copy moved from the same z.
+    wave = tf.group(*[c.assign(z.read_value() + m)
+                      for c, m in zip(copies, moves)])
+    library = tb_ops.library()
+    op = (library.tensor_bow_sum_device_copies if kind == "ref" else
+          library.tensor_bow_resource_sum_device_copies)
+    total = op(central, zp.handle, [c.handle for c in copies],
+               tf.constant(MU, dtype))
+    reads = [z.read_value(), zp.read_value()] + [c.read_value()
+                                                 for c in copies]
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      tol = dict(rtol=1e-3, atol=1e-3) if dtype == np.float16 else _tol(dtype)
+      for _ in range(2):
+        given = [rng.uniform(-0.1, 0.1, shape).astype(dtype)
+                 for _ in range(devices)]
+        sess.run(wave, dict(zip(moves, given)))
+        before = [v.astype(np.float64) for v in sess.run(reads)]
+        sess.run(total)
+        want_z = before[0]
+        base = want_z + MU * (want_z - before[1])
+        want = base + np.sum([c - base for c in before[2:]], axis=0)
+        got = sess.run(reads)
+        np.testing.assert_allclose(got[0], want, **tol)
+        np.testing.assert_array_equal(got[1], before[0].astype(dtype))
+        for c in got[2:]:
+          np.testing.assert_array_equal(c, got[0])

@@ -1,10 +1,11 @@
 // CPU kernels of the SMA ops fused with the central update
 // (TensorBowResourceApplySma{GradientDescent,Momentum}WithCentral; ops in
-// cc/ops/sma_ops.cc). Each replica's pass adds its correction to the wave's
+// cc/ops/sma_ops.cc), and of the sum across devices' central copies. Each replica's pass adds its correction to the wave's
 // next central model chunk by chunk; the last replica rotates the buffers.
 #define EIGEN_USE_THREADS
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -324,6 +325,85 @@ class ApplySmaWithCentralOp : public SmaOpBase {
 
 // Resource variables only: `next` is rotated by swapping the buffers of
 // resource variables.
+// TensorBow{,Resource}SumDeviceCopies: the second level of SMA over several
+// devices, in one pass over the elements. A copy's buffer is written in
+// place unless something else holds it (a read of the previous wave): then
+// the copy gets a new one.
+template <typename T>
+class SumDeviceCopiesOp : public SmaOpBase {
+ public:
+  using SmaOpBase::SmaOpBase;
+
+  void Compute(OpKernelContext* ctx) override {
+    std::vector<Tensor> vars;
+    tensorflow::Status status;
+    auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
+                                  {"central", "central_prev"}, &vars, &status);
+    OP_REQUIRES_OK(ctx, status);
+    T* z = vars[0].flat<T>().data();
+    T* zp = vars[1].flat<T>().data();
+    const int n = ctx->num_inputs() - 3;
+    const Tensor& momentum = ctx->input(2 + n);
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, momentum, "momentum"));
+    // Only this op and the seeding write the copies, never at once with a
+    // wave; their locks are held all the same.
+    std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> copies(n);
+    std::vector<std::unique_ptr<tsl::mutex_lock>> held;
+    std::vector<Tensor> sources(n);
+    std::vector<T*> targets(n);
+    for (int d = 0; d < n; ++d) {
+      OP_REQUIRES_OK(ctx, tensorflow::LookupResource(
+                              ctx, tensorflow::HandleFromInput(ctx, 2 + d),
+                              &copies[d]));
+      held.push_back(std::make_unique<tsl::mutex_lock>(*copies[d]->mu()));
+      Tensor* copy = copies[d]->tensor();
+      OP_REQUIRES_OK(ctx, CheckVariable<T>(ctx, 2 + d, "copies",
+                                           copies[d]->is_initialized,
+                                           copy->dtype()));
+      OP_REQUIRES_OK(ctx, CheckSameShape(ctx, vars[0], *copy, "copies"));
+      if (!copy->RefCountIsOne()) {
+        sources[d] = *copy;
+        Tensor fresh;
+        OP_REQUIRES_OK(ctx, ctx->allocate_temp(copy->dtype(), copy->shape(),
+                                               &fresh));
+        *copy = fresh;
+      } else {
+        sources[d] = *copy;
+      }
+      targets[d] = copy->flat<T>().data();
+    }
+    std::vector<const T*> from(n);
+    for (int d = 0; d < n; ++d) from[d] = sources[d].flat<T>().data();
+    using W = functor::WideT<T>;
+    const W mu = functor::Widen(momentum.scalar<T>()());
+    ctx->eigen_device<CPUDevice>().parallelFor(
+        vars[0].NumElements(), functor::ElementCost<T>(2 + n, 2 + n, 4 + 2 * n),
+        [&](Index first, Index last) {
+          for (Index i = first; i < last; ++i) {
+            const W zi = functor::Widen(z[i]);
+            const W base = zi + mu * (zi - functor::Widen(zp[i]));
+            W sum = base;
+            for (int d = 0; d < n; ++d) sum += functor::Widen(from[d][i]) - base;
+            const T out = static_cast<T>(sum);
+            zp[i] = z[i];
+            z[i] = out;
+            for (int d = 0; d < n; ++d) targets[d][i] = out;
+          }
+        });
+    MaybeForwardRef(ctx);
+  }
+};
+
+#define TENSORBOW_REGISTER_SUM(T)                                         \
+  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowSumDeviceCopies",              \
+                                 "TensorBowResourceSumDeviceCopies", T,   \
+                                 SumDeviceCopiesOp<T>)
+TENSORBOW_REGISTER_SUM(Eigen::half)
+TENSORBOW_REGISTER_SUM(Eigen::bfloat16)
+TENSORBOW_REGISTER_SUM(float)
+TENSORBOW_REGISTER_SUM(double)
+#undef TENSORBOW_REGISTER_SUM
+
 #define TENSORBOW_REGISTER_WITH_CENTRAL(op, T, kMomentum, kOuter) \
   REGISTER_KERNEL_BUILDER(                                        \
       Name(op).Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \

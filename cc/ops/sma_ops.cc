@@ -271,6 +271,30 @@ correction buffers and starts the count again. `barrier` names the count.
 )doc");
     });
 
+// ---- The sum across devices' copies of the central model -------------------
+
+const bool kSumDeviceCopies = RegisterPair(
+    "TensorBowSumDeviceCopies", "TensorBowResourceSumDeviceCopies",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("central"))
+          .Input("central_prev: resource")
+          .Input("copies: N * resource")
+          .Input("momentum: T");
+      form.RefOutput(op);
+      op.Attr("T: {half, bfloat16, float, double}")
+          .Attr("N: int >= 1")
+          .Attr("use_locking: bool = false")
+          .SetShapeFn([form](InferenceContext* c) {
+            return FormShape(form, c, {0}, {1}, {}, {c->num_inputs() - 1});
+          })
+          .Doc(R"doc(
+After a wave on N devices, each of which moved its copy of the central model
+from base = central + momentum * (central - central_prev):
+central_new = base + sum over the copies of (copy - base);
+central_prev = central; central = central_new; every copy = central_new.
+)doc");
+    });
+
 }  // namespace
 
 // ---- SMA fused with the step and the central update (resource only) --------

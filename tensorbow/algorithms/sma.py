@@ -295,26 +295,13 @@ class SMA(base.Algorithm):
       return None
     var = builder.graph.get_operation_by_name(state.name)
     dtype, _ = graph_util.dtype_and_shape(var)
-    # Half precision sums in float32, as the leader does.
-    wide = tf.float32 if dtype.size < 4 else dtype
-    central = graph_util.read(var)
-    prev = tf.raw_ops.ReadVariableOp(resource=state.central_prev, dtype=dtype)
-    z = tf.cast(central, wide)
-    base = z + self.central_momentum * (z - tf.cast(prev, wide))
-    moved = tf.add_n([
-        tf.cast(tf.raw_ops.ReadVariableOp(resource=c.var, dtype=dtype), wide)
-        - base for c in state.devices])
-    new = tf.cast(base + moved, dtype)
-    # Every read before any write: `new` waits for them all.
-    with tf.control_dependencies([new]):
-      # A copy: a reference variable's value is its buffer, written below.
-      keep = tf.raw_ops.AssignVariableOp(
-          resource=state.central_prev, value=tf.raw_ops.DeepCopy(x=central))
-    with tf.control_dependencies([keep]):
-      assigns = [graph_util.assign(var, new)] + [
-          tf.raw_ops.AssignVariableOp(resource=c.var, value=new)
-          for c in state.devices]
-    return tf.group(keep, *assigns, name=f"device_sum/{state.name}")
+    op = (tb_ops.library().tensor_bow_resource_sum_device_copies
+          if var.type == "VarHandleOp" else
+          tb_ops.library().tensor_bow_sum_device_copies)
+    out = op(var.outputs[0], state.central_prev, [c.var for c in state.devices],
+             builder.constant(self.central_momentum, dtype),
+             name=f"device_sum/{state.name}")
+    return out if isinstance(out, tf.Operation) else out.op
 
   def worker_sync(self, builder, state):
     # Every worker's wave moved its central model from the same `base`
