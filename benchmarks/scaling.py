@@ -1,10 +1,14 @@
-"""Scaling over workers, measured against the scaling model's prediction
-(tensorbow/scaling.py: Lemma 3.1 of the HTC guidelines, GaDei's bandwidth
-rule).
+"""Scaling over workers, or over devices of one process, measured against
+the scaling model's prediction (tensorbow/scaling.py: Lemma 3.1 of the HTC
+guidelines, GaDei's bandwidth rule).
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.scaling \
-        [--models lenet,resnet32] [--workers 1,2,4] [--waves 30] \
-        [--repeats 3]
+        [--models lenet,resnet32] [--workers 1,2,4 | --devices 1,2,4] \
+        [--waves 30] [--repeats 3]
+
+With `--devices`, each count D is one process of D logical CPU devices
+(`TensorBowSession(devices=...)`), `--replicas` replicas on each, and its
+T_O is the sum across the devices' copies of the central model.
 
 For each model and each W it starts W workers on this machine (as
 `tensorbow-run --workers W` does, one intra-op thread each), every worker
@@ -46,8 +50,15 @@ def worker(args):
   shape = SHAPES[args.model]
   build = lenet.build if args.model == "lenet" else resnet32.build
   model = build(shape, 10, 0.01)
-  sess = tb.TensorBowSession(replicas=args.replicas)
-  rows = args.replicas * args.batch_size * args.num_workers
+  devices = args.num_devices
+  if devices > 1:
+    sess = tb.TensorBowSession(
+        replicas=args.replicas * devices,
+        config=tf.compat.v1.ConfigProto(device_count={"CPU": devices}),
+        devices=[f"/cpu:{d}" for d in range(devices)])
+  else:
+    sess = tb.TensorBowSession(replicas=args.replicas)
+  rows = args.replicas * args.batch_size * args.num_workers * devices
   rng = np.random.RandomState(0)
   images = rng.rand(rows, *shape).astype(np.float32)
   labels = rng.randint(0, 10, rows)
@@ -74,22 +85,24 @@ def worker(args):
   sess.close()
 
 
-def _command(args, model, workers):
+def _command(args, model, workers, devices=1):
   return [sys.executable, "-m", "benchmarks.scaling", "--worker",
           "--model", model, "--num_workers", str(workers),
+          "--num_devices", str(devices),
           "--replicas", str(args.replicas),
           "--batch_size", str(args.batch_size), "--waves", str(args.waves),
           "--warmup", str(args.warmup)]
 
 
-def measure(args, model, workers):
+def measure(args, model, workers, devices=1):
   """Per worker, its TIMING dict."""
   from tensorbow import launch  # pylint: disable=g-import-not-at-top
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
   if workers == 1:
     env.pop("TF_CONFIG", None)
     env["TF_NUM_INTRAOP_THREADS"] = "1"
-    text = subprocess.run(_command(args, model, 1), env=env, cwd=ROOT,
+    text = subprocess.run(_command(args, model, 1, devices), env=env,
+                          cwd=ROOT,
                           capture_output=True, text=True,
                           check=True).stdout
   else:
@@ -107,6 +120,9 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--models", default="lenet,resnet32")
   parser.add_argument("--workers", default="1,2,4")
+  parser.add_argument("--devices", default="",
+                      help="device counts of one process, instead of "
+                      "workers")
   parser.add_argument("--replicas", type=int, default=2)
   parser.add_argument("--batch_size", type=int, default=4,
                       help="rows per replica")
@@ -120,16 +136,21 @@ def main(argv=None):
   parser.add_argument("--model", help=argparse.SUPPRESS)
   parser.add_argument("--num_workers", type=int, default=1,
                       help=argparse.SUPPRESS)
+  parser.add_argument("--num_devices", type=int, default=1,
+                      help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.worker:
     worker(args)
     return
-  counts = [int(w) for w in args.workers.split(",")]
+  over_devices = bool(args.devices)
+  counts = [int(w) for w in (args.devices or args.workers).split(",")]
+  member = "device" if over_devices else "worker"
   print(f"machine: {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores; {args.replicas} replicas x "
-        f"{args.batch_size} rows per worker, {args.waves} waves timed, "
+        f"{args.batch_size} rows per {member}, {args.waves} waves timed, "
         f"median of {args.repeats}")
-  print("| model | W | wave ms | T_C ms | T_O ms | r_W | t(1)/t(W) | "
+  print(f"| model | {'D' if over_devices else 'W'} | wave ms | T_C ms | "
+        "T_O ms | r_W | t(1)/t(W) | "
         "sync efficiency at r_W | predicted alpha(W) at r | "
         "GaDei B_w MB/s |")
   print("|---|---|---|---|---|---|---|---|---|---|")
@@ -137,7 +158,9 @@ def main(argv=None):
     runs = {w: [] for w in counts}
     for _ in range(args.repeats):
       for w in counts:
-        runs[w].append(max(measure(args, model, w), key=lambda t: t["wave"]))
+        timings = (measure(args, model, 1, w) if over_devices else
+                   measure(args, model, w))
+        runs[w].append(max(timings, key=lambda t: t["wave"]))
     rows = {w: sorted(r, key=lambda t: t["wave"])[len(r) // 2]
             for w, r in runs.items()}
     base = rows[counts[0]]["wave"]
