@@ -57,7 +57,7 @@ class TensorBowSession(compat.SessionInterface):
       re-seeded from the central model, with a warning).
     cluster_timeout: with a cluster of workers (`TF_CONFIG`), the seconds
       a wave waits for the other workers before it fails.
-    devices: None (one device, as TensorFlow places the model), or the
+    devices: None or one device (TensorFlow places the model), or the
       devices to spread the replicas over, such as ["/cpu:0", "/cpu:1"]
       (with `ConfigProto(device_count={"CPU": 2})`): each keeps its own copy
       of the central model for its replicas, and after each wave the
@@ -95,12 +95,14 @@ class TensorBowSession(compat.SessionInterface):
                                         graph=self._exec.graph, config=config)
     self._config = compat.session_config(self._session)  # TF's if None
     try:
-      self._devices = (tb_devices.resolve(
+      named = (tb_devices.resolve(
           devices, [d.name for d in self._session.list_devices()])
-                       if devices and len(devices) > 1 else None)
+               if devices else None)
     except ValueError:
       self._session.close()
       raise
+    # One device named is checked, and trains as without devices.
+    self._devices = named if named and len(named) > 1 else None
     self._nonfinite = nonfinite
     self._lock = threading.RLock()
     self._router = routing.Router(self._graph, self._exec, self._lock)

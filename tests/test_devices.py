@@ -171,6 +171,7 @@ def test_writes_and_checkpoints_between_waves_as_on_one_device(
 
 @pytest.mark.parametrize("options, message", [
     (dict(devices=["/cpu:0", "/cpu:7"]), "'/cpu:7' names no device"),
+    (dict(devices=["/gpu:0"]), "'/gpu:0' names no device"),
     (dict(devices=["/cpu:1", "/device:CPU:1"]), "named twice"),
     (dict(devices="/cpu:0"), "must be a list"),
     (dict(devices=[]), "non-empty list"),
