@@ -323,8 +323,6 @@ class ApplySmaWithCentralOp : public SmaOpBase {
   std::string barrier_name_;
 };
 
-// Resource variables only: `next` is rotated by swapping the buffers of
-// resource variables.
 // TensorBow{,Resource}SumDeviceCopies: the second level of SMA over several
 // devices, in one pass over the elements. A copy's buffer is written in
 // place unless something else holds it (a read of the previous wave): then
@@ -404,6 +402,8 @@ TENSORBOW_REGISTER_SUM(float)
 TENSORBOW_REGISTER_SUM(double)
 #undef TENSORBOW_REGISTER_SUM
 
+// Resource variables only: `next` is rotated by swapping the buffers of
+// resource variables.
 #define TENSORBOW_REGISTER_WITH_CENTRAL(op, T, kMomentum, kOuter) \
   REGISTER_KERNEL_BUILDER(                                        \
       Name(op).Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
