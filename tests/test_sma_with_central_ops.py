@@ -30,9 +30,10 @@ class Wave(object):
   """L replicas of one variable and their fused ops, in a graph of its own."""
 
   def __init__(self, optimizer, dtype, shape, use_locking=False, seed=0,
-               outer=False):
+               outer=False, kind="resource"):
     self.optimizer = optimizer
     self.outer = outer
+    self.kind = kind
     self.dtype = dtype
     rng = np.random.RandomState(seed)
     self.z0 = rng.uniform(-1, 1, shape).astype(dtype)
@@ -46,8 +47,13 @@ class Wave(object):
       self.z = var("z", self.z0)
       self.zp = var("z_prev", self.z0)
       self.next = var("next", np.zeros(shape, dtype))
-      self.w = [var(f"w{r}", w) for r, w in enumerate(self.w0)]
-      self.a = [var(f"a{r}", np.zeros(shape, dtype)) for r in range(L)]
+      # The replicas' variables: as the kind asks (the central model's
+      # buffers are resource variables in both forms of the ops).
+      own = var if kind == "resource" else (
+          lambda name, value: tf1.Variable(value, name=name,
+                                           use_resource=False))
+      self.w = [own(f"w{r}", w) for r, w in enumerate(self.w0)]
+      self.a = [own(f"a{r}", np.zeros(shape, dtype)) for r in range(L)]
       self.g = [tf1.placeholder(dtype, None, name=f"g{r}") for r in range(L)]
       # The Outer forms' factors: the gradient is x[r]ᵀ·dy[r].
       self.x = [tf1.placeholder(dtype, None, name=f"x{r}") for r in range(L)]
@@ -72,6 +78,24 @@ class Wave(object):
     central = (self.z.handle, self.zp.handle, self.next.handle)
     attrs = dict(replica=r, num_replicas=L, barrier="b",
                  use_locking=use_locking)
+    if self.kind == "ref":
+      lib, w = tb_ops.library(), self.w[r]._ref()  # pylint: disable=protected-access
+      a = self.a[r]._ref()  # pylint: disable=protected-access
+      nesterov = dict(use_nesterov=self.optimizer == "nesterov")
+      if self.outer and self.optimizer == "sgd":
+        return lib.tensor_bow_apply_sma_gradient_descent_outer_with_central(
+            w, *central, c(ALPHA), c(LR), self.x[r], self.dy[r], c(MU),
+            **attrs).op
+      if self.outer:
+        return lib.tensor_bow_apply_sma_momentum_outer_with_central(
+            w, a, *central, c(ALPHA), c(LR), self.x[r], self.dy[r],
+            c(MOMENTUM), c(MU), **nesterov, **attrs).op
+      if self.optimizer == "sgd":
+        return lib.tensor_bow_apply_sma_gradient_descent_with_central(
+            w, *central, c(ALPHA), c(LR), self.g[r], c(MU), **attrs).op
+      return lib.tensor_bow_apply_sma_momentum_with_central(
+          w, a, *central, c(ALPHA), c(LR), self.g[r], c(MOMENTUM), c(MU),
+          **nesterov, **attrs).op
     if self.outer:
       lib = tb_ops.library()
       if self.optimizer == "sgd":
@@ -112,20 +136,45 @@ def reference_wave(optimizer, z, zp, ws, accums, grads):
   return z_new, z, new_ws, new_accums
 
 
-# (200, 300) as a gradient's factors: 54 rows a chunk, the last one short.
-@pytest.mark.parametrize("concurrent", [True, False],
-                         ids=["one-run", "one-by-one"])
-@pytest.mark.parametrize("use_locking", [False, True],
-                         ids=["unlocked", "locked"])
-@pytest.mark.parametrize("shape,outer", [
+# Every *WithCentral form: locked or not, SGD or momentum, plain or with
+# the gradient as factors; (200, 300) as a gradient's factors: 54 rows a
+# chunk, the last one short.
+LOCKING = pytest.mark.parametrize("use_locking", [False, True],
+                                  ids=["unlocked", "locked"])
+SHAPES = pytest.mark.parametrize("shape,outer", [
     ((3,), False), ((200, 300), False), ((3, 5), True), ((200, 300), True)
 ], ids=["3", "200x300", "3x5-outer", "200x300-outer"])
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "nesterov"])
+OPTIMIZERS = pytest.mark.parametrize("optimizer",
+                                     ["sgd", "momentum", "nesterov"])
+
+
+@pytest.mark.parametrize("concurrent", [True, False],
+                         ids=["one-run", "one-by-one"])
+@LOCKING
+@SHAPES
+@OPTIMIZERS
 @pytest.mark.parametrize("dtype", [np.float32, np.float64],
                          ids=["f32", "f64"])
 def test_waves_match_numpy(dtype, optimizer, shape, outer, use_locking,
                            concurrent):
-  wave = Wave(optimizer, dtype, shape, use_locking, outer=outer)
+  _check_waves(Wave(optimizer, dtype, shape, use_locking, outer=outer),
+               concurrent)
+
+
+@LOCKING
+@SHAPES
+@OPTIMIZERS
+def test_reference_variable_waves_match_numpy(optimizer, shape, outer,
+                                              use_locking):
+  """The reference form: the replicas' variables (and accumulators) by
+  reference, the central model's buffers resource variables."""
+  _check_waves(Wave(optimizer, np.float32, shape, use_locking, outer=outer,
+                    kind="ref"), concurrent=True)
+
+
+def _check_waves(wave, concurrent):
+  """Three waves of `wave` against reference_wave."""
+  dtype, optimizer, shape = wave.dtype, wave.optimizer, wave.z0.shape
   rng = np.random.RandomState(1)
   z, zp = wave.z0.astype(np.float64), wave.z0.astype(np.float64)
   ws = [w.astype(np.float64) for w in wave.w0]

@@ -1,7 +1,8 @@
 // CPU kernels of the SMA ops fused with the central update
-// (TensorBowResourceApplySma{GradientDescent,Momentum}WithCentral; ops in
-// cc/ops/sma_ops.cc), and of the sum across devices' central copies. Each replica's pass adds its correction to the wave's
-// next central model chunk by chunk; the last replica rotates the buffers.
+// (TensorBow{,Resource}ApplySma{GradientDescent,Momentum}[Outer]WithCentral;
+// ops in cc/ops/sma_ops.cc), and of the sum across devices' central copies.
+// Each replica's pass adds its correction to the wave's next central model
+// chunk by chunk; the last replica rotates the buffers.
 #define EIGEN_USE_THREADS
 
 #include <algorithm>
@@ -222,6 +223,7 @@ class ApplySmaWithCentralOp : public SmaOpBase {
     if (barrier->Arrive(num_replicas_)) {
       OP_REQUIRES_OK(ctx, Rotate(ctx, central_index));
     }
+    MaybeForwardRef(ctx);
   }
 
  private:
@@ -402,22 +404,18 @@ TENSORBOW_REGISTER_SUM(float)
 TENSORBOW_REGISTER_SUM(double)
 #undef TENSORBOW_REGISTER_SUM
 
-// Resource variables only: `next` is rotated by swapping the buffers of
-// resource variables.
-#define TENSORBOW_REGISTER_WITH_CENTRAL(op, T, kMomentum, kOuter) \
-  REGISTER_KERNEL_BUILDER(                                        \
-      Name(op).Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      (ApplySmaWithCentralOp<T, kMomentum, kOuter>));
-#define TENSORBOW_REGISTER_CPU(T)                                            \
-  TENSORBOW_REGISTER_WITH_CENTRAL(                                           \
-      "TensorBowResourceApplySmaGradientDescentWithCentral", T, false, false) \
-  TENSORBOW_REGISTER_WITH_CENTRAL(                                           \
-      "TensorBowResourceApplySmaMomentumWithCentral", T, true, false)        \
-  TENSORBOW_REGISTER_WITH_CENTRAL(                                           \
-      "TensorBowResourceApplySmaGradientDescentOuterWithCentral", T, false,  \
-      true)                                                                  \
-  TENSORBOW_REGISTER_WITH_CENTRAL(                                           \
-      "TensorBowResourceApplySmaMomentumOuterWithCentral", T, true, true)
+// The replica's variables by reference or handle; `next` is rotated by
+// swapping the buffers of resource variables.
+#define TENSORBOW_REGISTER_WITH_CENTRAL(op, T, kMomentum, kOuter)           \
+  TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApply" op "WithCentral",          \
+                                 "TensorBowResourceApply" op "WithCentral", \
+                                 T,                                          \
+                                 (ApplySmaWithCentralOp<T, kMomentum, kOuter>))
+#define TENSORBOW_REGISTER_CPU(T)                                          \
+  TENSORBOW_REGISTER_WITH_CENTRAL("SmaGradientDescent", T, false, false)   \
+  TENSORBOW_REGISTER_WITH_CENTRAL("SmaMomentum", T, true, false)           \
+  TENSORBOW_REGISTER_WITH_CENTRAL("SmaGradientDescentOuter", T, false, true) \
+  TENSORBOW_REGISTER_WITH_CENTRAL("SmaMomentumOuter", T, true, true)
 
 TENSORBOW_REGISTER_CPU(float)
 TENSORBOW_REGISTER_CPU(double)

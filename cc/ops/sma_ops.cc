@@ -295,30 +295,45 @@ central_prev = central; central = central_new; every copy = central_new.
 )doc");
     });
 
-}  // namespace
 
-// ---- SMA fused with the step and the central update (resource only) --------
+// ---- SMA fused with the step and the central update ------------------------
+// The replica's variables come as references or handles; the central
+// model's three buffers are always resource variables, rotated by swapping.
 
-REGISTER_OP("TensorBowResourceApplySmaGradientDescentWithCentral")
-    .Input("var: resource")
-    .Input("central: resource")
-    .Input("central_prev: resource")
-    .Input("next: resource")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("delta: T")
-    .Input("central_momentum: T")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .Attr("replica: int >= 0")
-    .Attr("num_replicas: int >= 1")
-    .Attr("stagger: int >= 0 = 0")
-    .Attr("barrier: string")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {}, {0, 1, 2, 3}, {6}, {4, 5, 7});
-    })
-    .Doc(R"doc(
+// The central model's buffers, after the replica's variables.
+void CentralInputs(OpDefBuilderWrapper& op) {
+  op.Input("central: resource")
+      .Input("central_prev: resource")
+      .Input("next: resource");
+}
+
+// What every *WithCentral op has after its inputs.
+void WithCentralAttrs(OpDefBuilderWrapper& op, const Form& form,
+                      bool momentum) {
+  form.RefOutput(op);
+  op.Attr("T: {float, double}").Attr("use_locking: bool = false");
+  if (momentum) op.Attr("use_nesterov: bool = false");
+  op.Attr("replica: int >= 0")
+      .Attr("num_replicas: int >= 1")
+      .Attr("stagger: int >= 0 = 0")
+      .Attr("barrier: string")
+      .SetIsStateful();
+}
+
+const bool kApplySmaGradientDescentWithCentral = RegisterPair(
+    "TensorBowApplySmaGradientDescentWithCentral",
+    "TensorBowResourceApplySmaGradientDescentWithCentral",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var"));
+      CentralInputs(op);
+      op.Input("alpha: T")
+          .Input("lr: T")
+          .Input("delta: T")
+          .Input("central_momentum: T");
+      WithCentralAttrs(op, form, /*momentum=*/false);
+      op.SetShapeFn([form](InferenceContext* c) {
+          return FormShape(form, c, {0}, {1, 2, 3}, {6}, {4, 5, 7});
+        }).Doc(R"doc(
 Replica `replica`'s SGD step with its SMA correction and its share of the
 central update, in one pass over memory:
 c = alpha * (var - central); var = var - lr * delta - c;
@@ -330,87 +345,71 @@ count, reset by TensorBowResetSmaBarriers. The pass starts at the
 `replica`-th of `stagger` (0: num_replicas) evenly spaced positions, so
 that ops run at once by different stream groups start apart.
 )doc");
+    });
 
-REGISTER_OP("TensorBowResourceApplySmaMomentumWithCentral")
-    .Input("var: resource")
-    .Input("accum: resource")
-    .Input("central: resource")
-    .Input("central_prev: resource")
-    .Input("next: resource")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("grad: T")
-    .Input("momentum: T")
-    .Input("central_momentum: T")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .Attr("use_nesterov: bool = false")
-    .Attr("replica: int >= 0")
-    .Attr("num_replicas: int >= 1")
-    .Attr("stagger: int >= 0 = 0")
-    .Attr("barrier: string")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {}, {0, 1, 2, 3, 4}, {7}, {5, 6, 8, 9});
-    })
-    .Doc(R"doc(
-As TensorBowResourceApplySmaGradientDescentWithCentral with the momentum
-step of TensorBowResourceApplySmaMomentum:
+const bool kApplySmaMomentumWithCentral = RegisterPair(
+    "TensorBowApplySmaMomentumWithCentral",
+    "TensorBowResourceApplySmaMomentumWithCentral",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var")).Input(form.Variable("accum"));
+      CentralInputs(op);
+      op.Input("alpha: T")
+          .Input("lr: T")
+          .Input("grad: T")
+          .Input("momentum: T")
+          .Input("central_momentum: T");
+      WithCentralAttrs(op, form, /*momentum=*/true);
+      op.SetShapeFn([form](InferenceContext* c) {
+          return FormShape(form, c, {0, 1}, {2, 3, 4}, {7}, {5, 6, 8, 9});
+        }).Doc(R"doc(
+As TensorBow{,Resource}ApplySmaGradientDescentWithCentral with the momentum
+step of TensorBow{,Resource}ApplySmaMomentum:
 accum = momentum * accum + grad; var = var - lr * accum - c (or Nesterov's).
 )doc");
+    });
 
-REGISTER_OP("TensorBowResourceApplySmaGradientDescentOuterWithCentral")
-    .Input("var: resource")
-    .Input("central: resource")
-    .Input("central_prev: resource")
-    .Input("next: resource")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("a: T")
-    .Input("b: T")
-    .Input("central_momentum: T")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .Attr("replica: int >= 0")
-    .Attr("num_replicas: int >= 1")
-    .Attr("stagger: int >= 0 = 0")
-    .Attr("barrier: string")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {}, {0, 1, 2, 3}, {}, {4, 5, 8}, 6);
-    })
-    .Doc(R"doc(
-TensorBowResourceApplySmaGradientDescentWithCentral with delta = aᵀ·b,
+const bool kApplySmaGradientDescentOuterWithCentral = RegisterPair(
+    "TensorBowApplySmaGradientDescentOuterWithCentral",
+    "TensorBowResourceApplySmaGradientDescentOuterWithCentral",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var"));
+      CentralInputs(op);
+      op.Input("alpha: T")
+          .Input("lr: T")
+          .Input("a: T")
+          .Input("b: T")
+          .Input("central_momentum: T");
+      WithCentralAttrs(op, form, /*momentum=*/false);
+      op.SetShapeFn([form](InferenceContext* c) {
+          return FormShape(form, c, {0}, {1, 2, 3}, {}, {4, 5, 8}, 6);
+        }).Doc(R"doc(
+TensorBow{,Resource}ApplySmaGradientDescentWithCentral with delta = aᵀ·b,
 never materialised: for a dense layer y = x·W, a = x and b = dy.
 )doc");
+    });
 
-REGISTER_OP("TensorBowResourceApplySmaMomentumOuterWithCentral")
-    .Input("var: resource")
-    .Input("accum: resource")
-    .Input("central: resource")
-    .Input("central_prev: resource")
-    .Input("next: resource")
-    .Input("alpha: T")
-    .Input("lr: T")
-    .Input("a: T")
-    .Input("b: T")
-    .Input("momentum: T")
-    .Input("central_momentum: T")
-    .Attr("T: {float, double}")
-    .Attr("use_locking: bool = false")
-    .Attr("use_nesterov: bool = false")
-    .Attr("replica: int >= 0")
-    .Attr("num_replicas: int >= 1")
-    .Attr("stagger: int >= 0 = 0")
-    .Attr("barrier: string")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      return SmaShape(c, {}, {0, 1, 2, 3, 4}, {}, {5, 6, 9, 10}, 7);
-    })
-    .Doc(R"doc(
-TensorBowResourceApplySmaMomentumWithCentral with grad = aᵀ·b, never
+const bool kApplySmaMomentumOuterWithCentral = RegisterPair(
+    "TensorBowApplySmaMomentumOuterWithCentral",
+    "TensorBowResourceApplySmaMomentumOuterWithCentral",
+    [](OpDefBuilderWrapper& op, const Form& form) {
+      op.Input(form.Variable("var")).Input(form.Variable("accum"));
+      CentralInputs(op);
+      op.Input("alpha: T")
+          .Input("lr: T")
+          .Input("a: T")
+          .Input("b: T")
+          .Input("momentum: T")
+          .Input("central_momentum: T");
+      WithCentralAttrs(op, form, /*momentum=*/true);
+      op.SetShapeFn([form](InferenceContext* c) {
+          return FormShape(form, c, {0, 1}, {2, 3, 4}, {}, {5, 6, 9, 10}, 7);
+        }).Doc(R"doc(
+TensorBow{,Resource}ApplySmaMomentumWithCentral with grad = aᵀ·b, never
 materialised.
 )doc");
+    });
+
+}  // namespace
 
 REGISTER_OP("TensorBowResetSmaBarriers")
     .Attr("barriers: list(string)")
