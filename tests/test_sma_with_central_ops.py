@@ -321,9 +321,13 @@ def test_sum_device_copies_is_the_central_update_of_all_devices(
     copies = [tf1.get_variable(f"c{d}", initializer=z0, use_resource=True)
               for d in range(devices)]
     moves = [tf1.placeholder(dtype, shape) for _ in range(devices)]
-    # A wave: every copy moved from the same z.
-    wave = tf.group(*[c.assign(z.read_value() + m)
-                      for c, m in zip(copies, moves)])
+    # A wave: every copy moved from the same z; the first copy's value also
+    # assigned to a variable the op does not take, which may then share
+    # its buffer: the sum must not write through it.
+    moved = [z.read_value() + m for m in moves]
+    other = tf1.get_variable("other", initializer=z0, use_resource=True)
+    wave = tf.group(*[c.assign(v) for c, v in zip(copies, moved)],
+                    other.assign(moved[0]))
     library = tb_ops.library()
     op = (library.tensor_bow_sum_device_copies if kind == "ref" else
           library.tensor_bow_resource_sum_device_copies)
@@ -340,6 +344,7 @@ def test_sum_device_copies_is_the_central_update_of_all_devices(
         sess.run(wave, dict(zip(moves, given)))
         before = [v.astype(np.float64) for v in sess.run(reads)]
         sess.run(total)
+        np.testing.assert_array_equal(sess.run(other), before[2])
         want_z = before[0]
         base = want_z + MU * (want_z - before[1])
         want = base + np.sum([c - base for c in before[2:]], axis=0)

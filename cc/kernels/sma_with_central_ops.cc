@@ -349,7 +349,8 @@ class SumDeviceCopiesOp : public SmaOpBase {
     // wave; their locks are held all the same.
     std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> copies(n);
     std::vector<std::unique_ptr<tsl::mutex_lock>> held;
-    std::vector<Tensor> sources(n);
+    std::vector<Tensor> sources(n);  // the values read, kept alive
+    std::vector<const T*> from(n);
     std::vector<T*> targets(n);
     for (int d = 0; d < n; ++d) {
       OP_REQUIRES_OK(ctx, tensorflow::LookupResource(
@@ -361,19 +362,15 @@ class SumDeviceCopiesOp : public SmaOpBase {
                                            copies[d]->is_initialized,
                                            copy->dtype()));
       OP_REQUIRES_OK(ctx, CheckSameShape(ctx, vars[0], *copy, "copies"));
-      if (!copy->RefCountIsOne()) {
-        sources[d] = *copy;
-        Tensor fresh;
+      const bool shared = !copy->RefCountIsOne();  // before sources holds it
+      sources[d] = *copy;
+      from[d] = sources[d].flat<T>().data();
+      if (shared) {
         OP_REQUIRES_OK(ctx, ctx->allocate_temp(copy->dtype(), copy->shape(),
-                                               &fresh));
-        *copy = fresh;
-      } else {
-        sources[d] = *copy;
+                                               copy));
       }
       targets[d] = copy->flat<T>().data();
     }
-    std::vector<const T*> from(n);
-    for (int d = 0; d < n; ++d) from[d] = sources[d].flat<T>().data();
     using W = functor::WideT<T>;
     const W mu = functor::Widen(momentum.scalar<T>()());
     ctx->eigen_device<CPUDevice>().parallelFor(
