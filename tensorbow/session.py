@@ -148,6 +148,7 @@ class TensorBowSession(compat.SessionInterface):
                algorithm.shares_model)
       builder = tb_builder.Builder(
           self._exec.graph, replicas, groups, share,
+          placement.group_names() if placement is not None else
           _cpu_devices(self._session) if groups > 1 and not share else None,
           placement)
       state = tb_replicas.ReplicaState(builder, algorithm, share)

@@ -30,8 +30,9 @@ class Algorithm(object):
   # The replicas' tasks train the central model itself: nothing is
   # replicated, and each task's step lands as soon as the task finishes.
   shares_model = False
-  # The central models of several workers can be kept equal after each
-  # wave (worker_sync); an algorithm that cannot refuses a cluster.
+  # The central models of several workers (or devices) can be kept equal
+  # after each wave (worker_sync, device_sync); an algorithm that cannot
+  # refuses a cluster and devices=.
   spans_workers = False
 
   def __eq__(self, other):

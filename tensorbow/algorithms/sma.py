@@ -105,11 +105,11 @@ class _State(object):
 
 # The central model that a group's replicas correct against and update:
 # the user's variable, or a device's own copy. `key` tells the inputs of
-# different copies apart; `value` is its value read; `next` its buffer for
-# the fused ops (or None); `replicas` the replicas that update it.
+# different copies apart; `var` is a reference or a handle; `value` is its
+# value read; `next` its buffer for the fused ops (or None); `replicas` the
+# replicas that update it.
 _Central = collections.namedtuple("_Central", [
-    "key", "var", "prev", "next", "value", "barrier", "replicas",
-    "resource"])
+    "key", "var", "prev", "next", "value", "barrier", "replicas"])
 
 
 class SMA(base.Algorithm):
@@ -163,15 +163,16 @@ class SMA(base.Algorithm):
     scope = f"{builder.prefix}/sma/{var_op.name}"
     fused = (var_op.type == "VarHandleOp" and
              dtype.as_datatype_enum in _FUSABLE_TYPES)
+    placement = builder.placement
     state = _State(
         var_op.name,
         builder.replicated(f"{scope}/correction", dtype, shape),
         graph_util.resource(f"{scope}/central_prev", dtype, shape),
         tf.identity(graph_util.read(var_op), name=f"{scope}/central"),
+        # With devices, only the devices' copies take the fused ops' sums.
         (graph_util.resource(f"{scope}/central_next", dtype, shape)
-         if fused else None),
+         if fused and placement is None else None),
         f"{scope}/barrier")
-    placement = builder.placement
     for d in range(placement.num_devices if placement is not None else 0):
       # The user's variable holds the central model between waves; during
       # one, each device's replicas work on the device's copy.
@@ -184,7 +185,7 @@ class SMA(base.Algorithm):
           if fused else None,
           tf.raw_ops.ReadVariableOp(resource=copy, dtype=dtype,
                                     name=f"{at}/central_value"),
-          f"{at}/barrier", placement.replicas_of(d), True))
+          f"{at}/barrier", placement.replicas_of(d)))
     return state
 
   def _central(self, builder, state, var, group):
@@ -195,8 +196,7 @@ class SMA(base.Algorithm):
     return _Central("", user.outputs[0],
                     state.central_prev, state.central_next,
                     state.central_value, state.barrier,
-                    list(range(builder.num_replicas)),
-                    var.type == "VarHandleOp")
+                    list(range(builder.num_replicas)))
 
   def apply_nodes(self, builder, state, node, var, group, aux):
     # "T" for the apply ops; "dtype" for the resource writes of sparse
@@ -278,7 +278,8 @@ class SMA(base.Algorithm):
                     [data[0], correction, "^" + inner.name])]
     # The leader takes the apply op's name, so what waited for the apply op
     # (the user's train op, a global step) waits for the central update.
-    leader = make(node.name, _SMA_OPS["leader"][target.resource], [
+    by_handle = target.var.dtype == tf.resource
+    leader = make(node.name, _SMA_OPS["leader"][by_handle], [
         aux(f"{ext}{target.key}/central_var", target.var),
         aux(f"{ext}{target.key}/central_prev", target.prev)
     ] + [aux(f"{ext}/corrections_{r}", state.corrections[r])

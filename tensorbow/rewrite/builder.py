@@ -68,8 +68,8 @@ class Builder(object):
     devices: the session's CPU devices, CPU:0 first; with more than one
       copy and as many devices, copy g is pinned to device g.
     placement: a `devices.Placement` of the replicas on the devices the
-      session was given, or None; then copy g is pinned to its group's
-      device, and the algorithm keeps state per device.
+      session was given (`devices` then names each group's), or None;
+      the algorithm keeps state per device.
   """
 
   def __init__(self, graph, num_replicas, num_groups, share_variables=False,
@@ -80,8 +80,6 @@ class Builder(object):
     self._num_groups = (1 if share_variables and num_replicas == 1 else
                         max(1, num_groups))
     self._placement = placement
-    if placement is not None:
-      devices = placement.group_names()
     self._devices = (list(devices[:self._num_groups])
                      if devices and not share_variables and
                      len(devices) >= self._num_groups > 1 else None)
