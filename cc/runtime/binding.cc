@@ -252,14 +252,18 @@ class Runtime {
           Arena::New("tensorbow_stream_group_" + std::to_string(g)));
     }
     // For tests of algorithms that adapt to replicas of unequal speed on a
-    // machine whose stream groups are equally fast:
-    // TENSORBOW_TEST_SLOW_REPLICA="<replica>:<milliseconds>" delays that
-    // replica's learning tasks (their computation) by a fixed time.
+    // machine whose stream groups are equally fast, and of waves whose
+    // result must not depend on the order tasks finish in:
+    // TENSORBOW_TEST_SLOW_REPLICA="<replica>:<milliseconds>[:<phase>]"
+    // delays that replica's learning tasks of that phase (0, the default:
+    // their computation; 1: an atomic wave's commit) by a fixed time.
     if (const char* slow = std::getenv("TENSORBOW_TEST_SLOW_REPLICA")) {
-      int replica = -1;
+      int replica = -1, phase = 0;
       double ms = 0;
-      if (std::sscanf(slow, "%d:%lf", &replica, &ms) == 2 && ms > 0) {
+      if (std::sscanf(slow, "%d:%lf:%d", &replica, &ms, &phase) >= 2 &&
+          ms > 0) {
         slow_replica_ = replica;
+        slow_phase_ = phase;
         slow_delay_ = std::chrono::microseconds(
             static_cast<int64_t>(ms * 1000));
       }
@@ -473,7 +477,7 @@ class Runtime {
     for (size_t r = 0; r < wave->n; ++r) {
       if (!commit.empty() && !commit[r]) continue;
       tasks[r] = [&, r, phase](int stream_group) {
-        if (static_cast<int>(r) == slow_replica_ && phase == 0) {
+        if (static_cast<int>(r) == slow_replica_ && phase == slow_phase_) {
           std::this_thread::sleep_for(slow_delay_);
         }
         auto& outputs = wave->outputs[r];
@@ -506,6 +510,7 @@ class Runtime {
 
   std::vector<std::string> abi_ids_;
   int slow_replica_ = -1;  // TENSORBOW_TEST_SLOW_REPLICA
+  int slow_phase_ = 0;
   std::chrono::microseconds slow_delay_{0};
   TfSession session_;
   TaskScheduler scheduler_;
