@@ -157,11 +157,11 @@ def resource_apply_sma_gradient_descent_with_central(
   """Replica `replica`'s SGD step, SMA correction and share of the update.
 
     c = alpha * (var - z);  var = var - lr * delta - c
-    next = z + central_momentum * (z - z_prev) + c   (first replica)
-    next = next + c                                  (the others)
+    next = z + central_momentum * (z - z_prev) + c_0 + ... + c_{L-1}
 
-  The last of the `num_replicas` replicas of a wave to finish sets
-  z_prev = z and z = next, by swapping buffers.
+  the corrections summed in replica order once every replica has passed,
+  whatever order they ran in. The last of the `num_replicas` replicas of a
+  wave to finish sets z_prev = z and z = next, by swapping buffers.
 
   Args:
     var: resource handle of the replica's variable.
@@ -180,7 +180,7 @@ def resource_apply_sma_gradient_descent_with_central(
   """
   return library().tensor_bow_resource_apply_sma_gradient_descent_with_central(
       var, central, central_prev, next_central, alpha, lr, delta,
-      central_momentum, replica=replica, num_replicas=num_replicas,
+      central_momentum, replica, replica=replica, num_replicas=num_replicas,
       barrier=barrier, use_locking=use_locking, name=name)
 
 
@@ -196,9 +196,9 @@ def resource_apply_sma_momentum_with_central(
   """
   return library().tensor_bow_resource_apply_sma_momentum_with_central(
       var, accum, central, central_prev, next_central, alpha, lr, grad,
-      momentum, central_momentum, replica=replica, num_replicas=num_replicas,
-      barrier=barrier, use_locking=use_locking, use_nesterov=use_nesterov,
-      name=name)
+      momentum, central_momentum, replica, replica=replica,
+      num_replicas=num_replicas, barrier=barrier, use_locking=use_locking,
+      use_nesterov=use_nesterov, name=name)
 
 
 def mat_mul(a, b, transpose_a=False, transpose_b=False, min_elements=None,

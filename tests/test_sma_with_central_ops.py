@@ -6,7 +6,8 @@ with a NumPy implementation of DESIGN.md section 3. The large shape spans
 several of the kernel's chunks, so replicas meet in the chunk locks and the
 buffer rotation at the end of a wave is checked on a split variable. The
 *OuterWithCentral forms take a dense layer's gradient as its factors x and
-dy; they are checked the same way with the gradient xᵀ·dy.
+dy; they are checked the same way with the gradient xᵀ·dy. Whatever order
+the replicas run in, the central model comes out the same to the bit.
 """
 import numpy as np
 import pytest
@@ -44,14 +45,14 @@ class Wave(object):
     with self.graph.as_default():
       var = lambda name, value: tf1.get_variable(name, initializer=value,
                                                  use_resource=True)
-      self.z = var("z", self.z0)
-      self.zp = var("z_prev", self.z0)
-      self.next = var("next", np.zeros(shape, dtype))
-      # The replicas' variables: as the kind asks (the central model's
-      # buffers are resource variables in both forms of the ops).
+      # The replicas' variables and the central model: as the kind asks
+      # (its other two buffers are resource variables in both forms).
       own = var if kind == "resource" else (
           lambda name, value: tf1.Variable(value, name=name,
                                            use_resource=False))
+      self.z = own("z", self.z0)
+      self.zp = var("z_prev", self.z0)
+      self.next = var("next", np.zeros(shape, dtype))
       self.w = [own(f"w{r}", w) for r, w in enumerate(self.w0)]
       self.a = [own(f"a{r}", np.zeros(shape, dtype)) for r in range(L)]
       self.g = [tf1.placeholder(dtype, None, name=f"g{r}") for r in range(L)]
@@ -62,7 +63,7 @@ class Wave(object):
       self.ops = [self._op(r, use_locking) for r in range(L)]
       self.all = tf.group(*self.ops)
       self.init = tf1.global_variables_initializer()
-      self.read_z = tf.identity(self.z.read_value())
+      self.read_z = tf.identity(self.z.value())
 
   def feed(self, r, rng):
     """A feed of replica r's gradient (or its factors), and the gradient."""
@@ -75,27 +76,30 @@ class Wave(object):
 
   def _op(self, r, use_locking):
     c = lambda v: tf.constant(v, self.dtype)
-    central = (self.z.handle, self.zp.handle, self.next.handle)
+    index = tf.constant(r, tf.int32)
     attrs = dict(replica=r, num_replicas=L, barrier="b",
                  use_locking=use_locking)
     if self.kind == "ref":
       lib, w = tb_ops.library(), self.w[r]._ref()  # pylint: disable=protected-access
       a = self.a[r]._ref()  # pylint: disable=protected-access
+      central = (self.z._ref(), self.zp.handle, self.next.handle)  # pylint: disable=protected-access
       nesterov = dict(use_nesterov=self.optimizer == "nesterov")
       if self.outer and self.optimizer == "sgd":
         return lib.tensor_bow_apply_sma_gradient_descent_outer_with_central(
             w, *central, c(ALPHA), c(LR), self.x[r], self.dy[r], c(MU),
-            **attrs).op
+            index, **attrs).op
       if self.outer:
         return lib.tensor_bow_apply_sma_momentum_outer_with_central(
             w, a, *central, c(ALPHA), c(LR), self.x[r], self.dy[r],
-            c(MOMENTUM), c(MU), **nesterov, **attrs).op
+            c(MOMENTUM), c(MU), index, **nesterov, **attrs).op
       if self.optimizer == "sgd":
         return lib.tensor_bow_apply_sma_gradient_descent_with_central(
-            w, *central, c(ALPHA), c(LR), self.g[r], c(MU), **attrs).op
+            w, *central, c(ALPHA), c(LR), self.g[r], c(MU), index,
+            **attrs).op
       return lib.tensor_bow_apply_sma_momentum_with_central(
           w, a, *central, c(ALPHA), c(LR), self.g[r], c(MOMENTUM), c(MU),
-          **nesterov, **attrs).op
+          index, **nesterov, **attrs).op
+    central = (self.z.handle, self.zp.handle, self.next.handle)
     if self.outer:
       lib = tb_ops.library()
       if self.optimizer == "sgd":
@@ -103,10 +107,10 @@ class Wave(object):
                  tensor_bow_resource_apply_sma_gradient_descent_outer_with_central)
         return apply(
             self.w[r].handle, *central, c(ALPHA), c(LR), self.x[r],
-            self.dy[r], c(MU), **attrs)
+            self.dy[r], c(MU), index, **attrs)
       return lib.tensor_bow_resource_apply_sma_momentum_outer_with_central(
           self.w[r].handle, self.a[r].handle, *central, c(ALPHA), c(LR),
-          self.x[r], self.dy[r], c(MOMENTUM), c(MU),
+          self.x[r], self.dy[r], c(MOMENTUM), c(MU), index,
           use_nesterov=self.optimizer == "nesterov", **attrs)
     if self.optimizer == "sgd":
       return tb_ops.resource_apply_sma_gradient_descent_with_central(
@@ -166,8 +170,8 @@ def test_waves_match_numpy(dtype, optimizer, shape, outer, use_locking,
 @OPTIMIZERS
 def test_reference_variable_waves_match_numpy(optimizer, shape, outer,
                                               use_locking):
-  """The reference form: the replicas' variables (and accumulators) by
-  reference, the central model's buffers resource variables."""
+  """The reference form: the replicas' variables (and accumulators) and the
+  central model by reference, its other buffers resource variables."""
   _check_waves(Wave(optimizer, np.float32, shape, use_locking, outer=outer,
                     kind="ref"), concurrent=True)
 
@@ -212,10 +216,56 @@ def test_central_model_moves_only_when_every_replica_has_passed():
     assert not np.allclose(sess.run(wave.z), wave.z0)
 
 
-def test_fetched_central_value_is_never_overwritten():
+@pytest.mark.parametrize("kind", ["ref", "resource"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64],
+                         ids=["f32", "f64"])
+def test_central_model_is_the_same_whatever_order_replicas_run_in(kind,
+                                                                   dtype):
+  """Two sessions run the same waves, the replicas in different orders:
+  every buffer comes out equal to the bit (the corrections are summed in
+  replica order, not in the order they arrive)."""
+  rng = np.random.RandomState(4)
+  shape = (200, 300)
+  grads = [[rng.uniform(-1, 1, shape).astype(dtype) for _ in range(L)]
+           for _ in range(3)]
+  orders = [[list(rng.permutation(L)) for _ in grads] for _ in range(2)]
+  # Orders chosen to differ: each wave's last (and first) replica changes.
+  orders[1] = [order[::-1] for order in orders[0]]
+  results = []
+  for order in orders:
+    wave = Wave("momentum", dtype, shape, kind=kind)
+    with tf1.Session(graph=wave.graph) as sess:
+      sess.run(wave.init)
+      for wave_grads, wave_order in zip(grads, order):
+        for r in wave_order:
+          sess.run(wave.ops[r], {wave.g[r]: wave_grads[r]})
+      results.append(sess.run([wave.z, wave.zp] + wave.w + wave.a))
+  for got, want in zip(results[1], results[0]):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_replica_passing_twice_in_a_wave_is_an_error_and_changes_nothing():
+  wave = Wave("momentum", np.float32, (3,))
+  ones = np.ones(3, np.float32)
+  with tf1.Session(graph=wave.graph) as sess:
+    sess.run(wave.init)
+    sess.run(wave.ops[0], {wave.g[0]: ones})
+    before = sess.run([wave.w[0], wave.a[0], wave.z])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="replica slot 0 already passed"):
+      sess.run(wave.ops[0], {wave.g[0]: ones})
+    for got, want in zip(sess.run([wave.w[0], wave.a[0], wave.z]), before):
+      np.testing.assert_array_equal(got, want)
+    for r in range(1, L):
+      sess.run(wave.ops[r], {wave.g[r]: ones})
+    np.testing.assert_array_equal(sess.run(wave.zp), wave.z0)
+
+
+@pytest.mark.parametrize("kind", ["ref", "resource"])
+def test_fetched_central_value_is_never_overwritten(kind):
   # A fetched value may share the variable's buffer; the rotation makes
   # that buffer z_prev, then `next`, which the kernel must not write into.
-  wave = Wave("momentum", np.float32, (200, 300))
+  wave = Wave("momentum", np.float32, (200, 300), kind=kind)
   rng = np.random.RandomState(2)
   with tf1.Session(graph=wave.graph) as sess:
     sess.run(wave.init)
@@ -273,6 +323,22 @@ def test_non_scalar_central_momentum_is_an_error():
                        match=r"'central_momentum' must be a scalar, got "
                        r"shape \[2\]"):
       sess.run(op, {m: [0.1, 0.2], wave.g[0]: np.ones(3, np.float32)})
+
+
+@pytest.mark.parametrize("index", [-1, 3])
+def test_replica_index_out_of_range_is_an_error(index):
+  wave = Wave("sgd", np.float32, (3,))
+  with wave.graph.as_default():
+    op = tb_ops.library(
+    ).tensor_bow_resource_apply_sma_gradient_descent_with_central(
+        wave.w[0].handle, wave.z.handle, wave.zp.handle, wave.next.handle,
+        0.5, 0.1, wave.g[0], 0.9, index, replica=0, num_replicas=2,
+        first_replica=1, barrier="x")
+  with tf1.Session(graph=wave.graph) as sess:
+    sess.run(wave.init)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"replica_index {index} is not in \[1, 3\)"):
+      sess.run(op, {wave.g[0]: np.ones(3, np.float32)})
 
 
 def test_replica_out_of_range_is_an_error():

@@ -222,7 +222,8 @@ tensorflow::Status ReadResource(OpKernelContext* ctx, int index,
 }
 
 // Counts the replicas that have reached one variable in the current wave
-// and, for the *WithCentral ops, serialises them per chunk of the variable.
+// and, for the *WithCentral ops, per chunk of the variable, keeping each
+// replica's correction until the last of them sums them in slot order.
 class SmaBarrier : public tensorflow::ResourceBase {
  public:
   std::string DebugString() const override { return "TensorBowSmaBarrier"; }
@@ -235,6 +236,7 @@ class SmaBarrier : public tensorflow::ResourceBase {
     count_ = 0;
     started_ = 0;
     participants_ = 0;
+    slot_started_.assign(slot_started_.size(), false);
     return true;
   }
 
@@ -244,18 +246,39 @@ class SmaBarrier : public tensorflow::ResourceBase {
     participants_ = n;
   }
 
-  // Counts one replica starting its pass; the first of the wave runs
-  // `prepare` before any other may start. A failed `prepare` counts none.
+  // Counts replica `slot` starting its pass; the first of the wave runs
+  // `prepare` before any other may start. A failed `prepare` counts none,
+  // and a slot that already started in this wave is refused. Abandon
+  // undoes it for a pass that fails before it writes anything.
   template <typename Prepare>
-  tensorflow::Status Start(const Prepare& prepare) {
+  tensorflow::Status StartSlot(int slot, const Prepare& prepare) {
     tsl::mutex_lock lock(mu_);
+    if (slot_started_.size() <= static_cast<size_t>(slot)) {
+      slot_started_.resize(slot + 1, false);
+    }
+    if (slot_started_[slot]) {
+      return errors::InvalidArgument(
+          "TensorBow SMA barrier: replica slot ", slot,
+          " already passed this variable in the current wave");
+    }
     if (started_ == 0) TF_RETURN_IF_ERROR(prepare());
     ++started_;
+    slot_started_[slot] = true;
     return absl::OkStatus();
   }
 
-  // Sizes the per-chunk state on first use; a variable keeps its size.
-  tensorflow::Status UseChunks(int64_t num_chunks) {
+  void Abandon(int slot) {
+    tsl::mutex_lock lock(mu_);
+    --started_;
+    slot_started_[slot] = false;
+  }
+
+  // Sizes the per-chunk state and gives each of `num_slots` replicas a
+  // correction buffer of `dtype` and `shape`, on first use; a variable
+  // keeps its size.
+  tensorflow::Status UseChunks(OpKernelContext* ctx, int64_t num_chunks,
+                               int num_slots, tensorflow::DataType dtype,
+                               const tensorflow::TensorShape& shape) {
     tsl::mutex_lock lock(mu_);
     if (chunks_ == nullptr) {
       chunks_.reset(new Chunk[num_chunks]);
@@ -265,18 +288,41 @@ class SmaBarrier : public tensorflow::ResourceBase {
                                      "changed size from ", num_chunks_,
                                      " to ", num_chunks, " chunks");
     }
+    if (!slots_.empty()) {
+      if (slots_.size() != static_cast<size_t>(num_slots) ||
+          slots_[0].dtype() != dtype || slots_[0].shape() != shape) {
+        return errors::InvalidArgument(
+            "TensorBow SMA barrier: ", num_slots, " replicas of ",
+            shape.DebugString(), " where there were ", slots_.size(),
+            " of ", slots_[0].shape().DebugString());
+      }
+      return absl::OkStatus();
+    }
+    slots_.resize(num_slots);
+    for (Tensor& slot : slots_) {
+      TF_RETURN_IF_ERROR(ctx->allocate_temp(dtype, shape, &slot));
+    }
+    for (int64_t k = 0; k < num_chunks_; ++k) {
+      chunks_[k].arrived.assign(num_slots, false);
+    }
     return absl::OkStatus();
   }
 
-  // Runs work(first) holding chunk k's lock, `first` for the first of the
-  // n replicas of the wave to get there (n: Participants). Requires
-  // UseChunks.
-  template <typename Work>
-  void InChunk(int64_t k, int n, const Work& work) {
+  // The correction buffer of `slot` (UseChunks).
+  Tensor& Slot(int slot) { return slots_[slot]; }
+
+  // Counts `slot`'s arrival at chunk k; the n-th of the wave runs
+  // sum(arrived), `arrived` the slots that passed the chunk, holding the
+  // chunk's lock. Requires UseChunks.
+  template <typename Sum>
+  void ArriveAtChunk(int64_t k, int slot, int n, const Sum& sum) {
     Chunk& chunk = chunks_[k];
     tsl::mutex_lock lock(chunk.mu);
-    work(chunk.arrivals == 0);
-    if (++chunk.arrivals >= n) chunk.arrivals = 0;
+    chunk.arrived[slot] = true;
+    if (++chunk.arrivals < n) return;
+    sum(chunk.arrived);
+    chunk.arrivals = 0;
+    chunk.arrived.assign(chunk.arrived.size(), false);
   }
 
   // How many replicas take part in the current wave, of `n`.
@@ -290,9 +336,11 @@ class SmaBarrier : public tensorflow::ResourceBase {
     count_ = 0;
     started_ = 0;
     participants_ = 0;
+    slot_started_.assign(slot_started_.size(), false);
     for (int64_t k = 0; k < num_chunks_; ++k) {
       tsl::mutex_lock chunk_lock(chunks_[k].mu);
       chunks_[k].arrivals = 0;
+      chunks_[k].arrived.assign(chunks_[k].arrived.size(), false);
     }
   }
 
@@ -300,6 +348,7 @@ class SmaBarrier : public tensorflow::ResourceBase {
   struct Chunk {
     tsl::mutex mu;
     int arrivals = 0;
+    std::vector<bool> arrived;  // per slot, in the current wave
   };
 
   int Expected(int n) const TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -312,6 +361,8 @@ class SmaBarrier : public tensorflow::ResourceBase {
   int participants_ = 0;  // 0: every replica
   std::unique_ptr<Chunk[]> chunks_;
   int64_t num_chunks_ = 0;
+  std::vector<bool> slot_started_;  // per slot, in the current wave
+  std::vector<Tensor> slots_;  // per slot, its correction in this wave
 };
 
 inline constexpr char kBarrierContainer[] = "tensorbow_sma_barriers";

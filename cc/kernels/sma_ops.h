@@ -10,6 +10,8 @@
 #ifndef TENSORBOW_CC_KERNELS_SMA_OPS_H_
 #define TENSORBOW_CC_KERNELS_SMA_OPS_H_
 
+#include <vector>
+
 #include "tensorflow/core/framework/tensor_types.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 
@@ -58,26 +60,32 @@ struct ApplySmaCentral {
                   const std::vector<ConstFlat<T>>& corrections, T momentum);
 };
 
-// One stretch of a replica's step fused with its share of the central
-// update: the wave's new central model is summed in `next` as the replicas
-// pass, so no correction buffer is written or read again.
+// One stretch of a replica's step fused with its SMA correction, which is
+// kept in the replica's own buffer until the wave's central update:
 //   c = alpha * (w - z);  w = w - lr * delta - c
-//   next = z + central_momentum * (z - z_prev) + c    (first replica here)
-//   next = next + c                                   (every other replica)
 template <typename Device, typename T>
 struct ApplySmaGradientDescentWithCentral {
   void operator()(const Device& d, Flat<T> var, ConstFlat<T> central,
-                  ConstFlat<T> central_prev, Flat<T> next, T alpha, T lr,
-                  ConstFlat<T> delta, T central_momentum, bool first);
+                  Flat<T> correction, T alpha, T lr, ConstFlat<T> delta);
 };
 
 // As ApplySmaGradientDescentWithCentral, with ApplySmaMomentum's step.
 template <typename Device, typename T>
 struct ApplySmaMomentumWithCentral {
   void operator()(const Device& d, Flat<T> var, Flat<T> accum,
-                  ConstFlat<T> central, ConstFlat<T> central_prev,
-                  Flat<T> next, T alpha, T lr, ConstFlat<T> grad, T momentum,
-                  bool use_nesterov, T central_momentum, bool first);
+                  ConstFlat<T> central, Flat<T> correction, T alpha, T lr,
+                  ConstFlat<T> grad, T momentum, bool use_nesterov);
+};
+
+// One stretch of the wave's next central model, the corrections added in
+// the order given (so that it does not depend on the replicas' timing):
+//   next = z + central_momentum * (z - z_prev) + c_0 + c_1 + ...
+template <typename Device, typename T>
+struct SumSmaCorrections {
+  void operator()(const Device& d, Flat<T> next, ConstFlat<T> central,
+                  ConstFlat<T> central_prev,
+                  const std::vector<ConstFlat<T>>& corrections,
+                  T central_momentum);
 };
 
 }  // namespace functor

@@ -1,8 +1,10 @@
 // CPU kernels of the SMA ops fused with the central update
 // (TensorBow{,Resource}ApplySma{GradientDescent,Momentum}[Outer]WithCentral;
 // ops in cc/ops/sma_ops.cc), and of the sum across devices' central copies.
-// Each replica's pass adds its correction to the wave's next central model
-// chunk by chunk; the last replica rotates the buffers.
+// Each replica's pass keeps its correction in a buffer of its own, chunk by
+// chunk; the last replica at a chunk sums the chunk's corrections in
+// replica order into the wave's next central model, and the last replica
+// of the wave rotates the buffers.
 #define EIGEN_USE_THREADS
 
 #include <algorithm>
@@ -18,72 +20,71 @@ namespace tensorbow {
 namespace functor {
 
 // The *WithCentral functors run on one chunk of a variable, on the calling
-// thread: the kernel spreads the chunks over the pool and serialises the
-// replicas per chunk (see ApplySmaWithCentralOp).
-
-// next = z + mu * (z - z_prev) + c  (first)  or  next += c; c arrives
-// unrounded, and next is rounded once per replica.
-template <typename T, bool kFirst>
-inline void AddToNext(T* __restrict__ next, const T* __restrict__ z,
-                      const T* __restrict__ zp, Index i, WideT<T> ci,
-                      WideT<T> mu) {
-  if (kFirst) {
-    const WideT<T> zi = Widen(z[i]);
-    next[i] = static_cast<T>(zi + mu * (zi - Widen(zp[i])) + ci);
-  } else {
-    next[i] = static_cast<T>(Widen(next[i]) + ci);
-  }
-}
+// thread: the kernel spreads the chunks over the pool (see
+// ApplySmaWithCentralOp).
 
 // Elements [0, n) of one replica's step of kUpdate with its SMA correction
-// (step::SmaElement), the correction added to next; `a` is unused for
-// gradient descent.
-template <step::Update kUpdate, bool kFirst, typename T>
+// (step::SmaElement), the correction kept in c; `a` is unused for gradient
+// descent.
+template <step::Update kUpdate, typename T>
 void SmaStretchWithCentral(T* __restrict__ w, T* __restrict__ a,
-                           const T* __restrict__ z, const T* __restrict__ zp,
-                           T* __restrict__ next, const T* __restrict__ g,
-                           Index n, T alpha_t, T lr_t, T momentum_t, T mu_t) {
+                           const T* __restrict__ z, T* __restrict__ c,
+                           const T* __restrict__ g, Index n, T alpha_t,
+                           T lr_t, T momentum_t) {
   constexpr bool kAccum = kUpdate != step::Update::kGradientDescent;
   const WideT<T> alpha = Widen(alpha_t), lr = Widen(lr_t);
-  const WideT<T> momentum = Widen(momentum_t), mu = Widen(mu_t);
+  const WideT<T> momentum = Widen(momentum_t);
   for (Index i = 0; i < n; ++i) {
-    const WideT<T> ci = step::SmaElement<kUpdate>(
-        w + i, kAccum ? a + i : nullptr, z[i], g[i], alpha, lr, momentum);
-    AddToNext<T, kFirst>(next, z, zp, i, ci, mu);
+    c[i] = static_cast<T>(step::SmaElement<kUpdate>(
+        w + i, kAccum ? a + i : nullptr, z[i], g[i], alpha, lr, momentum));
   }
 }
 
 template <typename T>
 struct ApplySmaGradientDescentWithCentral<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> var, ConstFlat<T> central,
-                  ConstFlat<T> central_prev, Flat<T> next, T alpha, T lr,
-                  ConstFlat<T> delta, T central_momentum, bool first) {
-    constexpr auto kUpdate = step::Update::kGradientDescent;
-    auto stretch = first ? &SmaStretchWithCentral<kUpdate, true, T>
-                         : &SmaStretchWithCentral<kUpdate, false, T>;
-    stretch(var.data(), nullptr, central.data(), central_prev.data(),
-            next.data(), delta.data(), var.size(), alpha, lr, T(0),
-            central_momentum);
+                  Flat<T> correction, T alpha, T lr, ConstFlat<T> delta) {
+    SmaStretchWithCentral<step::Update::kGradientDescent, T>(
+        var.data(), nullptr, central.data(), correction.data(), delta.data(),
+        var.size(), alpha, lr, T(0));
   }
 };
 
 template <typename T>
 struct ApplySmaMomentumWithCentral<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> var, Flat<T> accum,
-                  ConstFlat<T> central, ConstFlat<T> central_prev,
-                  Flat<T> next, T alpha, T lr, ConstFlat<T> grad, T momentum,
-                  bool use_nesterov, T central_momentum, bool first) {
+                  ConstFlat<T> central, Flat<T> correction, T alpha, T lr,
+                  ConstFlat<T> grad, T momentum, bool use_nesterov) {
     using step::Update;
-    auto stretch =
-        first ? (use_nesterov
-                     ? &SmaStretchWithCentral<Update::kNesterov, true, T>
-                     : &SmaStretchWithCentral<Update::kMomentum, true, T>)
-              : (use_nesterov
-                     ? &SmaStretchWithCentral<Update::kNesterov, false, T>
-                     : &SmaStretchWithCentral<Update::kMomentum, false, T>);
-    stretch(var.data(), accum.data(), central.data(), central_prev.data(),
-            next.data(), grad.data(), var.size(), alpha, lr, momentum,
-            central_momentum);
+    auto stretch = use_nesterov ? &SmaStretchWithCentral<Update::kNesterov, T>
+                                : &SmaStretchWithCentral<Update::kMomentum, T>;
+    stretch(var.data(), accum.data(), central.data(), correction.data(),
+            grad.data(), var.size(), alpha, lr, momentum);
+  }
+};
+
+template <typename T>
+struct SumSmaCorrections<CPUDevice, T> {
+  void operator()(const CPUDevice& d, Flat<T> next, ConstFlat<T> central,
+                  ConstFlat<T> central_prev,
+                  const std::vector<ConstFlat<T>>& corrections,
+                  T central_momentum) {
+    T* __restrict__ out = next.data();
+    const T* __restrict__ z = central.data();
+    const T* __restrict__ zp = central_prev.data();
+    const WideT<T> mu = Widen(central_momentum);
+    const Index n = next.size();
+    for (Index i = 0; i < n; ++i) {
+      const WideT<T> zi = Widen(z[i]);
+      out[i] = static_cast<T>(zi + mu * (zi - Widen(zp[i])));
+    }
+    // One correction at a time, each a pass the compiler vectorises.
+    for (const ConstFlat<T>& correction : corrections) {
+      const T* __restrict__ c = correction.data();
+      for (Index i = 0; i < n; ++i) {
+        out[i] = static_cast<T>(Widen(out[i]) + Widen(c[i]));
+      }
+    }
   }
 };
 
@@ -91,20 +92,36 @@ struct ApplySmaMomentumWithCentral<CPUDevice, T> {
 
 namespace {
 
-// Elements per chunk of the *WithCentral ops: a replica holds one chunk's
-// lock at a time, and replicas start at different chunks.
+// Elements per chunk of the *WithCentral ops: the unit in which the last
+// replica to pass sums the corrections, and replicas start at different
+// chunks.
 constexpr int64_t kChunk = 1 << 14;
+
+// The tensor of the central model's input `index`: a reference variable's
+// or a resource variable's, checked to be initialised and of dtype T.
+template <typename T>
+tensorflow::Status ReadCentral(OpKernelContext* ctx, int index,
+                               Tensor* out) {
+  if (ctx->input_dtype(index) == DT_RESOURCE) {
+    return ReadResource<T>(ctx, index, "central", out);
+  }
+  *out = ctx->mutable_input(index, /*lock_held=*/false);
+  return CheckVariable<T>(ctx, index, "central", out->IsInitialized(),
+                          out->dtype());
+}
 
 // One replica's SGD or momentum step fused with its SMA correction and its
 // share of the central update (functor::Apply*WithCentral). The variable is
 // cut into chunks; replica r starts at chunk r * chunks / N, so concurrent
-// replicas work on different chunks, and each chunk's lock orders the
-// replicas that add to `next` there. The N-th replica to finish the
-// variable rotates the buffers, z_prev <- z <- next <- z_prev, so the
-// central update moves no data. With kOuter the gradient comes as aᵀ·b
-// (a dense layer's input and output gradient): chunks are whole rows, and
-// each chunk's rows of the gradient are made into a buffer, outside the
-// chunk's lock, and applied from there.
+// replicas work on different chunks. Each replica keeps its correction in
+// its slot's buffer; the last of the wave's replicas at a chunk sums the
+// chunk's corrections in slot order into `next`, so the new central model
+// does not depend on the order the replicas finish in. The last replica of
+// the wave rotates the buffers, z_prev <- z <- next <- z_prev, so the
+// central update moves no data. With kOuter the gradient comes as aᵀ·b (a
+// dense layer's input and output gradient): chunks are whole rows, and each
+// chunk's rows of the gradient are made into a buffer and applied from
+// there.
 template <typename T, bool kMomentum, bool kOuter>
 class ApplySmaWithCentralOp : public SmaOpBase {
  public:
@@ -115,6 +132,7 @@ class ApplySmaWithCentralOp : public SmaOpBase {
     }
     OP_REQUIRES_OK(ctx, ctx->GetAttr("replica", &replica_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_replicas", &num_replicas_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("first_replica", &first_replica_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("barrier", &barrier_name_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("stagger", &stagger_));
     if (stagger_ == 0) stagger_ = num_replicas_;
@@ -125,100 +143,27 @@ class ApplySmaWithCentralOp : public SmaOpBase {
   }
 
   void Compute(OpKernelContext* ctx) override {
+    const Tensor& index = ctx->input(ctx->num_inputs() - 1);
+    OP_REQUIRES_OK(ctx, CheckScalar(ctx, index, "replica_index"));
+    const int slot = index.scalar<int32_t>()() - first_replica_;
+    OP_REQUIRES(ctx, slot >= 0 && slot < num_replicas_,
+                errors::InvalidArgument(
+                    name(), ": replica_index ", index.scalar<int32_t>()(),
+                    " is not in [", first_replica_, ", ",
+                    first_replica_ + num_replicas_, ")"));
     SmaBarrier* barrier = nullptr;
     OP_REQUIRES_OK(ctx, LookupOrCreateBarrier(ctx, barrier_name_, &barrier));
     tensorflow::core::ScopedUnref unref(barrier);
     const int central_index = kMomentum ? 2 : 1;
-    OP_REQUIRES_OK(ctx, barrier->Start([&] {
+    OP_REQUIRES_OK(ctx, barrier->StartSlot(slot, [&] {
       return Unshare(ctx, central_index + 2);
     }));
-    {
-      std::vector<Tensor> vars;
-      tensorflow::Status status;
-      auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
-                                    UpdateVariableNames(kMomentum), &vars,
-                                    &status);
-      OP_REQUIRES_OK(ctx, status);
-      Tensor central, central_prev, next;
-      OP_REQUIRES_OK(ctx, ReadResource<T>(ctx, central_index, "central",
-                                          &central));
-      OP_REQUIRES_OK(ctx, ReadResource<T>(ctx, central_index + 1,
-                                          "central_prev", &central_prev));
-      OP_REQUIRES_OK(ctx, ReadResource<T>(ctx, central_index + 2, "next",
-                                          &next));
-      const Tensor& var = vars[0];
-      OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, central, "central"));
-      OP_REQUIRES_OK(ctx,
-                     CheckSameShape(ctx, var, central_prev, "central_prev"));
-      OP_REQUIRES_OK(ctx, CheckSameShape(ctx, var, next, "next"));
-      const int first_value = central_index + 3;
-      const Tensor& alpha = ctx->input(first_value);
-      const Tensor& lr = ctx->input(first_value + 1);
-      // The gradient, or with kOuter its factors a (here) and b.
-      const Tensor& grad = ctx->input(first_value + 2);
-      const Tensor& factor_b = ctx->input(first_value + (kOuter ? 3 : 2));
-      const Tensor& central_momentum = ctx->input(ctx->num_inputs() - 1);
-      OP_REQUIRES_OK(ctx, kOuter ? CheckOuterFactors(ctx, var, grad, factor_b)
-                                 : CheckSameShape(ctx, var, grad,
-                                                  kMomentum ? "grad"
-                                                            : "delta"));
-      OP_REQUIRES_OK(ctx, CheckScalar(ctx, alpha, "alpha"));
-      OP_REQUIRES_OK(ctx, CheckScalar(ctx, lr, "lr"));
-      OP_REQUIRES_OK(ctx, CheckScalar(ctx, central_momentum,
-                                      "central_momentum"));
-      T momentum = T(0);
-      if (kMomentum) {
-        const Tensor& m = ctx->input(first_value + (kOuter ? 4 : 3));
-        OP_REQUIRES_OK(ctx, CheckScalar(ctx, m, "momentum"));
-        momentum = m.scalar<T>()();
-      }
-      const int64_t n = var.NumElements();
-      // With kOuter var is rows x cols, and a and b have depth rows.
-      const int64_t depth = kOuter ? grad.dim_size(0) : 0;
-      const int64_t rows = kOuter ? grad.dim_size(1) : n;
-      const int64_t cols = kOuter ? std::max<int64_t>(1, factor_b.dim_size(1))
-                                  : 1;
-      const int64_t chunk =
-          kOuter ? cols * small_matmul::RowsFor(kChunk, cols) : kChunk;
-      const int64_t num_chunks = (n + chunk - 1) / chunk;
-      OP_REQUIRES_OK(ctx, barrier->UseChunks(num_chunks));
-      const int64_t offset = replica_ * num_chunks / stagger_;
-      Pass pass{vars,
-                central,
-                central_prev,
-                next,
-                alpha.scalar<T>()(),
-                lr.scalar<T>()(),
-                momentum,
-                central_momentum.scalar<T>()(),
-                use_nesterov_};
-      const CPUDevice& device = ctx->eigen_device<CPUDevice>();
-      const int participants = barrier->Participants(num_replicas_);
-      device.parallelFor(
-          num_chunks,
-          functor::ElementCost<T>(kMomentum ? 6 : 5, kMomentum ? 3 : 2,
-                                  (kMomentum ? 12 : 8) + 2 * depth) *
-              static_cast<double>(chunk),
-          [&](Index first, Index last) {
-            std::vector<T> made(kOuter ? chunk : 0);
-            for (Index i = first; i < last; ++i) {
-              const int64_t k = (i + offset) % num_chunks;
-              const int64_t begin = k * chunk;
-              const int64_t size = std::min(chunk, n - begin);
-              const T* g = grad.flat<T>().data() + begin;
-              if (kOuter) {
-                const int64_t row = begin / cols;
-                small_matmul::OuterRows(grad.flat<T>().data(),
-                                        factor_b.flat<T>().data(),
-                                        made.data(), depth, rows, cols, row,
-                                        row + size / cols);
-                g = made.data();
-              }
-              barrier->InChunk(k, participants, [&](bool is_first) {
-                pass.Run(device, begin, size, g, is_first);
-              });
-            }
-          });
+    const tensorflow::Status passed = Update(ctx, barrier, slot,
+                                             central_index);
+    if (!passed.ok()) {
+      barrier->Abandon(slot);
+      ctx->SetStatus(passed);
+      return;
     }
     if (barrier->Arrive(num_replicas_)) {
       OP_REQUIRES_OK(ctx, Rotate(ctx, central_index));
@@ -227,12 +172,110 @@ class ApplySmaWithCentralOp : public SmaOpBase {
   }
 
  private:
-  // What one replica's pass reads and writes; Run does one chunk.
+  // The replica's pass over the variable; an error comes before anything
+  // is written.
+  tensorflow::Status Update(OpKernelContext* ctx, SmaBarrier* barrier,
+                            int slot, int central_index) {
+    std::vector<Tensor> vars;
+    tensorflow::Status status;
+    auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
+                                  UpdateVariableNames(kMomentum), &vars,
+                                  &status);
+    TF_RETURN_IF_ERROR(status);
+    Tensor central, central_prev, next;
+    TF_RETURN_IF_ERROR(ReadCentral<T>(ctx, central_index, &central));
+    TF_RETURN_IF_ERROR(ReadResource<T>(ctx, central_index + 1,
+                                       "central_prev", &central_prev));
+    TF_RETURN_IF_ERROR(ReadResource<T>(ctx, central_index + 2, "next",
+                                       &next));
+    const Tensor& var = vars[0];
+    TF_RETURN_IF_ERROR(CheckSameShape(ctx, var, central, "central"));
+    TF_RETURN_IF_ERROR(CheckSameShape(ctx, var, central_prev,
+                                      "central_prev"));
+    TF_RETURN_IF_ERROR(CheckSameShape(ctx, var, next, "next"));
+    const int first_value = central_index + 3;
+    const Tensor& alpha = ctx->input(first_value);
+    const Tensor& lr = ctx->input(first_value + 1);
+    // The gradient, or with kOuter its factors a (here) and b.
+    const Tensor& grad = ctx->input(first_value + 2);
+    const Tensor& factor_b = ctx->input(first_value + (kOuter ? 3 : 2));
+    const Tensor& central_momentum = ctx->input(ctx->num_inputs() - 2);
+    TF_RETURN_IF_ERROR(kOuter ? CheckOuterFactors(ctx, var, grad, factor_b)
+                              : CheckSameShape(ctx, var, grad,
+                                               kMomentum ? "grad" : "delta"));
+    TF_RETURN_IF_ERROR(CheckScalar(ctx, alpha, "alpha"));
+    TF_RETURN_IF_ERROR(CheckScalar(ctx, lr, "lr"));
+    TF_RETURN_IF_ERROR(CheckScalar(ctx, central_momentum,
+                                   "central_momentum"));
+    T momentum = T(0);
+    if (kMomentum) {
+      const Tensor& m = ctx->input(first_value + (kOuter ? 4 : 3));
+      TF_RETURN_IF_ERROR(CheckScalar(ctx, m, "momentum"));
+      momentum = m.scalar<T>()();
+    }
+    const int64_t n = var.NumElements();
+    // With kOuter var is rows x cols, and a and b have depth rows.
+    const int64_t depth = kOuter ? grad.dim_size(0) : 0;
+    const int64_t rows = kOuter ? grad.dim_size(1) : n;
+    const int64_t cols = kOuter ? std::max<int64_t>(1, factor_b.dim_size(1))
+                                : 1;
+    const int64_t chunk =
+        kOuter ? cols * small_matmul::RowsFor(kChunk, cols) : kChunk;
+    const int64_t num_chunks = (n + chunk - 1) / chunk;
+    TF_RETURN_IF_ERROR(barrier->UseChunks(ctx, num_chunks, num_replicas_,
+                                          DataTypeToEnum<T>::value,
+                                          var.shape()));
+    const int64_t offset = replica_ * num_chunks / stagger_;
+    Pass pass{vars,
+              central,
+              central_prev,
+              next,
+              barrier->Slot(slot),
+              alpha.scalar<T>()(),
+              lr.scalar<T>()(),
+              momentum,
+              central_momentum.scalar<T>()(),
+              use_nesterov_};
+    const CPUDevice& device = ctx->eigen_device<CPUDevice>();
+    const int participants = barrier->Participants(num_replicas_);
+    device.parallelFor(
+        num_chunks,
+        functor::ElementCost<T>(kMomentum ? 5 : 4, kMomentum ? 3 : 2,
+                                (kMomentum ? 12 : 8) + 2 * depth +
+                                    num_replicas_) *
+            static_cast<double>(chunk),
+        [&](Index first, Index last) {
+          std::vector<T> made(kOuter ? chunk : 0);
+          for (Index i = first; i < last; ++i) {
+            const int64_t k = (i + offset) % num_chunks;
+            const int64_t begin = k * chunk;
+            const int64_t size = std::min(chunk, n - begin);
+            const T* g = grad.flat<T>().data() + begin;
+            if (kOuter) {
+              const int64_t row = begin / cols;
+              small_matmul::OuterRows(grad.flat<T>().data(),
+                                      factor_b.flat<T>().data(), made.data(),
+                                      depth, rows, cols, row,
+                                      row + size / cols);
+              g = made.data();
+            }
+            pass.Step(device, begin, size, g);
+            barrier->ArriveAtChunk(
+                k, slot, participants, [&](const std::vector<bool>& arrived) {
+                  pass.Sum(device, begin, size, *barrier, arrived);
+                });
+          }
+        });
+    return absl::OkStatus();
+  }
+
+  // What one replica's pass reads and writes; Step and Sum do one chunk.
   struct Pass {
     std::vector<Tensor>& vars;  // var[, accum]
     const Tensor& central;
     const Tensor& central_prev;
     Tensor& next;
+    Tensor& correction;  // this replica's slot
     T alpha, lr, momentum, central_momentum;
     bool use_nesterov;
 
@@ -248,24 +291,38 @@ class ApplySmaWithCentralOp : public SmaOpBase {
       return functor::ConstFlat<T>(t.template flat<T>().data() + begin, size);
     }
 
-    // `grad`: the chunk's gradient, from its first element.
-    void Run(const CPUDevice& d, int64_t begin, int64_t size, const T* grad,
-             bool first) const {
+    // The replica's step and correction; `grad`: the chunk's gradient, from
+    // its first element.
+    void Step(const CPUDevice& d, int64_t begin, int64_t size,
+              const T* grad) const {
       const functor::ConstFlat<T> g(grad, size);
       if (kMomentum) {
         functor::ApplySmaMomentumWithCentral<CPUDevice, T>()(
             d, Slice(vars[0], begin, size), Slice(vars[1], begin, size),
             ConstSlice(central, begin, size),
-            ConstSlice(central_prev, begin, size), Slice(next, begin, size),
-            alpha, lr, g, momentum,
-            use_nesterov, central_momentum, first);
+            Slice(correction, begin, size), alpha, lr, g, momentum,
+            use_nesterov);
       } else {
         functor::ApplySmaGradientDescentWithCentral<CPUDevice, T>()(
             d, Slice(vars[0], begin, size), ConstSlice(central, begin, size),
-            ConstSlice(central_prev, begin, size), Slice(next, begin, size),
-            alpha, lr, g, central_momentum,
-            first);
+            Slice(correction, begin, size), alpha, lr, g);
       }
+    }
+
+    // The chunk's next central model from the corrections of the slots
+    // that `arrived`, in slot order.
+    void Sum(const CPUDevice& d, int64_t begin, int64_t size,
+             SmaBarrier& barrier, const std::vector<bool>& arrived) const {
+      std::vector<functor::ConstFlat<T>> corrections;
+      for (size_t s = 0; s < arrived.size(); ++s) {
+        if (arrived[s]) {
+          corrections.push_back(ConstSlice(barrier.Slot(s), begin, size));
+        }
+      }
+      functor::SumSmaCorrections<CPUDevice, T>()(
+          d, Slice(next, begin, size), ConstSlice(central, begin, size),
+          ConstSlice(central_prev, begin, size), corrections,
+          central_momentum);
     }
   };
 
@@ -273,7 +330,7 @@ class ApplySmaWithCentralOp : public SmaOpBase {
   // one: with a fetched value of z from before a rotation, or with another
   // variable after an assignment (TensorFlow's variables share buffers and
   // copy on write, a copy `next`'s chunked writes cannot make). Its values
-  // need not survive: the first replica at each chunk overwrites them.
+  // need not survive: every chunk is written whole before it is read.
   tensorflow::Status Unshare(OpKernelContext* ctx, int index) {
     tensorflow::core::RefCountPtr<tensorflow::Var> var;
     const tensorflow::Status found = tensorflow::LookupResource(
@@ -293,25 +350,34 @@ class ApplySmaWithCentralOp : public SmaOpBase {
   }
 
   // z_prev <- z <- next <- z_prev, under the three variables' locks: the
-  // central update moves no data.
+  // central update moves no data. A reference variable's z takes next's
+  // buffer as an assignment does.
   tensorflow::Status Rotate(OpKernelContext* ctx, int central_index) {
+    const bool ref = ctx->input_dtype(central_index) != DT_RESOURCE;
     tensorflow::core::RefCountPtr<tensorflow::Var> vars[3];
-    for (int i = 0; i < 3; ++i) {
+    for (int i = ref ? 1 : 0; i < 3; ++i) {
       TF_RETURN_IF_ERROR(tensorflow::LookupResource(
           ctx, tensorflow::HandleFromInput(ctx, central_index + i),
           &vars[i]));
     }
-    std::vector<tsl::mutex*> mutexes = {vars[0]->mu(), vars[1]->mu(),
-                                        vars[2]->mu()};
+    std::vector<tsl::mutex*> mutexes = {
+        ref ? ctx->input_ref_mutex(central_index) : vars[0]->mu(),
+        vars[1]->mu(), vars[2]->mu()};
     std::sort(mutexes.begin(), mutexes.end());
     mutexes.erase(std::unique(mutexes.begin(), mutexes.end()),
                   mutexes.end());
     for (tsl::mutex* mu : mutexes) mu->lock();
-    Tensor* z = vars[0]->tensor();
     Tensor* z_prev = vars[1]->tensor();
     Tensor* next = vars[2]->tensor();
-    std::swap(*z, *next);       // z = new central, next = old z
-    std::swap(*next, *z_prev);  // z_prev = old z, next = old z_prev
+    const Tensor z = ref ? ctx->mutable_input(central_index, true)
+                         : *vars[0]->tensor();
+    if (ref) {
+      ctx->replace_ref_input(central_index, *next, /*lock_held=*/true);
+    } else {
+      *vars[0]->tensor() = *next;
+    }
+    *next = *z_prev;
+    *z_prev = z;
     for (auto it = mutexes.rbegin(); it != mutexes.rend(); ++it) {
       (*it)->unlock();
     }
@@ -321,6 +387,7 @@ class ApplySmaWithCentralOp : public SmaOpBase {
   bool use_nesterov_ = false;
   int replica_ = 0;
   int num_replicas_ = 1;
+  int first_replica_ = 0;
   int stagger_ = 0;
   std::string barrier_name_;
 };
@@ -401,8 +468,8 @@ TENSORBOW_REGISTER_SUM(float)
 TENSORBOW_REGISTER_SUM(double)
 #undef TENSORBOW_REGISTER_SUM
 
-// The replica's variables by reference or handle; `next` is rotated by
-// swapping the buffers of resource variables.
+// The replica's variables and the central model by reference or handle;
+// the central model's buffers are rotated by swapping.
 #define TENSORBOW_REGISTER_WITH_CENTRAL(op, T, kMomentum, kOuter)           \
   TENSORBOW_REGISTER_KERNEL_PAIR("TensorBowApply" op "WithCentral",          \
                                  "TensorBowResourceApply" op "WithCentral", \

@@ -297,24 +297,28 @@ central_prev = central; central = central_new; every copy = central_new.
 
 
 // ---- SMA fused with the step and the central update ------------------------
-// The replica's variables come as references or handles; the central
-// model's three buffers are always resource variables, rotated by swapping.
+// The replica's variables and the central model come as references or
+// handles; the central model's other two buffers are always resource
+// variables, and the three are rotated by swapping.
 
 // The central model's buffers, after the replica's variables.
-void CentralInputs(OpDefBuilderWrapper& op) {
-  op.Input("central: resource")
+void CentralInputs(OpDefBuilderWrapper& op, const Form& form) {
+  op.Input(form.Variable("central"))
       .Input("central_prev: resource")
       .Input("next: resource");
 }
 
-// What every *WithCentral op has after its inputs.
+// What every *WithCentral op has after its inputs, the last of which is
+// the replica's index.
 void WithCentralAttrs(OpDefBuilderWrapper& op, const Form& form,
                       bool momentum) {
+  op.Input("replica_index: int32");
   form.RefOutput(op);
   op.Attr("T: {float, double}").Attr("use_locking: bool = false");
   if (momentum) op.Attr("use_nesterov: bool = false");
   op.Attr("replica: int >= 0")
       .Attr("num_replicas: int >= 1")
+      .Attr("first_replica: int >= 0 = 0")
       .Attr("stagger: int >= 0 = 0")
       .Attr("barrier: string")
       .SetIsStateful();
@@ -325,25 +329,28 @@ const bool kApplySmaGradientDescentWithCentral = RegisterPair(
     "TensorBowResourceApplySmaGradientDescentWithCentral",
     [](OpDefBuilderWrapper& op, const Form& form) {
       op.Input(form.Variable("var"));
-      CentralInputs(op);
+      CentralInputs(op, form);
       op.Input("alpha: T")
           .Input("lr: T")
           .Input("delta: T")
           .Input("central_momentum: T");
       WithCentralAttrs(op, form, /*momentum=*/false);
       op.SetShapeFn([form](InferenceContext* c) {
-          return FormShape(form, c, {0}, {1, 2, 3}, {6}, {4, 5, 7});
+          return FormShape(form, c, {0, 1}, {2, 3}, {6}, {4, 5, 7, 8});
         }).Doc(R"doc(
-Replica `replica`'s SGD step with its SMA correction and its share of the
-central update, in one pass over memory:
-c = alpha * (var - central); var = var - lr * delta - c;
-next = central + central_momentum * (central - central_prev) + c for the
-first of the num_replicas replicas of the wave, next = next + c for the
-others. The last replica to finish sets central_prev = central and
-central = next (by swapping buffers). `barrier` names the per-variable
-count, reset by TensorBowResetSmaBarriers. The pass starts at the
-`replica`-th of `stagger` (0: num_replicas) evenly spaced positions, so
-that ops run at once by different stream groups start apart.
+Replica `replica_index`'s SGD step with its SMA correction and its share of
+the central update, in one pass over memory:
+c = alpha * (var - central); var = var - lr * delta - c, c kept in the
+replica's buffer. Once the wave's num_replicas replicas (replica_index in
+[first_replica, first_replica + num_replicas)) have passed a stretch of the
+variable, the last of them sets it in next = central + central_momentum *
+(central - central_prev) + the corrections summed in replica order, so the
+result does not depend on the order the replicas run in. The last replica
+to finish sets central_prev = central and central = next (by swapping
+buffers). `barrier` names the per-variable count, reset by
+TensorBowResetSmaBarriers. The pass starts at the `replica`-th of
+`stagger` (0: num_replicas) evenly spaced positions, so that ops run at
+once by different stream groups start apart.
 )doc");
     });
 
@@ -352,7 +359,7 @@ const bool kApplySmaMomentumWithCentral = RegisterPair(
     "TensorBowResourceApplySmaMomentumWithCentral",
     [](OpDefBuilderWrapper& op, const Form& form) {
       op.Input(form.Variable("var")).Input(form.Variable("accum"));
-      CentralInputs(op);
+      CentralInputs(op, form);
       op.Input("alpha: T")
           .Input("lr: T")
           .Input("grad: T")
@@ -360,7 +367,8 @@ const bool kApplySmaMomentumWithCentral = RegisterPair(
           .Input("central_momentum: T");
       WithCentralAttrs(op, form, /*momentum=*/true);
       op.SetShapeFn([form](InferenceContext* c) {
-          return FormShape(form, c, {0, 1}, {2, 3, 4}, {7}, {5, 6, 8, 9});
+          return FormShape(form, c, {0, 1, 2}, {3, 4}, {7},
+                           {5, 6, 8, 9, 10});
         }).Doc(R"doc(
 As TensorBow{,Resource}ApplySmaGradientDescentWithCentral with the momentum
 step of TensorBow{,Resource}ApplySmaMomentum:
@@ -373,7 +381,7 @@ const bool kApplySmaGradientDescentOuterWithCentral = RegisterPair(
     "TensorBowResourceApplySmaGradientDescentOuterWithCentral",
     [](OpDefBuilderWrapper& op, const Form& form) {
       op.Input(form.Variable("var"));
-      CentralInputs(op);
+      CentralInputs(op, form);
       op.Input("alpha: T")
           .Input("lr: T")
           .Input("a: T")
@@ -381,7 +389,7 @@ const bool kApplySmaGradientDescentOuterWithCentral = RegisterPair(
           .Input("central_momentum: T");
       WithCentralAttrs(op, form, /*momentum=*/false);
       op.SetShapeFn([form](InferenceContext* c) {
-          return FormShape(form, c, {0}, {1, 2, 3}, {}, {4, 5, 8}, 6);
+          return FormShape(form, c, {0, 1}, {2, 3}, {}, {4, 5, 8, 9}, 6);
         }).Doc(R"doc(
 TensorBow{,Resource}ApplySmaGradientDescentWithCentral with delta = aᵀ·b,
 never materialised: for a dense layer y = x·W, a = x and b = dy.
@@ -393,7 +401,7 @@ const bool kApplySmaMomentumOuterWithCentral = RegisterPair(
     "TensorBowResourceApplySmaMomentumOuterWithCentral",
     [](OpDefBuilderWrapper& op, const Form& form) {
       op.Input(form.Variable("var")).Input(form.Variable("accum"));
-      CentralInputs(op);
+      CentralInputs(op, form);
       op.Input("alpha: T")
           .Input("lr: T")
           .Input("a: T")
@@ -402,7 +410,8 @@ const bool kApplySmaMomentumOuterWithCentral = RegisterPair(
           .Input("central_momentum: T");
       WithCentralAttrs(op, form, /*momentum=*/true);
       op.SetShapeFn([form](InferenceContext* c) {
-          return FormShape(form, c, {0, 1}, {2, 3, 4}, {}, {5, 6, 9, 10}, 7);
+          return FormShape(form, c, {0, 1, 2}, {3, 4}, {},
+                           {5, 6, 9, 10, 11}, 7);
         }).Doc(R"doc(
 TensorBow{,Resource}ApplySmaMomentumWithCentral with grad = aᵀ·b, never
 materialised.
