@@ -64,7 +64,7 @@ def test_the_faster_kernel_is_used(monkeypatch, tmp_path, faster):
                          for c in choices)
   assert ("TensorBowMatMul" in types) == (faster == "tensorbow")
   # The SMA step takes the weight's gradient as its factors (x, dy).
-  assert bool({"TensorBowApplySmaGradientDescentOuter",
+  assert bool({"TensorBowApplySmaGradientDescentOuterWithCentral",
                "TensorBowResourceApplySmaGradientDescentOuterWithCentral"} &
               types) == (faster == "tensorbow")
   # Both kernels timed once per op, the replicas' rows (8) on unknowns.

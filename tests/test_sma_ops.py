@@ -824,9 +824,9 @@ def test_the_rewrite_uses_registered_op_types():
   tb_ops.library()
   types = [t for pair in sma._SMA_OPS.values() for t in pair]  # pylint: disable=protected-access
   for fused in sma._FUSED.values():  # pylint: disable=protected-access
-    types += list(fused.step) + [fused.with_central]
+    types += list(fused.step) + list(fused.with_central)
   types += list(sma._FUSED_KINDS)  # pylint: disable=protected-access
-  assert len(types) == 6 + 4 * 3 + 8
+  assert len(types) == 6 + 4 * 4 + 8
   for op_type in types:
     assert op_def_registry.get(op_type) is not None, op_type
   assert set(sma._FUSED_KINDS.values()) == set(sma._FUSED)  # pylint: disable=protected-access

@@ -472,7 +472,7 @@ def test_sma_with_fused_dense_updates_equals_numpy(monkeypatch, optimizer,
         np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
     types = set(op.type for op in sess.execution_graph.get_operations())
   name = "GradientDescent" if optimizer == "sgd" else "Momentum"
-  fused = (f"TensorBowResourceApplySma{name}OuterWithCentral" if use_resource
-           else f"TensorBowApplySma{name}Outer")
+  fused = (f"TensorBow{'Resource' if use_resource else ''}ApplySma{name}"
+           "OuterWithCentral")
   assert fused in types
   assert not any(t.endswith(f"Apply{name}Outer") for t in types), types

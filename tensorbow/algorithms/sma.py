@@ -3,9 +3,10 @@ optimizer step, and the state it keeps per model variable.
 
 Each optimizer apply op on a model variable becomes, in the copies:
 
-* for a resource variable trained by SGD or momentum, one fused op (the
-  step, the replica's correction and its share of the central update;
-  the last replica of the wave rotates the central buffers);
+* for a variable trained by SGD or momentum, one fused op (the step, the
+  replica's correction and its share of the central update, summed in
+  replica order; the last replica of the wave rotates the central
+  buffers);
 * otherwise the step fused with the correction (SGD, momentum), or the
   generic correction around any other optimizer's apply op, followed by a
   leader op: the last replica of the wave updates the central model from
@@ -47,28 +48,28 @@ _FUSED_KINDS = {
     "TensorBowApplyMomentumOuter": "momentum_outer",
     "TensorBowResourceApplyMomentumOuter": "momentum_outer",
 }
-# A fused kind's TensorBow ops: the step with the correction (for a
-# reference, for a resource variable); the step, the correction and the
-# replica's share of the central update (resource variables only); and how
-# many of the apply op's data inputs are its variables, after which the
-# SMA inputs go (correction, central and alpha, or the central model's
-# three handles and alpha).
+# A fused kind's TensorBow ops, each for a reference and for a resource
+# variable: the step with the correction; the step, the correction and the
+# replica's share of the central update; and how many of the apply op's
+# data inputs are its variables, after which the SMA inputs go
+# (correction, central and alpha, or the central model's three buffers and
+# alpha).
 _Fused = collections.namedtuple("_Fused", ["step", "with_central", "vars"])
+
+
+def _pair(name):
+  return (f"TensorBowApply{name}", f"TensorBowResourceApply{name}")
+
+
 _FUSED = {
-    "sgd": _Fused(("TensorBowApplySmaGradientDescent",
-                   "TensorBowResourceApplySmaGradientDescent"),
-                  "TensorBowResourceApplySmaGradientDescentWithCentral", 1),
-    "momentum": _Fused(("TensorBowApplySmaMomentum",
-                        "TensorBowResourceApplySmaMomentum"),
-                       "TensorBowResourceApplySmaMomentumWithCentral", 2),
-    "sgd_outer": _Fused(
-        ("TensorBowApplySmaGradientDescentOuter",
-         "TensorBowResourceApplySmaGradientDescentOuter"),
-        "TensorBowResourceApplySmaGradientDescentOuterWithCentral", 1),
-    "momentum_outer": _Fused(
-        ("TensorBowApplySmaMomentumOuter",
-         "TensorBowResourceApplySmaMomentumOuter"),
-        "TensorBowResourceApplySmaMomentumOuterWithCentral", 2),
+    "sgd": _Fused(_pair("SmaGradientDescent"),
+                  _pair("SmaGradientDescentWithCentral"), 1),
+    "momentum": _Fused(_pair("SmaMomentum"), _pair("SmaMomentumWithCentral"),
+                       2),
+    "sgd_outer": _Fused(_pair("SmaGradientDescentOuter"),
+                        _pair("SmaGradientDescentOuterWithCentral"), 1),
+    "momentum_outer": _Fused(_pair("SmaMomentumOuter"),
+                             _pair("SmaMomentumOuterWithCentral"), 2),
 }
 # Around any other optimizer's apply op (for a reference, for a resource
 # variable).
@@ -95,7 +96,7 @@ class _State(object):
     self.central_prev = central_prev  # resource handle
     self.central_value = central_value  # the central model, read
     # Where the replicas sum the next central model (resource handle), or
-    # None for a reference variable (corrections and a leader instead).
+    # None where corrections and a leader update it instead.
     self.central_next = central_next
     self.barrier = barrier  # the name of its count of arrivals
     # With several devices (Builder.placement), per device its _Central:
@@ -161,9 +162,12 @@ class SMA(base.Algorithm):
           f"TensorBow's SMA supports floating-point model variables; "
           f"'{var_op.name}' is {dtype.name}")
     scope = f"{builder.prefix}/sma/{var_op.name}"
-    fused = (var_op.type == "VarHandleOp" and
-             dtype.as_datatype_enum in _FUSABLE_TYPES)
     placement = builder.placement
+    # A fused op takes the central model as the replicas' variables come. A
+    # reference is used where it lives, so not by copies pinned to other
+    # devices, and a device's copy is a resource variable.
+    fused = (dtype.as_datatype_enum in _FUSABLE_TYPES and
+             (var_op.type == "VarHandleOp" or builder.device(0) is None))
     state = _State(
         var_op.name,
         builder.replicated(f"{scope}/correction", dtype, shape),
@@ -235,12 +239,13 @@ class SMA(base.Algorithm):
         extra += nodes
       spec = _FUSED[kind]
       inputs = (data[:spec.vars] + handles + [alpha] + data[spec.vars:] +
-                [momentum])
-      fused = make(node.name, spec.with_central, inputs + control,
+                [momentum, aux("__tensorbow__/replica", builder.replica_input)])
+      fused = make(node.name, spec.with_central[resource], inputs + control,
                    attrs=("T", "use_locking", "use_nesterov"))
       fused.attr["replica"].i = group
       fused.attr["stagger"].i = builder.num_groups
       fused.attr["num_replicas"].i = len(target.replicas)
+      fused.attr["first_replica"].i = target.replicas[0]
       fused.attr["barrier"].s = target.barrier.encode()
       return extra + [fused]
     # This task's replica's correction buffer.
