@@ -15,8 +15,11 @@ from setuptools.command.build_ext import build_ext
 import tensorflow as tf
 
 TF_DIR = os.path.dirname(tf.__file__)
+# No contracted multiply-adds: the fused SMA ops add a correction as they
+# step or keep it to add later, and both must round alike.
 COMPILE = tf.sysconfig.get_compile_flags() + [
-    "-O3", "-fPIC", "-Wno-deprecated-declarations", "-Wno-sign-compare"]
+    "-O3", "-fPIC", "-ffp-contract=off", "-Wno-deprecated-declarations",
+    "-Wno-sign-compare"]
 # Installed, the libraries sit beside the tensorflow package; built in place
 # (pip install -e), they find the TensorFlow they were built against.
 LINK = tf.sysconfig.get_link_flags() + [

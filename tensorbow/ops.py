@@ -159,9 +159,9 @@ def resource_apply_sma_gradient_descent_with_central(
     c = alpha * (var - z);  var = var - lr * delta - c
     next = z + central_momentum * (z - z_prev) + c_0 + ... + c_{L-1}
 
-  the corrections summed in replica order once every replica has passed,
-  whatever order they ran in. The last of the `num_replicas` replicas of a
-  wave to finish sets z_prev = z and z = next, by swapping buffers.
+  the corrections added in replica order whatever order the replicas run
+  in. The last of the `num_replicas` replicas of a wave to finish sets
+  z_prev = z and z = next, by swapping buffers.
 
   Args:
     var: resource handle of the replica's variable.

@@ -244,6 +244,34 @@ def test_central_model_is_the_same_whatever_order_replicas_run_in(kind,
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("left_out", [0, 1, 2])
+def test_a_wave_without_one_replica_sums_the_others_in_order(left_out):
+  """TensorBowSetSmaParticipants leaves replica `left_out` out of a wave:
+  the others' corrections make the central update, run in either order."""
+  shape = (200, 300)
+  rng = np.random.RandomState(5)
+  grads = [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(L)]
+  taking = [r for r in range(L) if r != left_out]
+  results = []
+  for order in (taking, taking[::-1]):
+    wave = Wave("sgd", np.float32, shape)
+    with wave.graph.as_default():
+      two = tb_ops.library().tensor_bow_set_sma_participants(
+          tf.constant(L - 1), barriers=["b"])
+    with tf1.Session(graph=wave.graph) as sess:
+      sess.run(wave.init)
+      sess.run(two)
+      for r in order:
+        sess.run(wave.ops[r], {wave.g[r]: grads[r]})
+      results.append(sess.run([wave.z, wave.zp]))
+  z0 = wave.z0.astype(np.float64)
+  want = z0 + sum(ALPHA * (wave.w0[r] - z0) for r in taking)
+  np.testing.assert_allclose(results[0][0], want, **_tol(np.float32))
+  np.testing.assert_array_equal(results[0][1], wave.z0)
+  for got, first in zip(results[1], results[0]):
+    np.testing.assert_array_equal(got, first)
+
+
 def test_a_replica_passing_twice_in_a_wave_is_an_error_and_changes_nothing():
   wave = Wave("momentum", np.float32, (3,))
   ones = np.ones(3, np.float32)

@@ -222,8 +222,8 @@ tensorflow::Status ReadResource(OpKernelContext* ctx, int index,
 }
 
 // Counts the replicas that have reached one variable in the current wave
-// and, for the *WithCentral ops, per chunk of the variable, keeping each
-// replica's correction until the last of them sums them in slot order.
+// and, for the *WithCentral ops, orders their corrections per chunk of the
+// variable, keeping those that come ahead of their turn.
 class SmaBarrier : public tensorflow::ResourceBase {
  public:
   std::string DebugString() const override { return "TensorBowSmaBarrier"; }
@@ -303,7 +303,7 @@ class SmaBarrier : public tensorflow::ResourceBase {
       TF_RETURN_IF_ERROR(ctx->allocate_temp(dtype, shape, &slot));
     }
     for (int64_t k = 0; k < num_chunks_; ++k) {
-      chunks_[k].arrived.assign(num_slots, false);
+      chunks_[k].kept.assign(num_slots, false);
     }
     return absl::OkStatus();
   }
@@ -311,18 +311,33 @@ class SmaBarrier : public tensorflow::ResourceBase {
   // The correction buffer of `slot` (UseChunks).
   Tensor& Slot(int slot) { return slots_[slot]; }
 
-  // Counts `slot`'s arrival at chunk k; the n-th of the wave runs
-  // sum(arrived), `arrived` the slots that passed the chunk, holding the
-  // chunk's lock. Requires UseChunks.
-  template <typename Sum>
-  void ArriveAtChunk(int64_t k, int slot, int n, const Sum& sum) {
+  // Replica `slot`'s pass over chunk k, of the n replicas of the wave
+  // (Participants), so that the chunk's corrections go into the next
+  // central model in slot order: on its turn (every lower slot's
+  // correction is in) fused(first) steps and adds its own, holding the
+  // chunk's lock, `first` if no correction is in yet; ahead of its turn
+  // deferred() steps keeping it in its slot, without the lock. Kept
+  // corrections are added by add(slot, first) as their turn comes, and by
+  // the n-th arrival in slot order past the slots that take no part in
+  // the wave. Requires UseChunks.
+  template <typename Fused, typename Deferred, typename Add>
+  void AtChunk(int64_t k, int slot, int n, const Fused& fused,
+               const Deferred& deferred, const Add& add) {
     Chunk& chunk = chunks_[k];
+    {
+      tsl::mutex_lock lock(chunk.mu);
+      if (chunk.turn == slot) {
+        fused(!chunk.started);
+        chunk.started = true;
+        ++chunk.turn;
+        Arrived(chunk, n, add);
+        return;
+      }
+    }
+    deferred();
     tsl::mutex_lock lock(chunk.mu);
-    chunk.arrived[slot] = true;
-    if (++chunk.arrivals < n) return;
-    sum(chunk.arrived);
-    chunk.arrivals = 0;
-    chunk.arrived.assign(chunk.arrived.size(), false);
+    chunk.kept[slot] = true;
+    Arrived(chunk, n, add);
   }
 
   // How many replicas take part in the current wave, of `n`.
@@ -340,7 +355,9 @@ class SmaBarrier : public tensorflow::ResourceBase {
     for (int64_t k = 0; k < num_chunks_; ++k) {
       tsl::mutex_lock chunk_lock(chunks_[k].mu);
       chunks_[k].arrivals = 0;
-      chunks_[k].arrived.assign(chunks_[k].arrived.size(), false);
+      chunks_[k].turn = 0;
+      chunks_[k].started = false;
+      chunks_[k].kept.assign(chunks_[k].kept.size(), false);
     }
   }
 
@@ -348,8 +365,33 @@ class SmaBarrier : public tensorflow::ResourceBase {
   struct Chunk {
     tsl::mutex mu;
     int arrivals = 0;
-    std::vector<bool> arrived;  // per slot, in the current wave
+    int turn = 0;  // the slot whose correction goes in next
+    bool started = false;  // a correction is in `next`
+    std::vector<bool> kept;  // per slot: its correction waits for its turn
   };
+
+  // After an arrival at `chunk`, holding its lock: adds the kept
+  // corrections whose turn has come, and at the wave's n-th arrival every
+  // one left, in slot order; then the chunk starts afresh.
+  template <typename Add>
+  static void Arrived(Chunk& chunk, int n, const Add& add) {
+    const int slots = static_cast<int>(chunk.kept.size());
+    const bool last = ++chunk.arrivals >= n;
+    for (; chunk.turn < slots; ++chunk.turn) {
+      if (!chunk.kept[chunk.turn]) {
+        if (!last) break;
+        continue;  // took no part in this wave
+      }
+      add(chunk.turn, !chunk.started);
+      chunk.started = true;
+      chunk.kept[chunk.turn] = false;
+    }
+    if (last) {
+      chunk.arrivals = 0;
+      chunk.turn = 0;
+      chunk.started = false;
+    }
+  }
 
   int Expected(int n) const TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return participants_ > 0 ? participants_ : n;
@@ -362,7 +404,7 @@ class SmaBarrier : public tensorflow::ResourceBase {
   std::unique_ptr<Chunk[]> chunks_;
   int64_t num_chunks_ = 0;
   std::vector<bool> slot_started_;  // per slot, in the current wave
-  std::vector<Tensor> slots_;  // per slot, its correction in this wave
+  std::vector<Tensor> slots_;  // per slot, its kept correction
 };
 
 inline constexpr char kBarrierContainer[] = "tensorbow_sma_barriers";

@@ -60,32 +60,52 @@ struct ApplySmaCentral {
                   const std::vector<ConstFlat<T>>& corrections, T momentum);
 };
 
-// One stretch of a replica's step fused with its SMA correction, which is
-// kept in the replica's own buffer until the wave's central update:
+// One stretch of a replica's step fused with its share of the central
+// update, for the replica whose correction is next in replica order: the
+// wave's new central model is summed in `next`.
 //   c = alpha * (w - z);  w = w - lr * delta - c
+//   next = z + central_momentum * (z - z_prev) + c    (first)
+//   next = next + c                                   (every later replica)
 template <typename Device, typename T>
 struct ApplySmaGradientDescentWithCentral {
   void operator()(const Device& d, Flat<T> var, ConstFlat<T> central,
-                  Flat<T> correction, T alpha, T lr, ConstFlat<T> delta);
+                  ConstFlat<T> central_prev, Flat<T> next, T alpha, T lr,
+                  ConstFlat<T> delta, T central_momentum, bool first);
 };
 
 // As ApplySmaGradientDescentWithCentral, with ApplySmaMomentum's step.
 template <typename Device, typename T>
 struct ApplySmaMomentumWithCentral {
   void operator()(const Device& d, Flat<T> var, Flat<T> accum,
+                  ConstFlat<T> central, ConstFlat<T> central_prev,
+                  Flat<T> next, T alpha, T lr, ConstFlat<T> grad, T momentum,
+                  bool use_nesterov, T central_momentum, bool first);
+};
+
+// The same steps for a replica that is ahead of its turn: its correction
+// is kept, and added to `next` by AddSmaCorrection when its turn comes.
+//   c = alpha * (w - z);  correction = c;  w = w - lr * delta - c
+template <typename Device, typename T>
+struct ApplySmaGradientDescentDeferred {
+  void operator()(const Device& d, Flat<T> var, ConstFlat<T> central,
+                  Flat<T> correction, T alpha, T lr, ConstFlat<T> delta);
+};
+
+template <typename Device, typename T>
+struct ApplySmaMomentumDeferred {
+  void operator()(const Device& d, Flat<T> var, Flat<T> accum,
                   ConstFlat<T> central, Flat<T> correction, T alpha, T lr,
                   ConstFlat<T> grad, T momentum, bool use_nesterov);
 };
 
-// One stretch of the wave's next central model, the corrections added in
-// the order given (so that it does not depend on the replicas' timing):
-//   next = z + central_momentum * (z - z_prev) + c_0 + c_1 + ...
+// A kept correction's turn, with the arithmetic of the fused steps':
+//   next = z + central_momentum * (z - z_prev) + c    (first)
+//   next = next + c                                   (otherwise)
 template <typename Device, typename T>
-struct SumSmaCorrections {
+struct AddSmaCorrection {
   void operator()(const Device& d, Flat<T> next, ConstFlat<T> central,
-                  ConstFlat<T> central_prev,
-                  const std::vector<ConstFlat<T>>& corrections,
-                  T central_momentum);
+                  ConstFlat<T> central_prev, ConstFlat<T> correction,
+                  T central_momentum, bool first);
 };
 
 }  // namespace functor

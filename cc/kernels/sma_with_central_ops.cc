@@ -1,10 +1,11 @@
 // CPU kernels of the SMA ops fused with the central update
 // (TensorBow{,Resource}ApplySma{GradientDescent,Momentum}[Outer]WithCentral;
 // ops in cc/ops/sma_ops.cc), and of the sum across devices' central copies.
-// Each replica's pass keeps its correction in a buffer of its own, chunk by
-// chunk; the last replica at a chunk sums the chunk's corrections in
-// replica order into the wave's next central model, and the last replica
-// of the wave rotates the buffers.
+// The replicas' corrections are added to the wave's next central model
+// chunk by chunk in replica order, whatever order the replicas run in: a
+// replica whose turn it is adds its correction as it steps; one ahead of
+// its turn keeps it until then. The last replica of the wave rotates the
+// buffers.
 #define EIGEN_USE_THREADS
 
 #include <algorithm>
@@ -21,16 +22,46 @@ namespace functor {
 
 // The *WithCentral functors run on one chunk of a variable, on the calling
 // thread: the kernel spreads the chunks over the pool (see
-// ApplySmaWithCentralOp).
+// ApplySmaWithCentralOp). The fused and the kept paths round alike: the
+// correction is of type T (WideT<T> is T for float and double) before it
+// is added, and the build does not contract multiply-adds.
+
+// next = z + mu * (z - z_prev) + c  (first)  or  next += c.
+template <typename T, bool kFirst>
+inline void AddToNext(T* __restrict__ next, const T* __restrict__ z,
+                      const T* __restrict__ zp, Index i, T ci, WideT<T> mu) {
+  if (kFirst) {
+    const WideT<T> zi = Widen(z[i]);
+    next[i] = static_cast<T>(zi + mu * (zi - Widen(zp[i])) + Widen(ci));
+  } else {
+    next[i] = static_cast<T>(Widen(next[i]) + Widen(ci));
+  }
+}
 
 // Elements [0, n) of one replica's step of kUpdate with its SMA correction
-// (step::SmaElement), the correction kept in c; `a` is unused for gradient
-// descent.
-template <step::Update kUpdate, typename T>
+// (step::SmaElement), the correction added to next; `a` is unused for
+// gradient descent.
+template <step::Update kUpdate, bool kFirst, typename T>
 void SmaStretchWithCentral(T* __restrict__ w, T* __restrict__ a,
-                           const T* __restrict__ z, T* __restrict__ c,
-                           const T* __restrict__ g, Index n, T alpha_t,
-                           T lr_t, T momentum_t) {
+                           const T* __restrict__ z, const T* __restrict__ zp,
+                           T* __restrict__ next, const T* __restrict__ g,
+                           Index n, T alpha_t, T lr_t, T momentum_t, T mu_t) {
+  constexpr bool kAccum = kUpdate != step::Update::kGradientDescent;
+  const WideT<T> alpha = Widen(alpha_t), lr = Widen(lr_t);
+  const WideT<T> momentum = Widen(momentum_t), mu = Widen(mu_t);
+  for (Index i = 0; i < n; ++i) {
+    const T ci = static_cast<T>(step::SmaElement<kUpdate>(
+        w + i, kAccum ? a + i : nullptr, z[i], g[i], alpha, lr, momentum));
+    AddToNext<T, kFirst>(next, z, zp, i, ci, mu);
+  }
+}
+
+// The same step with the correction kept in c.
+template <step::Update kUpdate, typename T>
+void SmaStretchDeferred(T* __restrict__ w, T* __restrict__ a,
+                        const T* __restrict__ z, T* __restrict__ c,
+                        const T* __restrict__ g, Index n, T alpha_t, T lr_t,
+                        T momentum_t) {
   constexpr bool kAccum = kUpdate != step::Update::kGradientDescent;
   const WideT<T> alpha = Widen(alpha_t), lr = Widen(lr_t);
   const WideT<T> momentum = Widen(momentum_t);
@@ -43,46 +74,76 @@ void SmaStretchWithCentral(T* __restrict__ w, T* __restrict__ a,
 template <typename T>
 struct ApplySmaGradientDescentWithCentral<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> var, ConstFlat<T> central,
-                  Flat<T> correction, T alpha, T lr, ConstFlat<T> delta) {
-    SmaStretchWithCentral<step::Update::kGradientDescent, T>(
-        var.data(), nullptr, central.data(), correction.data(), delta.data(),
-        var.size(), alpha, lr, T(0));
+                  ConstFlat<T> central_prev, Flat<T> next, T alpha, T lr,
+                  ConstFlat<T> delta, T central_momentum, bool first) {
+    constexpr auto kUpdate = step::Update::kGradientDescent;
+    auto stretch = first ? &SmaStretchWithCentral<kUpdate, true, T>
+                         : &SmaStretchWithCentral<kUpdate, false, T>;
+    stretch(var.data(), nullptr, central.data(), central_prev.data(),
+            next.data(), delta.data(), var.size(), alpha, lr, T(0),
+            central_momentum);
   }
 };
 
 template <typename T>
 struct ApplySmaMomentumWithCentral<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> var, Flat<T> accum,
+                  ConstFlat<T> central, ConstFlat<T> central_prev,
+                  Flat<T> next, T alpha, T lr, ConstFlat<T> grad, T momentum,
+                  bool use_nesterov, T central_momentum, bool first) {
+    using step::Update;
+    auto stretch =
+        first ? (use_nesterov
+                     ? &SmaStretchWithCentral<Update::kNesterov, true, T>
+                     : &SmaStretchWithCentral<Update::kMomentum, true, T>)
+              : (use_nesterov
+                     ? &SmaStretchWithCentral<Update::kNesterov, false, T>
+                     : &SmaStretchWithCentral<Update::kMomentum, false, T>);
+    stretch(var.data(), accum.data(), central.data(), central_prev.data(),
+            next.data(), grad.data(), var.size(), alpha, lr, momentum,
+            central_momentum);
+  }
+};
+
+template <typename T>
+struct ApplySmaGradientDescentDeferred<CPUDevice, T> {
+  void operator()(const CPUDevice& d, Flat<T> var, ConstFlat<T> central,
+                  Flat<T> correction, T alpha, T lr, ConstFlat<T> delta) {
+    SmaStretchDeferred<step::Update::kGradientDescent, T>(
+        var.data(), nullptr, central.data(), correction.data(), delta.data(),
+        var.size(), alpha, lr, T(0));
+  }
+};
+
+template <typename T>
+struct ApplySmaMomentumDeferred<CPUDevice, T> {
+  void operator()(const CPUDevice& d, Flat<T> var, Flat<T> accum,
                   ConstFlat<T> central, Flat<T> correction, T alpha, T lr,
                   ConstFlat<T> grad, T momentum, bool use_nesterov) {
     using step::Update;
-    auto stretch = use_nesterov ? &SmaStretchWithCentral<Update::kNesterov, T>
-                                : &SmaStretchWithCentral<Update::kMomentum, T>;
+    auto stretch = use_nesterov ? &SmaStretchDeferred<Update::kNesterov, T>
+                                : &SmaStretchDeferred<Update::kMomentum, T>;
     stretch(var.data(), accum.data(), central.data(), correction.data(),
             grad.data(), var.size(), alpha, lr, momentum);
   }
 };
 
 template <typename T>
-struct SumSmaCorrections<CPUDevice, T> {
+struct AddSmaCorrection<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> next, ConstFlat<T> central,
-                  ConstFlat<T> central_prev,
-                  const std::vector<ConstFlat<T>>& corrections,
-                  T central_momentum) {
-    T* __restrict__ out = next.data();
-    const T* __restrict__ z = central.data();
-    const T* __restrict__ zp = central_prev.data();
+                  ConstFlat<T> central_prev, ConstFlat<T> correction,
+                  T central_momentum, bool first) {
+    T* out = next.data();
+    const T* z = central.data();
+    const T* zp = central_prev.data();
+    const T* c = correction.data();
     const WideT<T> mu = Widen(central_momentum);
     const Index n = next.size();
-    for (Index i = 0; i < n; ++i) {
-      const WideT<T> zi = Widen(z[i]);
-      out[i] = static_cast<T>(zi + mu * (zi - Widen(zp[i])));
-    }
-    // One correction at a time, each a pass the compiler vectorises.
-    for (const ConstFlat<T>& correction : corrections) {
-      const T* __restrict__ c = correction.data();
+    if (first) {
+      for (Index i = 0; i < n; ++i) AddToNext<T, true>(out, z, zp, i, c[i], mu);
+    } else {
       for (Index i = 0; i < n; ++i) {
-        out[i] = static_cast<T>(Widen(out[i]) + Widen(c[i]));
+        AddToNext<T, false>(out, z, zp, i, c[i], mu);
       }
     }
   }
@@ -92,9 +153,8 @@ struct SumSmaCorrections<CPUDevice, T> {
 
 namespace {
 
-// Elements per chunk of the *WithCentral ops: the unit in which the last
-// replica to pass sums the corrections, and replicas start at different
-// chunks.
+// Elements per chunk of the *WithCentral ops: the unit in which the
+// corrections are added in order, and replicas start at different chunks.
 constexpr int64_t kChunk = 1 << 14;
 
 // The tensor of the central model's input `index`: a reference variable's
@@ -113,10 +173,9 @@ tensorflow::Status ReadCentral(OpKernelContext* ctx, int index,
 // One replica's SGD or momentum step fused with its SMA correction and its
 // share of the central update (functor::Apply*WithCentral). The variable is
 // cut into chunks; replica r starts at chunk r * chunks / N, so concurrent
-// replicas work on different chunks. Each replica keeps its correction in
-// its slot's buffer; the last of the wave's replicas at a chunk sums the
-// chunk's corrections in slot order into `next`, so the new central model
-// does not depend on the order the replicas finish in. The last replica of
+// replicas work on different chunks. At each chunk the corrections go into
+// `next` in slot order (SmaBarrier::AtChunk), so the new central model
+// does not depend on the order the replicas run in. The last replica of
 // the wave rotates the buffers, z_prev <- z <- next <- z_prev, so the
 // central update moves no data. With kOuter the gradient comes as aᵀ·b (a
 // dense layer's input and output gradient): chunks are whole rows, and each
@@ -240,9 +299,8 @@ class ApplySmaWithCentralOp : public SmaOpBase {
     const int participants = barrier->Participants(num_replicas_);
     device.parallelFor(
         num_chunks,
-        functor::ElementCost<T>(kMomentum ? 5 : 4, kMomentum ? 3 : 2,
-                                (kMomentum ? 12 : 8) + 2 * depth +
-                                    num_replicas_) *
+        functor::ElementCost<T>(kMomentum ? 6 : 5, kMomentum ? 3 : 2,
+                                (kMomentum ? 12 : 8) + 2 * depth) *
             static_cast<double>(chunk),
         [&](Index first, Index last) {
           std::vector<T> made(kOuter ? chunk : 0);
@@ -259,10 +317,12 @@ class ApplySmaWithCentralOp : public SmaOpBase {
                                       row + size / cols);
               g = made.data();
             }
-            pass.Step(device, begin, size, g);
-            barrier->ArriveAtChunk(
-                k, slot, participants, [&](const std::vector<bool>& arrived) {
-                  pass.Sum(device, begin, size, *barrier, arrived);
+            barrier->AtChunk(
+                k, slot, participants,
+                [&](bool first) { pass.Fused(device, begin, size, g, first); },
+                [&] { pass.Deferred(device, begin, size, g); },
+                [&](int other, bool first) {
+                  pass.Add(device, begin, size, barrier->Slot(other), first);
                 });
           }
         });
@@ -291,38 +351,50 @@ class ApplySmaWithCentralOp : public SmaOpBase {
       return functor::ConstFlat<T>(t.template flat<T>().data() + begin, size);
     }
 
-    // The replica's step and correction; `grad`: the chunk's gradient, from
-    // its first element.
-    void Step(const CPUDevice& d, int64_t begin, int64_t size,
-              const T* grad) const {
+    // The replica's step with its correction added to next (its turn);
+    // `grad`: the chunk's gradient, from its first element.
+    void Fused(const CPUDevice& d, int64_t begin, int64_t size,
+               const T* grad, bool first) const {
       const functor::ConstFlat<T> g(grad, size);
       if (kMomentum) {
         functor::ApplySmaMomentumWithCentral<CPUDevice, T>()(
             d, Slice(vars[0], begin, size), Slice(vars[1], begin, size),
             ConstSlice(central, begin, size),
+            ConstSlice(central_prev, begin, size), Slice(next, begin, size),
+            alpha, lr, g, momentum, use_nesterov, central_momentum, first);
+      } else {
+        functor::ApplySmaGradientDescentWithCentral<CPUDevice, T>()(
+            d, Slice(vars[0], begin, size), ConstSlice(central, begin, size),
+            ConstSlice(central_prev, begin, size), Slice(next, begin, size),
+            alpha, lr, g, central_momentum, first);
+      }
+    }
+
+    // The replica's step with its correction kept in its slot (ahead of
+    // its turn).
+    void Deferred(const CPUDevice& d, int64_t begin, int64_t size,
+                  const T* grad) const {
+      const functor::ConstFlat<T> g(grad, size);
+      if (kMomentum) {
+        functor::ApplySmaMomentumDeferred<CPUDevice, T>()(
+            d, Slice(vars[0], begin, size), Slice(vars[1], begin, size),
+            ConstSlice(central, begin, size),
             Slice(correction, begin, size), alpha, lr, g, momentum,
             use_nesterov);
       } else {
-        functor::ApplySmaGradientDescentWithCentral<CPUDevice, T>()(
+        functor::ApplySmaGradientDescentDeferred<CPUDevice, T>()(
             d, Slice(vars[0], begin, size), ConstSlice(central, begin, size),
             Slice(correction, begin, size), alpha, lr, g);
       }
     }
 
-    // The chunk's next central model from the corrections of the slots
-    // that `arrived`, in slot order.
-    void Sum(const CPUDevice& d, int64_t begin, int64_t size,
-             SmaBarrier& barrier, const std::vector<bool>& arrived) const {
-      std::vector<functor::ConstFlat<T>> corrections;
-      for (size_t s = 0; s < arrived.size(); ++s) {
-        if (arrived[s]) {
-          corrections.push_back(ConstSlice(barrier.Slot(s), begin, size));
-        }
-      }
-      functor::SumSmaCorrections<CPUDevice, T>()(
+    // A kept correction's turn.
+    void Add(const CPUDevice& d, int64_t begin, int64_t size,
+             const Tensor& kept, bool first) const {
+      functor::AddSmaCorrection<CPUDevice, T>()(
           d, Slice(next, begin, size), ConstSlice(central, begin, size),
-          ConstSlice(central_prev, begin, size), corrections,
-          central_momentum);
+          ConstSlice(central_prev, begin, size), ConstSlice(kept, begin, size),
+          central_momentum, first);
     }
   };
 

@@ -340,14 +340,13 @@ const bool kApplySmaGradientDescentWithCentral = RegisterPair(
         }).Doc(R"doc(
 Replica `replica_index`'s SGD step with its SMA correction and its share of
 the central update, in one pass over memory:
-c = alpha * (var - central); var = var - lr * delta - c, c kept in the
-replica's buffer. Once the wave's num_replicas replicas (replica_index in
-[first_replica, first_replica + num_replicas)) have passed a stretch of the
-variable, the last of them sets it in next = central + central_momentum *
-(central - central_prev) + the corrections summed in replica order, so the
-result does not depend on the order the replicas run in. The last replica
-to finish sets central_prev = central and central = next (by swapping
-buffers). `barrier` names the per-variable count, reset by
+c = alpha * (var - central); var = var - lr * delta - c;
+next = central + central_momentum * (central - central_prev) + the
+corrections of the wave's num_replicas replicas (replica_index in
+[first_replica, first_replica + num_replicas)), added in replica order
+whatever order the replicas run in: a replica ahead of its turn keeps its
+correction until then. The last replica to finish sets central_prev =
+central and central = next (by swapping buffers). `barrier` names the per-variable count, reset by
 TensorBowResetSmaBarriers. The pass starts at the `replica`-th of
 `stagger` (0: num_replicas) evenly spaced positions, so that ops run at
 once by different stream groups start apart.
