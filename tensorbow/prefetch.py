@@ -10,9 +10,16 @@ tensors a run pulls, `Closure.pulled`) a `Prefetcher` keeps:
 - *carried* elements: taken by a training run that did not train on them
   (it was refused, or met the end of the input after taking some); they
   begin the next wave;
-- elements *pulled ahead*: right after a wave takes its elements, a thread
-  pulls as many again for the next wave, while the wave computes (one
-  wave's worth ahead, never more), with the error the pull met, if any.
+- elements *pulled ahead*: right after a wave takes its elements, the
+  prefetcher's thread pulls as many again for the next wave, while the
+  wave computes (one wave's worth ahead, never more), with the error the
+  pull met, if any.
+
+The thread is started by the first pull and kept: TensorFlow runs a new
+thread's first steps markedly slower (per-thread state warming up), which
+a thread per pull paid on every wave. It ends when the session closes, or
+after _IDLE_SECONDS without a pull, so a session left unclosed is not
+kept alive by it.
 
 Elements pulled ahead are still the pipeline's as far as the user can
 tell: before a plain run that takes from the pipeline the pull is stopped
@@ -22,6 +29,7 @@ they are dropped, as a synchronous pull would never have taken them. Runs
 that neither take from nor reset the pipeline (enqueues, evaluation on
 feeds) do not wait for a pull.
 """
+import collections
 import logging
 import threading
 
@@ -31,6 +39,8 @@ _logger = logging.getLogger("tensorbow")
 # How long close() waits for a pull still running once the TensorFlow
 # session is closed (which cancels a dequeue that is waiting).
 _JOIN_SECONDS = 60.0
+# How long the thread waits for a pull before it ends.
+_IDLE_SECONDS = 10.0
 
 
 class _Held(object):
@@ -57,11 +67,10 @@ class _Held(object):
 
 
 class _Pull(object):
-  """A pull ahead: its thread, and whether it is asked to stop between
+  """A pull ahead, queued or running: whether it is asked to stop between
   elements."""
 
   def __init__(self):
-    self.thread = None
     self.stop = False
 
 
@@ -81,6 +90,8 @@ class Prefetcher(object):
     self._cond = threading.Condition()
     self._held = {}  # pulled names -> _Held
     self._closed = False
+    self._queued = collections.deque()  # (_Held, _Pull, count, options)
+    self._thread = None  # the thread pulling ahead, once started
     self._warned = set()
 
   def take(self, route, count, options):
@@ -132,7 +143,7 @@ class Prefetcher(object):
 
   def pull_ahead(self, route, count, options):
     """Starts pulling the elements of `route`'s next wave, `count` of them
-    less those already held, on a thread of its own."""
+    less those already held, on the prefetcher's thread."""
     if not self._ahead:
       return
     held = self._held_for(route.closure)
@@ -141,11 +152,14 @@ class Prefetcher(object):
       if (self._closed or held.pull is not None or held.error is not None or
           wanted <= 0):
         return
-      pull = held.pull = _Pull()
-      pull.thread = threading.Thread(
-          target=self._pull, args=(held, pull, wanted, options),
-          name="tensorbow-prefetch", daemon=True)
-      pull.thread.start()
+      held.pull = _Pull()
+      self._queued.append((held, held.pull, wanted, options))
+      if self._thread is None:
+        self._thread = threading.Thread(target=self._work,
+                                        name="tensorbow-prefetch",
+                                        daemon=True)
+        self._thread.start()
+      self._cond.notify_all()
 
   def serve(self, closure):
     """Before a plain run with closure `closure`: hands it what was pulled
@@ -209,19 +223,20 @@ class Prefetcher(object):
       for held in self._held.values():
         if held.pull is not None:
           held.pull.stop = True
+      self._cond.notify_all()
 
   def join(self):
-    """Waits for the pulls' threads to end, once the TensorFlow session is
-    closed (which cancels a pull waiting on an empty queue)."""
+    """After stop(): waits for the thread to end, once the TensorFlow
+    session is closed (which cancels a pull waiting on an empty queue)."""
     with self._cond:
-      threads = [h.pull.thread for h in self._held.values()
-                 if h.pull is not None]
-    for thread in threads:
-      thread.join(_JOIN_SECONDS)
-      if thread.is_alive():
-        _logger.warning("TensorBow: a pull from an input pipeline was still "
-                        "running %.0f s after the session closed",
-                        _JOIN_SECONDS)
+      thread = self._thread
+    if thread is None:
+      return
+    thread.join(_JOIN_SECONDS)
+    if thread.is_alive():
+      _logger.warning("TensorBow: a pull from an input pipeline was still "
+                      "running %.0f s after the session closed",
+                      _JOIN_SECONDS)
 
   def _held_for(self, closure):
     with self._cond:
@@ -252,9 +267,22 @@ class Prefetcher(object):
     while held.pull is not None:
       self._cond.wait()
 
+  def _work(self):
+    """The thread: runs the pulls queued, until closed or idle."""
+    while True:
+      with self._cond:
+        while not self._queued and not self._closed:
+          if not self._cond.wait(_IDLE_SECONDS) and not self._queued:
+            break
+        if not self._queued:  # closed or idle
+          self._thread = None
+          return
+        job = self._queued.popleft()
+      self._pull(*job)
+
   def _pull(self, held, pull, count, options):
-    """A pull ahead's thread: `count` elements, one run each, stopping
-    early if asked."""
+    """A pull ahead: `count` elements, one run each, stopping early if
+    asked."""
     error = None
     try:
       for _ in range(count):

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import tensorbow
+from tensorbow import prefetch
 
 import references
 
@@ -86,10 +87,10 @@ def in_both_modes(scenario, replicas, **kwargs):
   it returned with prefetch on, after checking it is the same off, and
   that the model is the reference over the waves' rows."""
   results = []
-  for prefetch in (True, False):
+  for ahead in (True, False):
     with tf.Graph().as_default():
       trained = []
-      with tensorbow.TensorBowSession(replicas=replicas, prefetch=prefetch,
+      with tensorbow.TensorBowSession(replicas=replicas, prefetch=ahead,
                                       **kwargs) as sess:
         seen, w = scenario(sess, trained)
       results.append((seen, trained, w))
@@ -325,6 +326,7 @@ def run_in_thread(fn, seconds=20):
 
 
 def test_runs_that_do_not_take_from_the_queue_do_not_wait_for_its_pull():
+  others = set(prefetch_threads())  # other tests' unclosed sessions
   with tf.Graph().as_default():
     queue, rows, enqueue, model, sess = queue_model(2)
     size = queue.size()
@@ -332,7 +334,7 @@ def test_runs_that_do_not_take_from_the_queue_do_not_wait_for_its_pull():
     trained = [sess.run([model.seen, model.train])[0]]
     # The next wave's pull waits on the empty queue; an enqueue, the
     # queue's size and an evaluation on a feed go on meanwhile.
-    wait_for(lambda: prefetch_threads())
+    wait_for(lambda: set(prefetch_threads()) - others)
     assert run_in_thread(lambda: sess.run(size)) == 0
     run_in_thread(lambda: sess.run(enqueue, {rows: np.arange(8, 16)}))
     loss = run_in_thread(lambda: sess.run(
@@ -344,25 +346,28 @@ def test_runs_that_do_not_take_from_the_queue_do_not_wait_for_its_pull():
         lambda: sess.run([model.seen, model.train])[0]))
     sess.close()
   np.testing.assert_array_equal(np.concatenate(trained), np.arange(16))
-  assert not prefetch_threads()
+  assert not set(prefetch_threads()) - others
 
 
 def test_closing_the_session_ends_a_pull_in_flight():
+  others = set(prefetch_threads())
   with tf.Graph().as_default():
     _, rows, enqueue, model, sess = queue_model(2)
     sess.run(enqueue, {rows: np.arange(8)})
     np.testing.assert_array_equal(
         sess.run([model.seen, model.train])[0], np.arange(8))
-    wait_for(lambda: prefetch_threads())  # waits on the empty queue
+    wait_for(lambda: set(prefetch_threads()) - others)
+    time.sleep(0.2)  # its pull waits on the empty queue
     start = time.time()
     sess.close()
     assert time.time() - start < 10
-    assert not prefetch_threads()
+    assert not set(prefetch_threads()) - others
     with pytest.raises(RuntimeError, match="closed Session"):
       sess.run(model.train)
 
 
 def test_closing_the_session_ends_every_pull_of_a_dataset():
+  others = set(prefetch_threads())
   with tf.Graph().as_default():
     x, y, ids = tf.compat.v1.data.make_one_shot_iterator(
         dataset("element").repeat()).get_next()
@@ -373,7 +378,25 @@ def test_closing_the_session_ends_every_pull_of_a_dataset():
       for _ in range(3):
         sess.run(model.train)
       sess.close()
-      assert not prefetch_threads()
+      assert not set(prefetch_threads()) - others
+
+
+def test_an_idle_thread_ends_and_a_pull_starts_it_again(monkeypatch):
+  # A session left unclosed is not kept alive by its thread.
+  monkeypatch.setattr(prefetch, "_IDLE_SECONDS", 0.2)
+  others = set(prefetch_threads())
+  with tf.Graph().as_default():
+    x, y, ids = tf.compat.v1.data.make_one_shot_iterator(
+        dataset("element")).get_next()
+    model = Model(x, y, ids)
+    sess = tensorbow.TensorBowSession(replicas=2)
+    sess.run(tf.compat.v1.global_variables_initializer())
+    trained = []
+    for _ in range(2):
+      train_waves(sess, model, 1, trained)
+      wait_for(lambda: not set(prefetch_threads()) - others)
+    sess.close()
+  np.testing.assert_array_equal(np.concatenate(trained), element_ids(0, 4))
 
 
 def test_prefetch_must_be_a_bool():
