@@ -21,7 +21,7 @@ Settings = collections.namedtuple("Settings", [
 
 def check_options(replicas=2, algorithm="sma", alpha=None,
                   central_momentum=0.9, nonfinite="propagate", workers=1,
-                  cluster_timeout=60.0, devices=1):
+                  cluster_timeout=60.0, devices=1, prefetch=True):
   """Checks `TensorBowSession`'s options; returns the algorithm resolved for
   `replicas` on each of `workers` workers (for "auto", for the one
   replica it starts with), spread over `devices` devices.
@@ -36,6 +36,8 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
                            not isinstance(replicas, int) or replicas < 1):
     raise ValueError(f"replicas must be an int >= 1 or {AUTO!r}, got "
                      f"{replicas!r}")
+  if not isinstance(prefetch, bool):
+    raise ValueError(f"prefetch must be True or False, got {prefetch!r}")
   if (isinstance(cluster_timeout, bool) or
       not isinstance(cluster_timeout, (int, float)) or
       not cluster_timeout > 0):

@@ -34,6 +34,8 @@ Closure = collections.namedtuple("Closure", [
     "ops",  # the ops it runs, in the execution graph, inputs first
     "pulled",  # names of its input tensors taken from a pipeline first
     "reads",  # names of the variable ops it runs
+    "pipelines",  # analysis.PipelineUses: how it takes from or resets
+                  # input pipelines (a training run: before its pulls)
 ])
 
 
@@ -129,12 +131,14 @@ class Router(object):
         pulled = tuple(sorted(t.name for op in ops if training and
                               op.type in analysis.PULLED_INPUT_OPS
                               for t in op.outputs))
+        pipelines = analysis.pipeline_uses(ops, fed_names)
         if pulled:
           ops = analysis.closure(roots, fed_names | frozenset(pulled))
         closure = Closure(
             training, analysis.written_variables(ops), ops, pulled,
             frozenset(op.name for op in ops
-                      if op.type in analysis.VARIABLE_OPS))
+                      if op.type in analysis.VARIABLE_OPS),
+            pipelines)
         self._closures[signature] = closure
     order = sorted(range(len(feeds)), key=lambda i: feeds[i][0].name)
     return Route(fed=[feeds[i][0] for i in order], order=order,

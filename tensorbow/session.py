@@ -24,6 +24,7 @@ from tensorbow import devices as tb_devices
 from tensorbow import execution
 from tensorbow import options
 from tensorbow import planner
+from tensorbow import prefetch as tb_prefetch
 from tensorbow import replicas as tb_replicas
 from tensorbow import routing
 from tensorbow import runtime as tb_runtime
@@ -62,6 +63,10 @@ class TensorBowSession(compat.SessionInterface):
       (with `ConfigProto(device_count={"CPU": 2})`): each keeps its own copy
       of the central model for its replicas, and after each wave the
       copies' moves are summed ("sma", "easgd" and "ssgd").
+    prefetch: whether a training run fed by an input pipeline (a
+      `tf.data` iterator's `get_next()`, a queue's dequeue) pulls the next
+      wave's elements while its wave computes; False takes them only when
+      a wave asks for them.
 
   With `TF_CONFIG` naming two or more workers, this process is one of
   them: it trains `replicas` replicas on its own contiguous part of every
@@ -77,13 +82,14 @@ class TensorBowSession(compat.SessionInterface):
 
   def __init__(self, target="", graph=None, config=None, *, replicas=2,
                algorithm="sma", alpha=None, central_momentum=0.9,
-               nonfinite="propagate", cluster_timeout=60.0, devices=None):
+               nonfinite="propagate", cluster_timeout=60.0, devices=None,
+               prefetch=True):
     self._cluster = tb_cluster.from_environ()
     self._workers = 1 if self._cluster is None else self._cluster.num_workers
     devices = tb_devices.check(devices)
     options.check_options(replicas, algorithm, alpha, central_momentum,
                           nonfinite, self._workers, cluster_timeout,
-                          len(devices) if devices else 1)
+                          len(devices) if devices else 1, prefetch)
     # Resolved for L whenever L is set (replicas="auto" changes it).
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)
@@ -106,6 +112,8 @@ class TensorBowSession(compat.SessionInterface):
     self._nonfinite = nonfinite
     self._lock = threading.RLock()
     self._router = routing.Router(self._graph, self._exec, self._lock)
+    # Kept across settings of L: what was taken or pulled ahead stays.
+    self._inputs = tb_prefetch.Prefetcher(self._session, ahead=prefetch)
     self._closed = False
     self._context = None
     self.counts = {"training_runs": 0}  # completed; outlives the session
@@ -157,7 +165,7 @@ class TensorBowSession(compat.SessionInterface):
       self._trainer = waves.Trainer(
           self._session, settings, self._planner, self._runtime, builder,
           state, self._graph, self._lock, self._check_open, self._cluster,
-          self._reducer)
+          self._reducer, self._inputs)
 
   # ---- SessionInterface ----------------------------------------------------
 
@@ -210,13 +218,16 @@ class TensorBowSession(compat.SessionInterface):
   def close(self):
     """Closes the session once a wave in flight has finished.
 
-    Stops the runtime's threads and closes the TensorFlow session; later
-    runs raise RuntimeError, as TensorFlow's do.
+    Stops the runtime's threads and the pulls from input pipelines and
+    closes the TensorFlow session; later runs raise RuntimeError, as
+    TensorFlow's do.
     """
     with self._lock:
       self._closed = True
+      self._inputs.stop()
       self._runtime.close()
-      self._session.close()
+      self._session.close()  # cancels a pull waiting on an empty queue
+      self._inputs.join()
       if self._reducer is not None:
         self._reducer.close()
 
@@ -348,6 +359,13 @@ class TensorBowSession(compat.SessionInterface):
                 "its replicas' state")
       self._trainer.after_saver(*saver)
       return handler.build_results(self, [saver[1].encode()])
+    try:
+      # Elements pulled ahead are the pipeline's next: fed to a run that
+      # takes from it (prefetch.py).
+      served = self._inputs.serve(route.closure)
+    except tf.errors.OpError as e:
+      raise self._exec.user_error(e) from None
+    feeds.update((n, v) for n, v in served.items() if n not in feeds)
     self._trainer.refresh(route.closure.reads)
     # Not under the lock: a run that blocks inside TensorFlow (a dequeue)
     # must not block the session's other runs, as with TensorFlow.
@@ -355,6 +373,7 @@ class TensorBowSession(compat.SessionInterface):
       values = self._session.run(_names(handler), feeds, options,
                                  run_metadata)
     except (TypeError, ValueError):
+      self._inputs.give_back(served)
       raise  # refused before anything ran
     except tf.errors.OpError as e:
       # Failed while executing: the writes that did not wait for the

@@ -17,6 +17,7 @@ import tensorflow as tf
 from tensorbow import checkpoint
 from tensorbow import feeds
 from tensorbow import options as tb_options
+from tensorbow import prefetch
 
 
 class Trainer(object):
@@ -37,10 +38,15 @@ class Trainer(object):
     cluster: this worker's `cluster.Cluster`, or None: one process.
     reducer: with a cluster, the session's `cluster.Reducer` (sums over
       the workers).
+    inputs: the session's `prefetch.Prefetcher`, which takes a training
+      run's elements from its input pipeline (and pulls the next wave's
+      while this one computes); None: one of its own that pulls only
+      when a wave asks.
   """
 
   def __init__(self, session, settings, plans, runtime, builder, replicas,
-               user_graph, lock, check_open, cluster=None, reducer=None):
+               user_graph, lock, check_open, cluster=None, reducer=None,
+               inputs=None):
     self._session = session
     self._replicas = settings.replicas
     self._algorithm = settings.algorithm
@@ -64,9 +70,7 @@ class Trainer(object):
     self._shares = None  # per replica, its share of a batch (first_shares)
     self.last_rows = 0  # the rows the latest training run trained on
     self.last_batch = 0  # the batch size its graph was built for
-    # Per training-run signature, pipeline elements taken by a wave that
-    # reached the end of its input (see _pull).
-    self._carried = {}
+    self._inputs = inputs or prefetch.Prefetcher(session, ahead=False)
 
   @property
   def plans(self):
@@ -174,8 +178,10 @@ class Trainer(object):
       plan = self.plans.get(route.signature)
       by_element = (any(plan.elements) if plan is not None else
                     self._plans.takes_elements(route.pulled))
-      taken = self._pull(route, self._replicas if by_element else 1,
-                         options)
+      count = self._replicas if by_element else 1
+      taken = self._inputs.take(route, count, options)
+      # The next wave's elements come while this one computes.
+      self._inputs.pull_ahead(route, count, options)
       if by_element:
         first = fed_values + taken[0]
         fed_values = fed_values + [feeds.Elements(e[i] for e in taken)
@@ -190,8 +196,7 @@ class Trainer(object):
         plan, values = self._checked(route, fed_values, first)
       except BaseException:
         if route.pulled:  # nothing ran: the elements go to the next wave
-          self._carried[route.signature] = (
-              taken + self._carried.get(route.signature, []))
+          self._inputs.put_back(route, taken)
         raise
       self.last_rows = (feeds.total_rows(values[plan.batch_feed])
                         if plan.batch_feed >= 0 else 0)
@@ -285,28 +290,6 @@ class Trainer(object):
                          self._replicas * self._cluster.num_workers)
     return plan, feeds.worker_part(
         plan, values, lambda rows: self._cluster.part(rows, self._replicas))
-
-  def _pull(self, route, count, options):
-    """`count` elements of `route`'s input pipeline, each a list of values
-    in the order of route.pulled.
-
-    At the end of the pipeline OutOfRangeError propagates and no wave
-    runs; the elements taken before it are kept and begin the next wave
-    of the same run (after the pipeline is re-initialised, say), so that
-    no element goes untrained.
-    """
-    taken = self._carried.pop(route.signature, [])
-    try:
-      while len(taken) < count:
-        taken.append(self._session.run(list(route.closure.pulled),
-                                       options=options))
-    except tf.errors.OutOfRangeError:
-      if taken:
-        self._carried[route.signature] = taken
-      raise
-    if len(taken) > count:  # L was lowered since they were taken
-      self._carried[route.signature] = taken[count:]
-    return taken[:count]
 
   def _after_wave(self, plan, sizes):
     """The algorithm's work after a completed wave: new shares from the

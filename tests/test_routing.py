@@ -391,6 +391,40 @@ def test_a_training_runs_pipeline_is_pulled_first(use_resource, pipeline):
   assert source.name in {op.name for op in plain.closure.ops}
 
 
+def test_runs_name_the_pipelines_they_take_from_or_reset():
+  graph = tf.Graph()
+  with graph.as_default():
+    features = tf1.placeholder(tf.float32, [None, 2], name="features")
+    iterator = tf1.data.make_initializable_iterator(
+        tf.data.Dataset.from_tensor_slices(features).batch(2))
+    x = iterator.get_next()
+    queue = tf1.FIFOQueue(8, [tf.float32], [[1]], name="queue")
+    y = queue.dequeue_many(2)
+    enqueue = queue.enqueue_many([Y])
+    w = tf1.get_variable("w", initializer=np.ones([2, 1], np.float32))
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+    train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    tf1.data.experimental.make_saveable_from_iterator(iterator)
+    serialize = graph.get_operation_by_name("SerializeIterator")
+  router = _router(graph)
+  it, q = iterator.initializer.inputs[1].op.name, "queue"
+  route, _ = router.route(train, {})
+  assert route.closure.pipelines.takes == {x.op.name: it, y.op.name: q}
+  assert route.closure.pipelines.resets == frozenset()
+  plain, _ = router.route(x, {})
+  assert plain.closure.pipelines.takes == {x.op.name: it}
+  reset, _ = router.route(iterator.initializer, {features: X})
+  assert reset.closure.pipelines == ({}, frozenset([it]), frozenset())
+  save, _ = router.route(serialize.outputs[0], {})
+  assert save.closure.pipelines == ({}, frozenset(), frozenset([it]))
+  # A fed output: the op does not run. An enqueue takes nothing.
+  for fetches, feeds in ((loss, {x: X[:2]}), (enqueue, {})):
+    other, _ = router.route(fetches, feeds)
+    assert it not in other.closure.pipelines.takes.values()
+    assert not other.closure.pipelines.resets
+  assert router.route(enqueue, {})[0].closure.pipelines.takes == {}
+
+
 @USE_RESOURCE
 def test_sparse_feeds_of_a_training_run_are_listed(use_resource):
   graph = tf.Graph()

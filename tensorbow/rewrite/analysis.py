@@ -32,6 +32,13 @@ PULLED_INPUT_OPS = frozenset([
     "QueueDequeue", "QueueDequeueV2", "QueueDequeueMany",
     "QueueDequeueManyV2", "QueueDequeueUpTo", "QueueDequeueUpToV2",
 ])
+# Ops that start an iterator afresh (its initializer) or set its position
+# (a restore of its state): what was pulled from it before no longer
+# comes next (prefetch.py). The iterator is input 1 of MakeIterator (after
+# the dataset), input 0 of DeserializeIterator.
+PIPELINE_RESETS = {"MakeIterator": 1, "DeserializeIterator": 0}
+# Ops that read an iterator's position (a Saver's save of it).
+PIPELINE_SAVES = frozenset(["SerializeIterator"])
 # Input ops whose state a replica cannot copy (not reached when an op
 # above comes first).
 _UNSUPPORTED_INPUT_OPS = frozenset([
@@ -324,3 +331,40 @@ def written_variables(ops, failed_op=None):
         return None
       names.add(var.name)
   return frozenset(names)
+
+
+PipelineUses = collections.namedtuple("PipelineUses", [
+    "takes",  # {name of an op taking elements: its pipeline}
+    "resets",  # pipelines whose position a run resets
+    "saves",  # pipelines whose position a run reads (PIPELINE_SAVES)
+])
+
+
+def pipeline_uses(ops, fed_names):
+  """How a run executing `ops`, fed `fed_names`, uses input pipelines: the
+  ops in PULLED_INPUT_OPS that take elements, the iterators it resets
+  (PIPELINE_RESETS) and those whose position it saves (PIPELINE_SAVES),
+  each pipeline named by its iterator or queue op.
+
+  An op with a fed output does not run, as in `closure`. Enqueues, a
+  queue's close or size are no use here: they do not take an element.
+  """
+  takes, resets, saves = {}, set(), set()
+  for op in ops:
+    if any(t.name in fed_names for t in op.outputs):
+      continue
+    if op.type in PULLED_INPUT_OPS and op.inputs:
+      takes[op.name] = _source(op.inputs[0]).name
+    elif op.type in PIPELINE_RESETS:
+      resets.add(_source(op.inputs[PIPELINE_RESETS[op.type]]).name)
+    elif op.type in PIPELINE_SAVES:
+      saves.add(_source(op.inputs[0]).name)
+  return PipelineUses(takes, frozenset(resets), frozenset(saves))
+
+
+def _source(tensor):
+  """The op behind a resource or reference tensor, through identities."""
+  op = tensor.op
+  while op.type in _PASS_THROUGH and op.inputs:
+    op = op.inputs[0].op
+  return op
