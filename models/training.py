@@ -71,15 +71,17 @@ LOG_KEYS = ("epoch", "step", "wall_time", "images_seen", "train_loss",
 Config = collections.namedtuple("Config", [
     "session", "replicas", "algorithm", "batch_size", "learning_rate",
     "epochs", "max_steps", "target_accuracy", "data", "data_dir", "log_dir",
-    "seed", "train_size", "test_size"])
+    "seed", "train_size", "test_size", "evals_per_epoch"])
 Config.__new__.__defaults__ = (
     "tensorbow", 2, "sma", 32, 0.01, 1, None, None, "synthetic", None,
-    "/tmp/tensorbow_logs", 0, None, None)
+    "/tmp/tensorbow_logs", 0, None, None, None)
 Config.__doc__ = """What one training run does; the fields mirror the flags.
 
 Attributes:
   session: "tf" (tf.compat.v1.Session) or "tensorbow" (TensorBowSession).
-  replicas: TensorBow's replicas (ignored by "tf", which trains one model).
+  replicas: TensorBow's replicas, or "auto" (the session tunes L, and a
+    step feeds `batch_size` rows in all); ignored by "tf", which trains
+    one model.
   algorithm: TensorBow's algorithm, "sma" or "none".
   batch_size: rows per replica per step.
   learning_rate: the optimizer's learning rate (used by the model's build).
@@ -93,6 +95,8 @@ Attributes:
   seed: seeds the initial weights, the shuffling and synthetic data.
   train_size: keep only this many training examples (None: all).
   test_size: keep only this many test examples (None: all).
+  evals_per_epoch: evaluate this many times an epoch (None: once, or
+    EVALS_PER_EPOCH_WITH_TARGET times with a target accuracy).
 """
 
 
@@ -205,6 +209,10 @@ def define_flags(**defaults):
   flags.DEFINE_integer("test_size", values.test_size,
                        "Keep only the first N test examples (synthetic: "
                        "generate N).", lower_bound=1)
+  flags.DEFINE_integer("evals_per_epoch", values.evals_per_epoch,
+                       "Evaluate N times an epoch (default: once, or "
+                       f"{EVALS_PER_EPOCH_WITH_TARGET} times with "
+                       "--target_accuracy).", lower_bound=1)
 
 
 def config_from_flags(flag_values=None):
@@ -248,7 +256,10 @@ def effective_replicas(session, replicas):
 
 
 def rows_per_step(session, replicas, batch_size):
-  """Rows fed per step so that every replica trains on `batch_size` rows."""
+  """Rows fed per step so that every replica trains on `batch_size` rows
+  (with replicas="auto", `batch_size` rows shared by the replicas)."""
+  if session == "tensorbow" and replicas == "auto":
+    return batch_size
   return batch_size * effective_replicas(session, replicas)
 
 
@@ -431,9 +442,9 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
       None if config.epochs is None else config.epochs * steps_per_epoch)
                if s is not None]
   max_steps = min(max_steps) if max_steps else None
-  eval_every = steps_per_epoch
-  if config.target_accuracy is not None:
-    eval_every = max(1, steps_per_epoch // EVALS_PER_EPOCH_WITH_TARGET)
+  evals = config.evals_per_epoch or (
+      1 if config.target_accuracy is None else EVALS_PER_EPOCH_WITH_TARGET)
+  eval_every = max(1, steps_per_epoch // evals)
 
   graph = model.loss.graph
   with graph.as_default():
@@ -454,8 +465,10 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
   progress.line(
       f"{model_name} on {config.data}: {num_train} training and "
       f"{len(dataset.test_images)} test images; session {config.session}, "
-      f"{replicas} replica(s) x batch {config.batch_size} = {rows} rows a "
-      f"step, {steps_per_epoch} steps an epoch; log {log_path}")
+      + (f"{replicas} replica(s) x batch {config.batch_size}"
+         if replicas != "auto" else 'replicas="auto"') +
+      f" = {rows} rows a step, {steps_per_epoch} steps an epoch; log "
+      f"{log_path}")
 
   writer = tf.compat.v1.summary.FileWriter(tensorboard_dir)
   sess = build_session(config.session, config.replicas, config.algorithm,

@@ -192,6 +192,27 @@ def test_train_stops_and_logs(tmp_path):
   assert result["steps"] == 40 // 4  # 320 / 8 = 40 steps an epoch.
 
 
+def test_train_evaluates_as_often_as_asked_and_takes_auto(tmp_path):
+  """evals_per_epoch sets the evaluations; replicas="auto" feeds
+  batch_size rows a step in all, as the main job's auto run does."""
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.compat.v1.set_random_seed(0)
+    model = load_model("logistic_regression").build((28, 28, 1), 10, 0.01)
+  dataset = tb_data.load_dataset("synthetic", train_size=320, test_size=64)
+  config = training.Config(session="tensorbow", replicas="auto",
+                           batch_size=16, epochs=2, evals_per_epoch=8,
+                           log_dir=str(tmp_path))
+  result = training.train(model, dataset, config, "logistic_regression",
+                          verbose=False)
+  assert result["steps"] == 40  # 320 / 16 rows: 20 steps an epoch
+  records = [json.loads(line) for line in open(result["log_path"])]
+  # 20 steps / 8: every second step, then the final record.
+  assert [r["step"] for r in records[:-1]] == list(range(2, 41, 2))
+  assert all(r["images_seen"] == 16 * r["step"] for r in records)
+  assert records[0]["replicas"] == "auto"
+
+
 def test_lenet_script(tmp_path):
   # The subprocess imports the same TensorBow as this test (installed or
   # source tree).
