@@ -1,16 +1,28 @@
-"""The main job: LeNet on Fashion-MNIST, tf.compat.v1.Session vs TensorBow.
+"""The main job: time to accuracy of LeNet on Fashion-MNIST, TensorFlow's
+best tuned setting against TensorBow's best tuned one and its auto-tuner.
 
-Trains the reference LeNet (`models/lenet.py`) for a short, fixed budget
-twice, on the same images in the same order of epochs: with
-`tf.compat.v1.Session` at batch 16, and with `TensorBowSession` at 4
-replicas x batch 4 (16 rows a step as well). Evaluates the central model's
-test accuracy after every epoch, writes each run's JSON-lines log, draws
-both curves (`python -m models.plot`) and prints the final accuracies
-and the PNG's path. Without Fashion-MNIST (Debian's dataset-fashion-mnist)
-it warns and uses synthetic images, whose accuracies mean nothing.
+Trains the reference LeNet (`models/lenet.py`) until its test accuracy
+reaches `--target` (at most `--max_epochs` epochs), three times, on the
+same images in the same order of epochs:
 
-  python examples/demo.py [--train_size 20000] [--epochs 3] \
-      [--log_dir logs/demo]
+* `tf.compat.v1.Session` at batch 16, learning rate 0.005;
+* `TensorBowSession` with EASGD at 2 replicas x batch 16, learning rate
+  0.01;
+* `TensorBowSession(replicas="auto")` (SMA, the session picks L) at 16
+  rows a step, learning rate 0.01.
+
+The first two are each side's best of the tuned time-to-accuracy protocol
+(`benchmarks/tuned_tta.py`; benchmarks/RESULTS.md, "Tuned time to
+accuracy", LeNet). The script runs as most TF1 scripts do, under
+`disable_v2_behavior()`. The central model's test accuracy is evaluated
+`--evals_per_epoch` times an epoch. Prints each run's time and epochs to
+the target, which side wins and by how much, and the path of a PNG of
+accuracy against wall time and against epochs. Without Fashion-MNIST
+(Debian's dataset-fashion-mnist) it warns and uses synthetic images,
+whose accuracies mean nothing.
+
+  python examples/demo.py [--target 0.9] [--max_epochs 8] \
+      [--evals_per_epoch 8] [--log_dir logs/demo]
 """
 import argparse
 import os
@@ -23,8 +35,17 @@ from models import lenet
 from models import plot
 from models import training
 
-RUNS = (dict(session="tf", replicas=1, batch_size=16),
-        dict(session="tensorbow", replicas=4, batch_size=4))
+RUNS = (
+    ("TensorFlow, batch 16 (best tuned)",
+     dict(session="tf", replicas=1, algorithm="sma", batch_size=16,
+          learning_rate=0.005)),
+    ("TensorBow, EASGD 2 x batch 16 (best tuned)",
+     dict(session="tensorbow", replicas=2, algorithm="easgd", batch_size=16,
+          learning_rate=0.01)),
+    ('TensorBow, replicas="auto", 16 rows',
+     dict(session="tensorbow", replicas="auto", algorithm="sma",
+          batch_size=16, learning_rate=0.01)),
+)
 
 
 def load(train_size, test_size):
@@ -37,40 +58,67 @@ def load(train_size, test_size):
           file=sys.stderr)
     return "synthetic", tb_data.load_dataset(
         "synthetic", image_shape=lenet.SYNTHETIC_IMAGE_SHAPE,
-        train_size=train_size, test_size=test_size)
+        train_size=train_size or 20000, test_size=test_size)
+
+
+def verdict(label, result, baseline, target):
+  """How run `result` compares with TensorFlow's `baseline` at `target`."""
+  if not _reached(result):
+    return f"{label}: did not reach {target} in {result['epochs']:.2f} epochs"
+  if not _reached(baseline):
+    return f"{label}: reached {target}; TensorFlow did not"
+  ratio = result["wall_time"] / baseline["wall_time"]
+  winner = (f"TensorBow wins, {1 / ratio:.2f}x as fast" if ratio < 1 else
+            f"TensorFlow wins, {ratio:.2f}x as fast")
+  return f"{label}: {ratio:.2f}x TensorFlow's time to {target}: {winner}"
+
+
+def _reached(result):
+  return result["stop_reason"] == "target_accuracy"
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--train_size", type=int, default=20000)
+  parser.add_argument("--train_size", type=int, default=None,
+                      help="training images (default: all 60,000)")
   parser.add_argument("--test_size", type=int, default=10000)
-  parser.add_argument("--epochs", type=int, default=3)
-  parser.add_argument("--learning_rate", type=float, default=0.01)
+  parser.add_argument("--target", type=float, default=0.9)
+  parser.add_argument("--max_epochs", type=int, default=8)
+  parser.add_argument("--evals_per_epoch", type=int, default=8)
   parser.add_argument("--log_dir", default=os.path.join("logs", "demo"))
   args = parser.parse_args()
   data_name, dataset = load(args.train_size, args.test_size)
   results = []
-  for run in RUNS:
+  for label, run in RUNS:
     config = training.Config(
-        algorithm="sma", learning_rate=args.learning_rate, epochs=args.epochs,
-        data=data_name, log_dir=args.log_dir, seed=0,
-        train_size=args.train_size, test_size=args.test_size, **run)
-    results.append((run, training.run(lenet.build, lenet.MODEL_NAME,
-                                      lenet.SYNTHETIC_IMAGE_SHAPE, config,
-                                      dataset)))
+        epochs=args.max_epochs, target_accuracy=args.target, data=data_name,
+        log_dir=args.log_dir, seed=0, train_size=args.train_size,
+        test_size=args.test_size, evals_per_epoch=args.evals_per_epoch,
+        **run)
+    print(f"== {label}", file=sys.stderr)
+    results.append((label, training.run(lenet.build, lenet.MODEL_NAME,
+                                        lenet.SYNTHETIC_IMAGE_SHAPE, config,
+                                        dataset)))
   png = os.path.join(args.log_dir, "lenet_" + data_name + ".png")
   plot.plot_logs([r["log_path"] for _, r in results], png,
-                 title=f"LeNet on {data_name}")
+                 title=f"LeNet on {data_name}: time to {args.target}")
   print()
-  print(f"{'session':<34}{'test accuracy':>14}{'epochs':>8}{'wall s':>8}")
-  for run, r in results:
-    name = ("tf.compat.v1.Session, batch 16" if run["session"] == "tf" else
-            f"TensorBowSession, {run['replicas']} x batch {run['batch_size']}")
-    print(f"{name:<34}{r['test_accuracy']:>14.4f}{r['epochs']:>8.2f}"
-          f"{r['wall_time']:>8.1f}")
+  print(f"{'run':<44}{'reached':>8}{'wall s':>8}{'epochs':>8}"
+        f"{'accuracy':>10}")
+  for label, r in results:
+    print(f"{label:<44}{'yes' if _reached(r) else 'no':>8}"
+          f"{r['wall_time']:>8.1f}{r['epochs']:>8.2f}"
+          f"{r['test_accuracy']:>10.4f}")
+  print()
+  baseline = results[0][1]
+  for label, r in results[1:]:
+    print(verdict(label, r, baseline, args.target))
   print(f"curves: {os.path.abspath(png)}")
+  print("Measurements across machines and both TF1 modes: "
+        "benchmarks/RESULTS.md")
 
 
 if __name__ == "__main__":
-  tf.compat.v1.disable_eager_execution()
+  # As most TF1 scripts run: reference variables, v1 shapes.
+  tf.compat.v1.disable_v2_behavior()
   main()
