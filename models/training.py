@@ -71,10 +71,10 @@ LOG_KEYS = ("epoch", "step", "wall_time", "images_seen", "train_loss",
 Config = collections.namedtuple("Config", [
     "session", "replicas", "algorithm", "batch_size", "learning_rate",
     "epochs", "max_steps", "target_accuracy", "data", "data_dir", "log_dir",
-    "seed", "train_size", "test_size", "evals_per_epoch"])
+    "seed", "train_size", "test_size", "evals_per_epoch", "max_seconds"])
 Config.__new__.__defaults__ = (
     "tensorbow", 2, "sma", 32, 0.01, 1, None, None, "synthetic", None,
-    "/tmp/tensorbow_logs", 0, None, None, None)
+    "/tmp/tensorbow_logs", 0, None, None, None, None)
 Config.__doc__ = """What one training run does; the fields mirror the flags.
 
 Attributes:
@@ -97,6 +97,9 @@ Attributes:
   test_size: keep only this many test examples (None: all).
   evals_per_epoch: evaluate this many times an epoch (None: once, or
     EVALS_PER_EPOCH_WITH_TARGET times with a target accuracy).
+  max_seconds: stop after the first step that ends this many seconds of
+    wall time (evaluations included) into the run, and evaluate there
+    (None: no limit).
 """
 
 
@@ -213,6 +216,9 @@ def define_flags(**defaults):
                        "Evaluate N times an epoch (default: once, or "
                        f"{EVALS_PER_EPOCH_WITH_TARGET} times with "
                        "--target_accuracy).", lower_bound=1)
+  flags.DEFINE_float("max_seconds", values.max_seconds,
+                     "Stop after this many seconds of wall time.",
+                     lower_bound=0.0)
 
 
 def config_from_flags(flag_values=None):
@@ -390,9 +396,10 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
   times per epoch when `config.target_accuracy` is set, the test accuracy of
   the central model is measured (`evaluate`) and a record is written to the
   JSON-lines log and TensorBoard. Training stops after `config.epochs`
-  epochs, after `config.max_steps` steps, or at the first evaluation
-  reaching `config.target_accuracy`, whichever comes first; the model is
-  evaluated then if it was not at that step.
+  epochs, after `config.max_steps` steps, after `config.max_seconds` of
+  wall time, or at the first evaluation reaching
+  `config.target_accuracy`, whichever comes first; the model is evaluated
+  then if it was not at that step.
 
   A record (one JSON object a line, LOG_KEYS) holds: "epoch" (epochs done,
   fractional between epoch ends), "step", "wall_time" (seconds since the
@@ -433,9 +440,9 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
         f"{config.batch_size} x {replicas} replicas) but there are "
         f"{num_train}")
   if (config.epochs is None and config.max_steps is None and
-      config.target_accuracy is None):
-    raise ValueError("nothing stops the run: set epochs, max_steps or "
-                     "target_accuracy")
+      config.target_accuracy is None and config.max_seconds is None):
+    raise ValueError("nothing stops the run: set epochs, max_steps, "
+                     "target_accuracy or max_seconds")
   steps_per_epoch = num_train // rows
   max_steps = [s for s in (
       config.max_steps,
@@ -548,6 +555,9 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
         elif max_steps is not None and step >= max_steps:
           stop_reason = ("max_steps" if config.max_steps is not None and
                          step >= config.max_steps else "epochs")
+        elif (config.max_seconds is not None and
+              t1 - start >= config.max_seconds):
+          stop_reason = "max_seconds"
         if step % eval_every == 0 or step % steps_per_epoch == 0 or (
             stop_reason is not None):
           accuracy = evaluate(sess, model, dataset.test_images,

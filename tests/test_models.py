@@ -162,12 +162,19 @@ def test_resnet32_projection_shortcuts():
       load_model("resnet32").build((32, 32, 3), 10, 0.1, shortcut="C")
 
 
-def test_train_stops_and_logs(tmp_path):
+def _logistic_regression():
+  """(logistic regression in a graph of its own, 320 + 64 synthetic
+  images)."""
   graph = tf.Graph()
   with graph.as_default():
     tf.compat.v1.set_random_seed(0)
     model = load_model("logistic_regression").build((28, 28, 1), 10, 0.01)
-  dataset = tb_data.load_dataset("synthetic", train_size=320, test_size=64)
+  return model, tb_data.load_dataset("synthetic", train_size=320,
+                                     test_size=64)
+
+
+def test_train_stops_and_logs(tmp_path):
+  model, dataset = _logistic_regression()
   config = training.Config(session="tensorbow", replicas=REPLICAS,
                            batch_size=8, epochs=3, max_steps=25,
                            target_accuracy=None, log_dir=str(tmp_path))
@@ -195,11 +202,7 @@ def test_train_stops_and_logs(tmp_path):
 def test_train_evaluates_as_often_as_asked_and_takes_auto(tmp_path):
   """evals_per_epoch sets the evaluations; replicas="auto" feeds
   batch_size rows a step in all, as the main job's auto run does."""
-  graph = tf.Graph()
-  with graph.as_default():
-    tf.compat.v1.set_random_seed(0)
-    model = load_model("logistic_regression").build((28, 28, 1), 10, 0.01)
-  dataset = tb_data.load_dataset("synthetic", train_size=320, test_size=64)
+  model, dataset = _logistic_regression()
   config = training.Config(session="tensorbow", replicas="auto",
                            batch_size=16, epochs=2, evals_per_epoch=8,
                            log_dir=str(tmp_path))
@@ -211,6 +214,19 @@ def test_train_evaluates_as_often_as_asked_and_takes_auto(tmp_path):
   assert [r["step"] for r in records[:-1]] == list(range(2, 41, 2))
   assert all(r["images_seen"] == 16 * r["step"] for r in records)
   assert records[0]["replicas"] == "auto"
+
+
+def test_train_stops_after_max_seconds(tmp_path):
+  model, dataset = _logistic_regression()
+  # 200 epochs (8000 steps) take seconds: the time limit comes first.
+  config = training.Config(session="tf", batch_size=8, epochs=200,
+                           max_seconds=0.5, log_dir=str(tmp_path))
+  result = training.train(model, dataset, config, "logistic_regression",
+                          verbose=False)
+  assert result["stop_reason"] == "max_seconds"
+  assert result["wall_time"] >= 0.5 and result["steps"] > 40
+  records = [json.loads(line) for line in open(result["log_path"])]
+  assert records[-1]["step"] == result["steps"]
 
 
 def test_lenet_script(tmp_path):
