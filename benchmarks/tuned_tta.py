@@ -16,7 +16,11 @@ Protocol (the defaults are #16's grid):
    of epochs (`--rungs`, default 1/8, 1/4, 1/2) and is scored by the test
    accuracy of its central model then; the best third (at least
    `--finalists`) goes on to the next rung's budget, again from scratch.
-   Seed 0 throughout.
+   Seed 0 throughout. With `--rung_seconds` the budgets are seconds of
+   wall time instead (evaluations included, as in the finals), so that a
+   configuration whose epochs are slow is scored on the epochs it gets
+   through in that time: accuracy after a fixed fraction of an epoch
+   favours the smallest shards, whose epochs take longest.
 3. Finals: the best `--finalists` of each side after the last rung train
    to `--target` test accuracy (evaluated four times an epoch, at most
    `--max_epochs`), once per seed (`--seeds`, default 0, 1, 2). A
@@ -70,6 +74,9 @@ def parse_args(argv):
   p.add_argument("--learning_rates", type=_list(float),
                  default=[0.005, 0.01, 0.02, 0.05])
   p.add_argument("--rungs", type=_list(float), default=[0.125, 0.25, 0.5])
+  p.add_argument("--rung_seconds", type=_list(float), default=[],
+                 help="screen on these budgets of wall seconds instead of "
+                 "--rungs' epochs")
   p.add_argument("--finalists", type=int, default=3)
   p.add_argument("--seeds", type=_list(int), default=[0, 1, 2])
   p.add_argument("--max_epochs", type=float, default=10)
@@ -87,8 +94,8 @@ def parse_args(argv):
 
 # The settings a resumed run must share with the one it continues.
 _SETTINGS = ("model", "target", "tf_batch_sizes", "tensorbow_batch_sizes",
-             "replicas", "algorithms", "learning_rates", "rungs", "finalists",
-             "seeds", "max_epochs")
+             "replicas", "algorithms", "learning_rates", "rungs",
+             "rung_seconds", "finalists", "seeds", "max_epochs")
 
 
 def grids(args):
@@ -141,7 +148,7 @@ def name(config):
           f"b{config['batch_size']} lr {config['learning_rate']}")
 
 
-def train(model, config, dataset, seed, epochs, target=None):
+def train(model, config, dataset, seed, epochs, target=None, seconds=None):
   """One run of `config`: training.train's dict."""
   run = training.Config(
       session=config["session"], replicas=config["replicas"],
@@ -149,7 +156,8 @@ def train(model, config, dataset, seed, epochs, target=None):
       batch_size=config["batch_size"],
       learning_rate=config["learning_rate"], epochs=epochs,
       target_accuracy=target, data="fashion_mnist",
-      log_dir=f"/tmp/tensorbow_tuned_tta/{model}", seed=seed)
+      log_dir=f"/tmp/tensorbow_tuned_tta/{model}", seed=seed,
+      max_seconds=seconds)
   graph = tf.Graph()
   with graph.as_default():
     tf.compat.v1.set_random_seed(seed)
@@ -159,14 +167,18 @@ def train(model, config, dataset, seed, epochs, target=None):
   return training.train(net, dataset, run, model, verbose=False)
 
 
-def screen(model, configs, rungs, finalists, dataset, log):
+def screen(model, configs, rungs, finalists, dataset, log, seconds=False,
+           max_epochs=None):
   """Successive halving; returns (per rung [(config, accuracy)], the
-  survivors of the last rung, best first)."""
+  survivors of the last rung, best first). With `seconds` the rungs are
+  budgets of wall seconds (within `max_epochs`), else of epochs."""
   history, alive = [], list(configs)
   for budget in rungs:
     scored = []
     for config in alive:
-      result = train(model, config, dataset, seed=0, epochs=budget)
+      result = (train(model, config, dataset, seed=0, epochs=max_epochs,
+                      seconds=budget) if seconds else
+                train(model, config, dataset, seed=0, epochs=budget))
       scored.append((config, result["test_accuracy"]))
       log(f"  rung {budget}: {name(config)}: {result['test_accuracy']:.4f} "
           f"({result['wall_time']:.1f} s)")
@@ -224,8 +236,10 @@ _TABLE_HEAD = ["| configuration | reached | median time (s) | median epochs |",
 
 
 def markdown(result):
+  rungs = (f"{result['rung_seconds']} seconds"
+           if result.get("rung_seconds") else f"{result['rungs']} epochs")
   lines = [f"Target {result['target']} on Fashion-MNIST, "
-           f"{result['model']}; screening rungs {result['rungs']} epochs.",
+           f"{result['model']}; screening rungs {rungs}.",
            ""] + _TABLE_HEAD
   lines += [_row(s) for s in result["summary"]]
   ratio = result["ratio"]
@@ -283,7 +297,9 @@ def main(argv=None):
     if f"screening_{side}" not in result:
       log(f"{side}: screening {len(grid)} configurations")
       result[f"screening_{side}"], _ = screen(
-          args.model, grid, args.rungs, args.finalists, dataset, log)
+          args.model, grid, args.rung_seconds or args.rungs, args.finalists,
+          dataset, log, seconds=bool(args.rung_seconds),
+          max_epochs=args.max_epochs)
       save()
   if args.screen_only:
     return result

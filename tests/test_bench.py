@@ -318,6 +318,35 @@ def test_tuned_tta_grids_and_medians():
   assert summary["median_epochs"] == 3.0 and summary["median_log"] == "c"
 
 
+def test_tuned_tta_screens_on_seconds_when_asked(monkeypatch):
+  """--rung_seconds: each rung trains on a budget of wall seconds (within
+  max_epochs), the best third going on, scored by accuracy then."""
+  from benchmarks import tuned_tta  # pylint: disable=g-import-not-at-top
+  calls = []
+
+  def train(model, config, dataset, seed, epochs, target=None,
+            seconds=None):
+    calls.append((config["learning_rate"], epochs, seconds))
+    return dict(test_accuracy=config["learning_rate"], wall_time=1.0)
+
+  monkeypatch.setattr(tuned_tta, "train", train)
+  args = tuned_tta.parse_args(["--rung_seconds", "5,10",
+                               "--learning_rates", "1,2,3,4,5,6"])
+  configs = [dict(session="tf", replicas=1, algorithm=None, batch_size=16,
+                  learning_rate=lr) for lr in args.learning_rates]
+  history, best = tuned_tta.screen("lenet", configs, args.rung_seconds, 2,
+                                   None, lambda _: None, seconds=True,
+                                   max_epochs=args.max_epochs)
+  assert [c[2] for c in calls] == [5.0] * 6 + [10.0] * 2
+  assert {c[1] for c in calls} == {10}
+  assert [c["learning_rate"] for c in history[-1]] == [6, 5]
+  assert [c["learning_rate"] for c in best] == [6, 5]
+  # Without it, the rungs are epochs and no time budget is set.
+  calls.clear()
+  tuned_tta.screen("lenet", configs[:1], [0.25], 1, None, lambda _: None)
+  assert calls == [(1, 0.25, None)]
+
+
 def test_tuned_tta_extra_configurations():
   from benchmarks import tuned_tta  # pylint: disable=g-import-not-at-top
   from tensorbow import algorithms  # pylint: disable=g-import-not-at-top
