@@ -46,6 +46,39 @@ Eigen::TensorOpCost ElementCost(int loads, int stores, int cycles) {
   return Eigen::TensorOpCost(loads * sizeof(T), stores * sizeof(T), cycles);
 }
 
+// Elements [0, n) of one replica's step of kUpdate with its SMA correction
+// (step::SmaElement), the correction stored in c. `g` holds T, or Wide<T>
+// when the kernel made the gradient itself; `a` is unused for gradient
+// descent.
+template <step::Update kUpdate, typename T, typename G>
+void SmaStretch(T* __restrict__ w, T* __restrict__ a, T* __restrict__ c,
+                const T* __restrict__ z, const G* __restrict__ g, Index n,
+                T alpha_t, T lr_t, T momentum_t) {
+  constexpr bool kAccum = kUpdate != step::Update::kGradientDescent;
+  const WideT<T> alpha = Widen(alpha_t), lr = Widen(lr_t);
+  const WideT<T> momentum = Widen(momentum_t);
+  for (Index i = 0; i < n; ++i) {
+    c[i] = static_cast<T>(step::SmaElement<kUpdate>(
+        w + i, kAccum ? a + i : nullptr, z[i], g[i], alpha, lr, momentum));
+  }
+}
+
+// SmaStretch of gradient descent, momentum or Nesterov's (accum null for
+// gradient descent).
+template <typename T, typename G>
+void SmaStretch(T* w, T* a, T* c, const T* z, const G* g, Index n, T alpha,
+                T lr, T momentum, bool nesterov) {
+  using step::Update;
+  if (a == nullptr) {
+    SmaStretch<Update::kGradientDescent>(w, a, c, z, g, n, alpha, lr,
+                                         momentum);
+  } else if (nesterov) {
+    SmaStretch<Update::kNesterov>(w, a, c, z, g, n, alpha, lr, momentum);
+  } else {
+    SmaStretch<Update::kMomentum>(w, a, c, z, g, n, alpha, lr, momentum);
+  }
+}
+
 }  // namespace functor
 
 // The error for variable input `index`, named `name`, if it is not

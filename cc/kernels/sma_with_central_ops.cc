@@ -56,21 +56,6 @@ void SmaStretchWithCentral(T* __restrict__ w, T* __restrict__ a,
   }
 }
 
-// The same step with the correction kept in c.
-template <step::Update kUpdate, typename T>
-void SmaStretchDeferred(T* __restrict__ w, T* __restrict__ a,
-                        const T* __restrict__ z, T* __restrict__ c,
-                        const T* __restrict__ g, Index n, T alpha_t, T lr_t,
-                        T momentum_t) {
-  constexpr bool kAccum = kUpdate != step::Update::kGradientDescent;
-  const WideT<T> alpha = Widen(alpha_t), lr = Widen(lr_t);
-  const WideT<T> momentum = Widen(momentum_t);
-  for (Index i = 0; i < n; ++i) {
-    c[i] = static_cast<T>(step::SmaElement<kUpdate>(
-        w + i, kAccum ? a + i : nullptr, z[i], g[i], alpha, lr, momentum));
-  }
-}
-
 template <typename T>
 struct ApplySmaGradientDescentWithCentral<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> var, ConstFlat<T> central,
@@ -109,9 +94,8 @@ template <typename T>
 struct ApplySmaGradientDescentDeferred<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> var, ConstFlat<T> central,
                   Flat<T> correction, T alpha, T lr, ConstFlat<T> delta) {
-    SmaStretchDeferred<step::Update::kGradientDescent, T>(
-        var.data(), nullptr, central.data(), correction.data(), delta.data(),
-        var.size(), alpha, lr, T(0));
+    SmaStretch<T, T>(var.data(), nullptr, correction.data(), central.data(),
+                     delta.data(), var.size(), alpha, lr, T(0), false);
   }
 };
 
@@ -120,11 +104,9 @@ struct ApplySmaMomentumDeferred<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> var, Flat<T> accum,
                   ConstFlat<T> central, Flat<T> correction, T alpha, T lr,
                   ConstFlat<T> grad, T momentum, bool use_nesterov) {
-    using step::Update;
-    auto stretch = use_nesterov ? &SmaStretchDeferred<Update::kNesterov, T>
-                                : &SmaStretchDeferred<Update::kMomentum, T>;
-    stretch(var.data(), accum.data(), central.data(), correction.data(),
-            grad.data(), var.size(), alpha, lr, momentum);
+    SmaStretch<T, T>(var.data(), accum.data(), correction.data(),
+                     central.data(), grad.data(), var.size(), alpha, lr,
+                     momentum, use_nesterov);
   }
 };
 
