@@ -86,6 +86,10 @@ def parse_args(argv):
   p.add_argument("--tensorbow_extra", type=_list(str), default=[],
                  help="after the protocol, more TensorBow finals: "
                  "ALGORITHM:L:BATCH:LR[:PARAM=VALUE...]")
+  p.add_argument("--tf_mode", choices=("graph", "v1"), default="graph",
+                 help="graph: eager execution disabled alone (resource "
+                 "variables); v1: disable_v2_behavior() (reference "
+                 "variables, as most TF1 scripts run)")
   p.add_argument("--resume", action="store_true",
                  help="keep the stages OUT/tuned_tta.json already holds "
                  "(run with the same settings) and run only the others")
@@ -95,7 +99,7 @@ def parse_args(argv):
 # The settings a resumed run must share with the one it continues.
 _SETTINGS = ("model", "target", "tf_batch_sizes", "tensorbow_batch_sizes",
              "replicas", "algorithms", "learning_rates", "rungs",
-             "rung_seconds", "finalists", "seeds", "max_epochs")
+             "rung_seconds", "finalists", "seeds", "max_epochs", "tf_mode")
 
 
 def grids(args):
@@ -239,7 +243,8 @@ def markdown(result):
   rungs = (f"{result['rung_seconds']} seconds"
            if result.get("rung_seconds") else f"{result['rungs']} epochs")
   lines = [f"Target {result['target']} on Fashion-MNIST, "
-           f"{result['model']}; screening rungs {rungs}.",
+           f"{result['model']}, {result.get('tf_mode', 'graph')} mode; "
+           f"screening rungs {rungs}.",
            ""] + _TABLE_HEAD
   lines += [_row(s) for s in result["summary"]]
   ratio = result["ratio"]
@@ -264,7 +269,10 @@ def _row(s):
 
 def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
-  tf.compat.v1.disable_eager_execution()
+  if args.tf_mode == "v1":
+    tf.compat.v1.disable_v2_behavior()
+  else:
+    tf.compat.v1.disable_eager_execution()
   log = lambda text: print(text, file=sys.stderr, flush=True)
   start = time.time()
   dataset = tb_data.load_dataset("fashion_mnist")

@@ -384,13 +384,14 @@ def test_tuned_tta_reports_the_extra_configurations_apart():
                  session="tensorbow", median_time=72.0)
   extra = dict(tb_best, name="tensorbow easgd(period=2) L=2 b16 lr 0.01",
                reached=1, median_time=float("inf"), median_epochs=10.0)
-  result = dict(target=0.9, model="lenet", rungs=[0.25],
+  result = dict(target=0.9, model="lenet", rungs=[0.25], tf_mode="v1",
                 summary=[tf_best, tb_best],
                 ratio=tuned_tta._ratio(tb_best, tf_best),  # pylint: disable=protected-access
                 summary_extra=[extra],
                 ratio_extra=tuned_tta._ratio(extra, tf_best))  # pylint: disable=protected-access
   table = tuned_tta.markdown(result)
   protocol, beyond = table.split("Beyond the protocol")
+  assert "lenet, v1 mode; screening rungs [0.25] epochs" in protocol
   assert "| tensorbow easgd L=2 b16 lr 0.01 | 3/3 | 72.0 | 3.25 |" in protocol
   assert "TensorBow best / TensorFlow best (median time): 0.90" in protocol
   assert "easgd(period=2)" not in protocol
