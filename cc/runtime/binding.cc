@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -172,6 +174,25 @@ struct alignas(64) ReplicaId {
   int32_t value;
 };
 
+// Rows [chunk.begin, chunk.end) of `whole`, which has `rows` rows: a view
+// of its buffer (or its strings, copied).
+HostTensor RowsOf(const HostTensor& whole, int64_t rows, const Chunk& chunk) {
+  HostTensor part;
+  part.dtype = whole.dtype;
+  part.dims = whole.dims;
+  part.dims[0] = chunk.end - chunk.begin;
+  if (whole.dtype == kTfString) {
+    const size_t per_row = rows > 0 ? whole.strings.size() / rows : 0;
+    part.strings.assign(whole.strings.begin() + chunk.begin * per_row,
+                        whole.strings.begin() + chunk.end * per_row);
+    return part;
+  }
+  const size_t row_bytes = rows > 0 ? whole.nbytes / rows : 0;
+  part.data = static_cast<char*>(whole.data) + chunk.begin * row_bytes;
+  part.nbytes = (chunk.end - chunk.begin) * row_bytes;
+  return part;
+}
+
 // One wave's feeds, as HostTensors borrowed from NumPy arrays that the
 // caller keeps alive, and its outputs. With `replica_ids`, replica r's
 // feeds end with the scalar replica_ids[r] (borrowed too).
@@ -230,6 +251,46 @@ struct Wave {
   std::string metadata;
 };
 
+// A replica's tasks delayed for tests (TENSORBOW_TEST_SLOW_REPLICA).
+struct SlowDown {
+  int replica;
+  int phase;
+  double ms;
+  bool per_row;
+
+  // Sleeps if a task of `replica` in `phase` over `rows` rows is delayed.
+  void Apply(int task_replica, int task_phase, int64_t rows) const {
+    if (task_replica != replica || task_phase != phase) return;
+    const double total = per_row ? ms * (rows > 0 ? rows : 1) : ms;
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(static_cast<int64_t>(total * 1000)));
+  }
+};
+
+std::vector<SlowDown> ParseSlowDowns(const std::string& text) {
+  std::vector<SlowDown> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    SlowDown d{-1, 0, 0.0, false};
+    int consumed = 0;
+    if (std::sscanf(item.c_str(), "%d:%lf%n", &d.replica, &d.ms,
+                    &consumed) == 2 && d.ms > 0) {
+      const char* rest = item.c_str() + consumed;
+      if (std::strncmp(rest, "/row", 4) == 0) {
+        d.per_row = true;
+        rest += 4;
+      }
+      if (*rest == ':') d.phase = std::atoi(rest + 1);
+      out.push_back(d);
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
 class Runtime {
  public:
   // `group_device` and `replica_device`: as TaskScheduler's placement
@@ -254,19 +315,13 @@ class Runtime {
     // For tests of algorithms that adapt to replicas of unequal speed on a
     // machine whose stream groups are equally fast, and of waves whose
     // result must not depend on the order tasks finish in:
-    // TENSORBOW_TEST_SLOW_REPLICA="<replica>:<milliseconds>[:<phase>]"
-    // delays that replica's learning tasks of that phase (0, the default:
-    // their computation; 1: an atomic wave's commit) by a fixed time.
+    // TENSORBOW_TEST_SLOW_REPLICA, a comma-separated list of
+    // "<replica>:<milliseconds>[/row][:<phase>]", delays that replica's
+    // learning tasks of that phase (0, the default: their computation; 1:
+    // an atomic wave's commit) by a fixed time, or by that time per row
+    // of its batch.
     if (const char* slow = std::getenv("TENSORBOW_TEST_SLOW_REPLICA")) {
-      int replica = -1, phase = 0;
-      double ms = 0;
-      if (std::sscanf(slow, "%d:%lf:%d", &replica, &ms, &phase) >= 2 &&
-          ms > 0) {
-        slow_replica_ = replica;
-        slow_phase_ = phase;
-        slow_delay_ = std::chrono::microseconds(
-            static_cast<int64_t>(ms * 1000));
-      }
+      slow_downs_ = ParseSlowDowns(slow);
     }
   }
 
@@ -323,6 +378,89 @@ class Runtime {
         RunTasks(calls, by_group, &wave, nullptr, {}, sync_call, run_options,
                  other_options, want_metadata, /*phase=*/0, 0, nullptr);
     return wave.Result(status);
+  }
+
+  // A pool run (TaskScheduler::RunPool, Adaptive SGD's dynamic
+  // scheduling): the rows of the feeds marked in `split` are cut into
+  // chunks as replicas come free, batch_sizes[r] rows for replica r. A
+  // chunk runs calls[g] of the stream group g that takes it, fed the
+  // chunk's rows of the split feeds, the other feeds whole and its
+  // replica's index, with `options`. Returns (code, message, chunks):
+  // per chunk in the order of its rows, (replica, begin, end, outputs).
+  py::tuple RunPool(const std::vector<int>& calls, const py::list& feeds,
+                    const std::vector<int>& dtypes,
+                    const std::vector<bool>& split,
+                    const std::vector<int64_t>& batch_sizes,
+                    const py::bytes& options) {
+    const size_t n = py::len(feeds);
+    if (calls.empty() || dtypes.size() != n || split.size() != n) {
+      throw py::value_error(
+          "TensorBow: calls, and one dtype and split flag per feed, expected");
+    }
+    if (batch_sizes.empty() || batch_sizes.size() > replica_ids_.size()) {
+      throw py::value_error("TensorBow: one batch size per replica expected");
+    }
+    std::vector<HostTensor> whole;
+    int64_t rows = -1;
+    for (size_t i = 0; i < n; ++i) {
+      whole.push_back(ToHostTensor(feeds[i].cast<py::array>(), dtypes[i]));
+      if (!split[i]) continue;
+      const int64_t r = whole.back().dims.empty() ? -1 : whole.back().dims[0];
+      if (r < 0 || (rows >= 0 && r != rows)) {
+        throw py::value_error(
+            "TensorBow: the split feeds must have rows, the same number");
+      }
+      rows = r;
+    }
+    if (rows < 0) throw py::value_error("TensorBow: no feed to split");
+    struct Done {
+      Chunk chunk;
+      std::vector<FetchedTensor> outputs;
+    };
+    std::mutex mu;
+    std::vector<Done> done;
+    const std::string run_options = options;
+    auto run_chunk = [&](const Chunk& chunk, int stream_group) {
+      std::vector<HostTensor> fed;
+      for (size_t i = 0; i < n; ++i) {
+        fed.push_back(split[i] ? RowsOf(whole[i], rows, chunk) : whole[i]);
+      }
+      HostTensor id;
+      id.dtype = kTfInt32;
+      id.data = &replica_ids_[chunk.replica].value;
+      id.nbytes = sizeof(int32_t);
+      fed.push_back(std::move(id));
+      for (const SlowDown& d : slow_downs_) {
+        d.Apply(chunk.replica, 0, chunk.end - chunk.begin);
+      }
+      Done result{chunk, {}};
+      Status s = session_.Run(calls[stream_group % calls.size()], fed, {},
+                              run_options, &result.outputs, nullptr, 0,
+                              arenas_[stream_group]);
+      if (s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        done.push_back(std::move(result));
+      }
+      return s;
+    };
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = scheduler_.RunPool(rows, batch_sizes, run_chunk);
+    }
+    py::list chunks;
+    if (status.ok()) {
+      std::sort(done.begin(), done.end(), [](const Done& a, const Done& b) {
+        return a.chunk.begin < b.chunk.begin;
+      });
+      for (Done& d : done) {
+        py::list values;
+        for (FetchedTensor& t : d.outputs) values.append(ToNumpy(t));
+        chunks.append(py::make_tuple(d.chunk.replica, d.chunk.begin,
+                                     d.chunk.end, values));
+      }
+    }
+    return py::make_tuple(status.code(), status.message(), chunks);
   }
 
   // The first phase of an atomic wave: runs calls[r] with feeds[r] for
@@ -477,8 +615,8 @@ class Runtime {
     for (size_t r = 0; r < wave->n; ++r) {
       if (!commit.empty() && !commit[r]) continue;
       tasks[r] = [&, r, phase](int stream_group) {
-        if (static_cast<int>(r) == slow_replica_ && phase == slow_phase_) {
-          std::this_thread::sleep_for(slow_delay_);
+        for (const SlowDown& d : slow_downs_) {
+          d.Apply(static_cast<int>(r), phase, wave->rows[r]);
         }
         auto& outputs = wave->outputs[r];
         Status s = session_.Run(
@@ -509,9 +647,7 @@ class Runtime {
   }
 
   std::vector<std::string> abi_ids_;
-  int slow_replica_ = -1;  // TENSORBOW_TEST_SLOW_REPLICA
-  int slow_phase_ = 0;
-  std::chrono::microseconds slow_delay_{0};
+  std::vector<SlowDown> slow_downs_;  // TENSORBOW_TEST_SLOW_REPLICA
   TfSession session_;
   TaskScheduler scheduler_;
   // What a computed wave keeps for its commit.
@@ -542,6 +678,9 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("dtypes"), py::arg("batch_feed"), py::arg("sync_call"),
            py::arg("run_options"),
            py::arg("other_options"), py::arg("want_metadata"))
+      .def("run_pool", &Runtime::RunPool, py::arg("calls"), py::arg("feeds"),
+           py::arg("dtypes"), py::arg("split"), py::arg("batch_sizes"),
+           py::arg("options"))
       .def("compute", &Runtime::Compute, py::arg("calls"),
            py::arg("by_group"), py::arg("feeds"),
            py::arg("dtypes"), py::arg("batch_feed"), py::arg("run_options"),

@@ -34,9 +34,44 @@ struct TaskTiming {
   int64_t end_ns;
 };
 
+// One chunk of a pool run: rows [begin, end) of the batch, for a replica.
+struct Chunk {
+  int replica;
+  int64_t begin;
+  int64_t end;
+};
+
+// Adaptive SGD's dynamic scheduling: the rows [0, rows) of a batch are cut
+// into chunks as replicas come free, each taking its own batch size of rows
+// (the last chunk may be shorter). The free replica that has waited longest
+// takes the next chunk, so a slower replica makes fewer updates. Safe for
+// concurrent use.
+class ChunkPool {
+ public:
+  // `batch_sizes[r]` (>= 1): the rows replica r takes at a time.
+  ChunkPool(int64_t rows, std::vector<int64_t> batch_sizes);
+
+  // The next chunk, for the free replica that has waited longest; false
+  // when every row is taken, no replica is free, or the pool was stopped.
+  bool Take(Chunk* chunk);
+  // The replica of a chunk taken is free again.
+  void Give(int replica);
+  // No chunk is handed out after this.
+  void Stop();
+
+ private:
+  std::mutex mu_;
+  const int64_t rows_;
+  const std::vector<int64_t> batch_sizes_;
+  int64_t next_ = 0;  // the first row not taken
+  std::deque<int> free_;  // replicas free, longest waiting first
+};
+
 class TaskScheduler {
  public:
   using Task = std::function<Status(int stream_group)>;
+  using ChunkTask = std::function<Status(const Chunk& chunk,
+                                         int stream_group)>;
 
   // Starts `num_stream_groups - 1` worker threads (the caller is group 0).
   // With `group_device` (per stream group, its device) and `replica_device`
@@ -64,6 +99,14 @@ class TaskScheduler {
   Status RunWave(const std::vector<Task>& tasks, const Task& sync,
                  const std::vector<int64_t>& rows = {}, int phase = 0);
 
+  // A pool run: every stream group takes chunks from a ChunkPool over
+  // `rows` rows with `batch_sizes` (one per replica) and runs `task` on
+  // each until none is left, as one wave. Each chunk's timing is recorded
+  // as its replica's, with the chunk's rows. After a failure no chunk is
+  // started; returns the first failure. Refused with device placement.
+  Status RunPool(int64_t rows, const std::vector<int64_t>& batch_sizes,
+                 const ChunkTask& task);
+
   std::vector<TaskTiming> Timings() const;
   void ClearTimings();
 
@@ -74,17 +117,24 @@ class TaskScheduler {
     int device;  // -1: any stream group may run it
   };
 
+  // Queues `tasks` (indexed as statuses_), runs them over the stream
+  // groups and waits for them; requires wave_mu_. With `record`, each
+  // task's timing is recorded as replica r's.
+  Status Dispatch(const std::vector<Task>& tasks, bool record);
   void WorkerLoop(int stream_group);
   // Pops and runs queued tasks of the current wave that `stream_group` may
   // run until none is left.
   void Drain(int stream_group, std::unique_lock<std::mutex>& lock);
   // The first queued task `stream_group` may run, or queue_.end().
   std::deque<Pending>::iterator NextFor(int stream_group);  // requires mu_
-  void Record(int replica, int stream_group, int64_t start, int64_t end);
-  void RecordLocked(int replica, int stream_group, int64_t start,
-                    int64_t end);  // requires mu_
+  void Record(int replica, int stream_group, int64_t rows, int64_t start,
+              int64_t end);
+  void RecordLocked(int replica, int stream_group, int64_t rows,
+                    int64_t start, int64_t end);  // requires mu_
+  int64_t RowsOf(int replica) const;  // requires mu_
   std::vector<int64_t> rows_;  // of the current wave's tasks
   int phase_ = 0;  // of the current wave's tasks
+  bool record_ = true;  // whether Drain records each task's timing
 
   const int num_stream_groups_;
   const std::vector<int> group_device_;    // empty: no placement

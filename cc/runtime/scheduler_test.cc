@@ -3,8 +3,10 @@
 // Checks as cc/runtime/check.h makes them.
 #include "cc/runtime/scheduler.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -234,6 +236,91 @@ void TestTasksRunOnTheirDevicesGroups() {
   EXPECT(used.size() >= 2);
 }
 
+// A pool run hands every row out once, in order, each chunk the batch size
+// of the replica that took it (the last one maybe shorter), and a slower
+// replica takes fewer chunks.
+void TestPoolCutsTheRowsAsReplicasComeFree() {
+  TaskScheduler scheduler(2);
+  std::mutex mu;
+  std::vector<Chunk> chunks;
+  std::vector<int> taken(2, 0);
+  Status s = scheduler.RunPool(
+      203, {10, 5}, [&](const Chunk& chunk, int group) {
+        EXPECT(group >= 0 && group < 2);
+        SleepMs(chunk.replica == 1 ? 12 : 2);
+        std::lock_guard<std::mutex> lock(mu);
+        chunks.push_back(chunk);
+        ++taken[chunk.replica];
+        return Status::Ok();
+      });
+  EXPECT(s.ok());
+  std::sort(chunks.begin(), chunks.end(),
+            [](const Chunk& a, const Chunk& b) { return a.begin < b.begin; });
+  int64_t next = 0;
+  for (const Chunk& c : chunks) {
+    EXPECT(c.begin == next);
+    const int64_t size = c.replica == 0 ? 10 : 5;
+    EXPECT(c.end - c.begin == size || (c.end == 203 && c.end - c.begin < size));
+    next = c.end;
+  }
+  EXPECT(next == 203);
+  EXPECT(taken[0] > 2 * taken[1]);
+  // Each chunk's timing is its replica's, with its rows.
+  std::vector<TaskTiming> timings = scheduler.Timings();
+  EXPECT(timings.size() == chunks.size());
+  int64_t rows = 0;
+  for (const TaskTiming& t : timings) {
+    EXPECT(t.replica == 0 || t.replica == 1);
+    rows += t.rows;
+  }
+  EXPECT(rows == 203);
+}
+
+// More replicas than stream groups: the free replica that has waited
+// longest goes next, so equally fast replicas take turns.
+void TestPoolTakesTurnsOverMoreReplicas() {
+  TaskScheduler scheduler(2);
+  std::mutex mu;
+  std::vector<int> taken(4, 0);
+  Status s = scheduler.RunPool(
+      400, {10, 10, 10, 10}, [&](const Chunk& chunk, int) {
+        SleepMs(1);
+        std::lock_guard<std::mutex> lock(mu);
+        ++taken[chunk.replica];
+        return Status::Ok();
+      });
+  EXPECT(s.ok());
+  for (int r = 0; r < 4; ++r) EXPECT(taken[r] >= 8 && taken[r] <= 12);
+  // One replica, one stream group: it takes every chunk.
+  TaskScheduler single(1);
+  int chunks = 0;
+  s = single.RunPool(25, {10}, [&](const Chunk& chunk, int group) {
+    EXPECT(chunk.replica == 0 && group == 0);
+    ++chunks;
+    return Status::Ok();
+  });
+  EXPECT(s.ok() && chunks == 3);
+}
+
+// After a failure no chunk starts, and the failure is returned.
+void TestPoolStopsAtAFailure() {
+  TaskScheduler scheduler(2);
+  std::atomic<int> started{0};
+  Status s = scheduler.RunPool(1000, {10, 10}, [&](const Chunk& chunk, int) {
+    ++started;
+    if (chunk.begin == 20) return Status(kInvalidArgument, "bad chunk");
+    return Status::Ok();
+  });
+  EXPECT(!s.ok() && s.message() == "bad chunk");
+  EXPECT(started.load() < 10);
+  // Placement is refused.
+  TaskScheduler placed(2, {0, 1}, {0, 1});
+  s = placed.RunPool(10, {5, 5}, [](const Chunk&, int) {
+    return Status::Ok();
+  });
+  EXPECT(!s.ok());
+}
+
 }  // namespace
 }  // namespace runtime
 }  // namespace tensorbow
@@ -247,5 +334,8 @@ int main() {
   TestShutdownWithTasksQueued();
   TestOneStreamGroup();
   TestTasksRunOnTheirDevicesGroups();
+  TestPoolCutsTheRowsAsReplicasComeFree();
+  TestPoolTakesTurnsOverMoreReplicas();
+  TestPoolStopsAtAFailure();
   return Failed("scheduler_test");
 }

@@ -138,6 +138,31 @@ class Runtime(object):
         calls, by_group, feeds, dtypes, batch_feed, sync_call, options, others,
         run_metadata is not None), run_metadata)
 
+  def run_pool(self, calls, feeds, dtypes, split, batch_sizes,
+               run_options=None):
+    """A pool run (Adaptive SGD's dynamic scheduling): the rows of the
+    feeds marked in `split` are cut into chunks as replicas come free, each
+    taking its batch size of rows (`batch_sizes`, one per replica), the
+    free replica that has waited longest first. A chunk is one run of the
+    per-stream-group call `calls[g]`, fed its rows of the split feeds, the
+    other feeds whole and its replica's index.
+
+    Returns:
+      Per chunk in the order of its rows, (replica, begin, end, fetched
+      NumPy arrays).
+
+    Raises:
+      tf.errors.OpError: the first failure; chunks already run stay
+        applied, and none starts after it.
+    """
+    _, others = _options(run_options, self.inline)
+    code, message, chunks = self._impl.run_pool(
+        calls, feeds, dtypes, [bool(s) for s in split],
+        [int(b) for b in batch_sizes], others)
+    if code != 0:
+      raise compat.error_from_code(code, message)
+    return chunks
+
   def compute(self, calls, feeds, dtypes, batch_feed, internal,
               check_finite=False, run_options=None, run_metadata=None,
               by_group=False):
