@@ -70,35 +70,20 @@ def total_rows(value):
   return len(value)
 
 
-def shard_sizes(rows, shares):
-  """Rows per replica for `rows` rows in proportion to `shares`: at least
-  one each, the rest rounded down and handed out by largest remainder
-  (equal shares give numpy.array_split's sizes)."""
-  shares = np.asarray(shares, np.float64)
-  n = len(shares)
-  exact = (rows - n) * shares / shares.sum()
-  sizes = np.floor(exact).astype(np.int64) + 1
-  left = rows - int(sizes.sum())
-  order = np.argsort(-(exact - np.floor(exact)), kind="stable")
-  sizes[order[:left]] += 1
-  return [int(s) for s in sizes]
-
-
-def shard(plan, values, sizes=None):
-  """Per feed, one array per replica: batch feeds split (into `sizes`
-  rows, or numpy.array_split's), element feeds one element each, others
+def shard(plan, values):
+  """Per feed, one array per replica: batch feeds split as
+  numpy.array_split splits them, element feeds one element each, others
   whole."""
   n = plan.replicas
   shards = []
   for array, is_batch in zip(values, plan.batch):
     if isinstance(array, Elements):
-      shards.append([_contiguous(v) for v in array])
+      shards.append([contiguous(v) for v in array])
     elif is_batch and n > 1:
-      parts = (np.split(array, np.cumsum(sizes)[:-1]) if sizes is not None
-               else np.array_split(array, n))
-      shards.append([_contiguous(s) for s in parts])
+      parts = np.array_split(array, n)
+      shards.append([contiguous(s) for s in parts])
     else:
-      shards.append([_contiguous(array)] * n)
+      shards.append([contiguous(array)] * n)
   return shards
 
 
@@ -126,7 +111,7 @@ def _shape_fits(dims, shape):
       d is None or d == n for d, n in zip(dims, shape))
 
 
-def _contiguous(array):
+def contiguous(array):
   # Not np.ascontiguousarray: it turns a scalar into shape [1].
   if array.flags.c_contiguous:
     return array

@@ -188,10 +188,11 @@ class Planner(object):
               [group_op(op, g) for op in targets])
              for g in range(self._builder.num_groups)]
     by_group = not self._plain
-    # A shared model's tasks each apply their step when they finish, and
-    # one replica's copy is plain training as TensorFlow runs it: one
-    # TensorFlow run per task, not a computation and a commit.
-    atomic = not (self._algorithm.shares_model or (
+    # A shared model's tasks and a pool's chunks each apply their step
+    # when they finish, and one replica's copy is plain training as
+    # TensorFlow runs it: one TensorFlow run per task, not a computation
+    # and a commit.
+    atomic = not (self._algorithm.shares_model or self._algorithm.pooled or (
         self._plain and self._nonfinite == "propagate"))
     return self._task_plan(fed, batch, elements, tasks, sync_call,
                            central_fetches, self._builder.user_name, atomic,

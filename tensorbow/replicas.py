@@ -210,6 +210,26 @@ class ReplicaState(object):
         "merge", self._algorithm.merge_value(wave, sizes),
         self._algorithm.merge_ops)
 
+  def scale_run(self, factors):
+    """(fetches, feed_dict) setting a pooled algorithm's per-replica
+    learning-rate factors, or None."""
+    return self._algorithm_run("scale", factors, self._algorithm.scale_ops)
+
+  def merge_weighted_run(self, weights):
+    """(fetches, feed_dict) of a pooled algorithm's merge with `weights`
+    (one per replica), or None."""
+    return self._algorithm_run("merge", weights, self._algorithm.merge_ops)
+
+  def drift_tensor(self):
+    """A pooled algorithm's tensor its schedule's merge reads, or None."""
+    if not self._states:
+      return None
+    names = tuple(sorted(self._states))
+    return self._builder.once(
+        "drift", self._state_key(names),
+        lambda: self._algorithm.drift_tensor(
+            self._builder, [self._states[n] for n in names]))
+
   def _algorithm_run(self, purpose, value, make_ops):
     if value is None or not self._states:
       return None

@@ -212,6 +212,13 @@ class TensorBowSession(compat.SessionInterface):
     """replicas="auto"'s decisions so far (autotune.Decision)."""
     return list(self._tuner.decisions) if self._tuner else []
 
+  def adaptive_history(self):
+    """Adaptive SGD's decisions per mega-batch of this setting so far: a
+    dict each of its replicas' batch_sizes and updates in it, the merge
+    weights, whether the merge perturbed and the largest drift (L2 norm of
+    a replica's change of a variable); [] for other algorithms."""
+    return self._trainer.schedule_history()
+
   def list_devices(self):
     return self._session.list_devices()
 

@@ -67,7 +67,7 @@ class Trainer(object):
     self._waves = 0  # training runs completed
     # Waves timed, their seconds computing and synchronising (scaling.py).
     self._timing = [0, 0.0, 0.0]
-    self._shares = None  # per replica, its share of a batch (first_shares)
+    self._schedule = None  # a pooled algorithm's (Algorithm.schedule)
     self.last_rows = 0  # the rows the latest training run trained on
     self.last_batch = 0  # the batch size its graph was built for
     self._inputs = inputs or prefetch.Prefetcher(session, ahead=False)
@@ -76,6 +76,10 @@ class Trainer(object):
   def plans(self):
     """{training-run signature: planner.Plan} of the runs planned."""
     return self._plans.plans
+
+  def schedule_history(self):
+    """A pooled algorithm's schedule's history (Algorithm.schedule)."""
+    return list(self._schedule.history) if self._schedule else []
 
   def timing(self):
     """(waves, seconds computing, seconds summing over the workers) of the
@@ -205,16 +209,19 @@ class Trainer(object):
           0 if plan.batch_feed < 0 else
           len(values[plan.batch_feed][0]) if plan.elements[plan.batch_feed]
           else len(values[plan.batch_feed]))
-      sizes = None
-      if plan.batch_feed >= 0 and not plan.elements[plan.batch_feed]:
-        if self._shares is None:
-          self._shares = self._algorithm.first_shares(plan.replicas)
-        if self._shares is not None:
-          sizes = feeds.shard_sizes(len(values[plan.batch_feed]),
-                                    self._shares)
-      shards = feeds.shard(plan, values, sizes)
-      sizes = (sizes or [len(s) for s in shards[plan.batch_feed]]
-               if plan.batch_feed >= 0 else [1] * plan.replicas)
+      pooled = (self._algorithm.pooled and self._state.in_use and
+                plan.batch_feed >= 0 and not plan.elements[plan.batch_feed])
+      if self._algorithm.pooled and self._schedule is None:
+        self._schedule = self._algorithm.schedule(plan.replicas)
+      if pooled:
+        shards = None
+        sizes = list(self._schedule.batch_sizes(self.last_rows))
+      else:
+        shards = feeds.shard(plan, values)
+        sizes = ([len(s) for s in shards[plan.batch_feed]]
+                 if plan.batch_feed >= 0 else [1] * plan.replicas)
+        if self._schedule is not None:
+          self._schedule.batch_sizes(sum(sizes))
       if self._state.in_use:
         if self._reducer is not None:
           self._take_chief_model()
@@ -226,15 +233,24 @@ class Trainer(object):
                      if prepare is not None else ([sync[0]], {}))
         if prepare is not None:
           self._session.run(*prepare)
-      per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
+        factors = self._schedule.factors() if self._schedule else None
+        scale = factors is not None and self._state.scale_run(factors)
+        if scale:
+          self._session.run(*scale)
       # Before the wave: an interrupt after it must still leave the
       # user-named slots to be refreshed.
       self._needs_refresh = True
       try:
-        if plan.atomic is not None:
+        updates = range(plan.replicas)  # the replica of each update
+        if pooled:
+          outputs, sizes, updates = self._pool_wave(plan, values, options)
+          committed = None
+        elif plan.atomic is not None:
+          per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
           outputs, committed = self._atomic_wave(plan, per_replica, options,
                                                  run_metadata)
         else:
+          per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
           outputs, committed = self._whole_wave(plan, per_replica, options,
                                                 run_metadata), None
       except tf.errors.OpError as e:
@@ -243,7 +259,9 @@ class Trainer(object):
         raise self._builder.user_error(e, self._user_graph) from None
       self._waves += 1
       if self._state.in_use:
-        self._after_wave(plan, sizes)
+        self._after_wave(sizes)
+        if self._schedule is not None:
+          self._after_pool_wave(updates)
       synced = (self._reducer.seconds if self._reducer else 0.0) - synced
       if self._builder.placement is not None and plan.sync_call >= 0:
         synced += self._device_sum_seconds()
@@ -261,8 +279,9 @@ class Trainer(object):
                                   [len(v) if np.ndim(v) else 1
                                    for v in values[j]])
                       if isinstance(values[j], feeds.Elements) else values[j])
-    sizes = ([len(s) for s in shards[plan.batch_feed]]
-             if plan.batch_feed >= 0 else None)
+    if not pooled:
+      sizes = ([len(s) for s in shards[plan.batch_feed]]
+               if plan.batch_feed >= 0 else None)
     if committed is not None and not all(committed):
       # Skipped replicas: the wave's result is the committed ones'.
       keep = [r for r, c in enumerate(committed) if c] or [0]
@@ -291,19 +310,35 @@ class Trainer(object):
     return plan, feeds.worker_part(
         plan, values, lambda rows: self._cluster.part(rows, self._replicas))
 
-  def _after_wave(self, plan, sizes):
-    """The algorithm's work after a completed wave: new shares from the
-    wave's task times, a merge."""
-    if self._shares is not None:
-      # A learning task has at most two phases; a wave may end with a
-      # synchronisation task.
-      timings = self._runtime.task_timings(last=2 * plan.replicas + 1)
-      last = max(t.wave for t in timings)
-      times = np.zeros(plan.replicas)
-      for t in timings:
-        if t.wave == last and t.replica >= 0:
-          times[t.replica] += t.end - t.start
-      self._shares = self._algorithm.next_shares(self._shares, times)
+  def _pool_wave(self, plan, values, options):
+    """A pooled algorithm's training run: the batch cut into chunks that
+    the replicas take as they come free (runtime.run_pool).
+
+    Returns:
+      (per chunk its fetches, its rows, its replica), in the order of the
+      rows.
+    """
+    chunks = self._runtime.run_pool(
+        plan.calls, [feeds.contiguous(v) for v in values], plan.dtypes,
+        plan.batch, self._schedule.batch_sizes(self.last_rows), options)
+    return ([c[3] for c in chunks], [c[2] - c[1] for c in chunks],
+            [c[0] for c in chunks])
+
+  def _after_pool_wave(self, replicas):
+    """A pooled algorithm's schedule counts the run's updates (`replicas`,
+    one per update); at the end of its period the replicas merge."""
+    if not self._schedule.record(replicas):
+      return
+    drift = self._state.drift_tensor()
+    weights = self._schedule.merge(
+        self._session.run(drift) if drift is not None else np.zeros([0]))
+    merge = self._state.merge_weighted_run(weights)
+    if merge is not None:
+      self._session.run(*merge)
+
+  def _after_wave(self, sizes):
+    """The algorithm's work after a completed wave: a merge, the workers'
+    sums."""
     merge = self._state.merge_run(self._waves, sizes)
     if merge is not None:
       self._session.run(*merge)

@@ -202,40 +202,7 @@ def test_total_rows():
   assert feeds.total_rows(feeds.Elements()) == 0
 
 
-# ---- shard_sizes and shard -------------------------------------------------
-
-
-@pytest.mark.parametrize("rows,replicas", [
-    (8, 4), (10, 3), (7, 2), (37, 16), (5, 5), (4, 1), (100, 7)])
-def test_equal_shares_give_array_splits_sizes(rows, replicas):
-  expected = [len(s) for s in np.array_split(np.arange(rows), replicas)]
-  assert feeds.shard_sizes(rows, [1.0] * replicas) == expected
-  assert feeds.shard_sizes(rows, [0.25] * replicas) == expected
-
-
-def test_shares_hand_rows_out_by_largest_remainder():
-  # 10 rows, shares 1:1:2. One row each first, then 7 in proportion:
-  # 1.75, 1.75, 3.5 -> 1, 1, 3 rounded down, the 2 left to the largest
-  # remainders (0.75, 0.75 before 0.5): 1 + 2, 1 + 2, 1 + 3.
-  assert feeds.shard_sizes(10, [1, 1, 2]) == [3, 3, 4]
-  # 12 rows, 1:3: 1 + 2.5, 1 + 7.5; ties go to the first replica.
-  assert feeds.shard_sizes(12, [1, 3]) == [4, 8]
-  # A share of nothing still gets its one row.
-  assert feeds.shard_sizes(9, [0, 1, 1]) == [1, 4, 4]
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_shard_sizes_sum_to_the_rows_and_follow_the_shares(seed):
-  rng = np.random.RandomState(seed)
-  replicas = rng.randint(1, 9)
-  rows = rng.randint(replicas, 200)
-  shares = rng.uniform(0.1, 3.0, replicas)
-  sizes = feeds.shard_sizes(rows, shares)
-  assert all(isinstance(s, int) for s in sizes)
-  assert sum(sizes) == rows
-  assert min(sizes) >= 1
-  exact = 1 + (rows - replicas) * shares / shares.sum()
-  assert np.all(np.abs(np.asarray(sizes) - exact) < 1.0)
+# ---- shard ------------------------------------------------------------------
 
 
 def test_batch_feeds_are_split_as_array_split_others_given_whole(
@@ -257,16 +224,6 @@ def test_batch_feeds_are_split_as_array_split_others_given_whole(
     assert shards[1][r].shape == ()  # a scalar stays a scalar
     assert shards[1][r] == 0.5
     np.testing.assert_array_equal(shards[2][r], fixed)
-
-
-def test_given_sizes_split_contiguously_in_order(placeholders):
-  p = placeholders
-  plan = _plan([p.y, p.lr], 3)
-  y = np.arange(10, dtype=np.float32)
-  shards = feeds.shard(plan, [y, np.float32(1)], sizes=[1, 5, 4])
-  assert [s.tolist() for s in shards[0]] == [
-      [0.0], [1.0, 2.0, 3.0, 4.0, 5.0], [6.0, 7.0, 8.0, 9.0]]
-  assert [float(s) for s in shards[1]] == [1.0, 1.0, 1.0]
 
 
 def test_one_replica_takes_the_batch_whole(placeholders):

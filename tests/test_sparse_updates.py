@@ -110,12 +110,12 @@ def test_asgd_on_one_stream_group_equals_consecutive_tf_steps(
 
 
 def test_adaptive_with_sparse_momentum_matches_its_weighted_merge():
-  # Equal shards (step=0), no perturbation, merging every wave: replicas
-  # take TF1's sparse momentum step alone; the central model becomes their
-  # mean plus central momentum, and they restart from it.
+  # Merging every run, never perturbing: the pool hands each replica one
+  # chunk of a run's rows, in order; replicas take TF1's sparse momentum
+  # step alone; with equal counts and batch sizes the central model becomes
+  # their mean plus its momentum, and they restart from it.
   model = build("momentum")
-  algorithm = tb.algorithms.Adaptive(step=0.0, perturbation=0.0,
-                                     central_momentum=0.5)
+  algorithm = tb.algorithms.Adaptive(mega_batch=1, theta=0.0, momentum=0.5)
   with tb.TensorBowSession(graph=model[0], replicas=REPLICAS,
                            algorithm=algorithm) as sess:
     losses, (table, v) = train(sess, model)

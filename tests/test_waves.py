@@ -12,7 +12,6 @@ from tensorbow import execution
 from tensorbow import options
 from tensorbow import planner
 from tensorbow import routing
-from tensorbow import runtime as tb_runtime
 from tensorbow import waves
 from tensorbow.algorithms import base
 from tensorbow.rewrite import builder
@@ -54,11 +53,21 @@ class _Runtime(object):
     self.committed = list(committed)
     return [[] for _ in committed]
 
-  def task_timings(self, last=None):
-    """Replica r's task took r + 1 seconds."""
-    del last
-    return [tb_runtime.TaskTiming(1, r, 0, len(x), 0, 0.0, r + 1.0)
-            for r, x in enumerate(self.shards)]
+  def run_pool(self, calls, values, dtypes, split, batch_sizes, options_):
+    """Chunks of batch_sizes[r] rows to replicas 0, 0, 1, 2, 0, 0, 1, 2,
+    ... (as if replica 0 were twice as fast)."""
+    del calls, dtypes, options_
+    assert split == [True]
+    self.pool_sizes = list(batch_sizes)
+    rows, chunks, turn = values[0], [], 0
+    while sum(c[2] - c[1] for c in chunks) < len(rows):
+      r = (0, 0, 1, 2)[turn % 4]
+      begin = chunks[-1][2] if chunks else 0
+      end = min(len(rows), begin + batch_sizes[r])
+      x = rows[begin:end]
+      chunks.append((r, begin, end, [2 * x, np.float32(x.mean())]))
+      turn += 1
+    return chunks
 
 
 class _State(object):
@@ -69,6 +78,7 @@ class _State(object):
   def __init__(self):
     self.skipped = None
     self.reseeded = []
+    self.factors, self.merged = [], []
 
   def seed_run(self):
     return None
@@ -79,6 +89,17 @@ class _State(object):
 
   def merge_run(self, wave, sizes):
     del wave, sizes
+    return None
+
+  def scale_run(self, factors):
+    self.factors.append(list(factors))
+    return None
+
+  def drift_tensor(self):
+    return None
+
+  def merge_weighted_run(self, weights):
+    self.merged.append(list(weights))
     return None
 
   def participants_run(self, skipped, remaining):
@@ -114,18 +135,40 @@ class _Averaging(base.Algorithm):
     runtime.average_kept(np.asarray(sizes, np.float64) / sum(sizes))
 
 
-class _Uneven(base.Algorithm):
-  """Gives replica 0 40% of a batch; records the task times it is given."""
+class _Pooled(base.Algorithm):
+  """A pooled algorithm whose schedule records what the wave tells it."""
 
-  name = "uneven"
-  times = None
+  name = "pooled"
+  pooled = True
 
-  def first_shares(self, replicas):
-    return np.array([0.4] + [0.6 / (replicas - 1)] * (replicas - 1))
+  def schedule(self, replicas):
+    return _Schedule(replicas)
 
-  def next_shares(self, shares, times):
-    _Uneven.times = list(times)
-    return np.array([0.2, 0.4, 0.4])
+
+class _Schedule(object):
+
+  def __init__(self, replicas):
+    self.replicas = replicas
+    self.rows, self.records, self.drifts = [], [], []
+
+  def batch_sizes(self, rows):
+    self.rows.append(rows)
+    return np.array([3, 2, 2])
+
+  def factors(self):
+    return None if self.records else np.array([1.5, 1.0, 1.0])
+
+  def record(self, replicas):
+    self.records.append(list(replicas))
+    return len(self.records) % 2 == 0
+
+  def merge(self, drift):
+    self.drifts.append(drift)
+    return np.array([0.5, 0.25, 0.25])
+
+  @property
+  def history(self):
+    return self.records
 
 
 def _wave(replicas, nonfinite="propagate", algorithm=None, bad=()):
@@ -190,13 +233,23 @@ def test_an_algorithm_gets_shard_weights_before_the_commit():
   np.testing.assert_allclose(runtime.weights, sizes / sizes.sum())
 
 
-def test_an_algorithm_sets_the_replicas_shares():
-  _, runtime, _, run = _wave(3, algorithm=_Uneven())
-  run(_rows())
-  assert [len(s) for s in runtime.shards] == [4, 3, 3]
-  assert _Uneven.times == [1.0, 2.0, 3.0]
-  run(_rows())  # the shares next_shares gave
-  assert [len(s) for s in runtime.shards] == [2, 4, 4]
+def test_a_pooled_algorithm_trains_chunks_and_merges_when_told():
+  trainer, runtime, state, run = _wave(3, algorithm=_Pooled())
+  rows = _rows()
+  doubled, loss, _ = run(rows)
+  # Chunks of 3, 3, 2, 2 rows to replicas 0, 0, 1, 2: the fetches merge in
+  # the order of the rows, weighted by them.
+  np.testing.assert_array_equal(doubled, 2 * rows)
+  np.testing.assert_allclose(loss, rows.mean(), rtol=1e-6)
+  assert runtime.pool_sizes == [3, 2, 2] and runtime.shards is None
+  assert state.factors == [[1.5, 1.0, 1.0]] and state.merged == []
+  run(rows)
+  assert state.factors == [[1.5, 1.0, 1.0]]  # unchanged: not set again
+  assert state.merged == [[0.5, 0.25, 0.25]]  # the schedule's period
+  # The replica of each update, per run.
+  assert trainer.schedule_history() == [[0, 0, 1, 2], [0, 0, 1, 2]]
+  # Nothing committed in two phases: each chunk applied its own step.
+  assert runtime.committed is None
 
 
 def test_raise_commits_nothing():

@@ -1,21 +1,34 @@
-"""Adaptive SGD for replicas of unequal speed (after Ma et al., SGD on
-heterogeneous multi-GPU systems).
+"""Adaptive SGD, as Ma, Rusu, Wu and Sim define it ("Adaptive elastic
+training for sparse deep learning on heterogeneous multi-GPU servers").
 
-* Shards follow speed: after each wave a replica's share of the batch
-  moves `step` of the way toward its share of the wave's throughput
-  (rows / task time), within [min_fraction / L, 1 - (L - 1) min_fraction
-  / L], so that the replicas' task times even out.
-* The learning rate of a replica's step scales linearly with its shard
-  size over the mean shard size (its optimizer's `lr` input, times a
-  per-replica factor set before each wave).
-* Between merges the replicas train alone. Every `merge_period`-th
-  training run the central model becomes the shard-weighted mean of the
-  replicas, with central momentum: z' = sum_j (n_j / N) w_j + mu (z -
-  z_prev); the replicas are set to z', and when the merged update's
-  relative L2 norm ||z' - z|| / ||z|| falls below `threshold` they are
-  perturbed by up to `perturbation` of that update (uniform per element),
-  to leave a plateau. The optimizers' slots stay each replica's.
+* Dynamic scheduling. A training run's batch is cut into chunks as
+  replicas come free: the free replica that has waited longest takes its
+  own batch size b_i of rows (the runtime's pool run) and makes one step
+  on its own copy of the model. A faster replica makes more updates.
+* A mega-batch is `mega_batch` training runs. After each, Algorithm 1
+  moves every replica's batch size linearly with the deviation of its
+  update count u_i from the mean, counted per training run: b_i <- b_i +
+  beta (u_i - mean(u)) / mega_batch, rounded and bounded to [b_min,
+  b_max], so that the update counts even out. (The paper's mega-batch is
+  100 dispatched batches, one update each; a training run here is cut
+  into several, so its raw deviations grow with the chunks per run and
+  would throw the sizes from bound to bound.) Learning rates follow the
+  linear scaling rule: replica i steps with lr * b_i / b_0, b_0 being the
+  batch size it started with.
+* Algorithm 2 then merges. The weights are the update counts normalised,
+  u_i / sum(u), or the batch sizes, b_i / sum(b), when every count is
+  equal. When every replica's change since the last merge has an L2 norm
+  below theta for every variable (a plateau), the most-updated replica's
+  weight gains delta and the least-updated's loses delta (perturbation).
+  The global model moves with momentum, z' = sum_i w_i x_i + mu (z -
+  z_prev), and every replica restarts from z'. The optimizers' slots stay
+  each replica's.
+
+The functions below are the paper's rules on plain numbers; `Schedule`
+keeps a session's batch sizes, counts and history with them.
 """
+import math
+
 import numpy as np
 import tensorflow as tf
 
@@ -28,6 +41,41 @@ _FLOAT_TYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 _LR_NAMES = ("lr", "alpha")
 
 
+def next_batch_sizes(sizes, counts, beta, b_min, b_max, runs=1):
+  """Algorithm 1: each batch size moved by `beta` per update a training
+  run its replica made above the mean count (or below it) over `runs`
+  runs, rounded, within [b_min, b_max]."""
+  sizes = np.asarray(sizes, np.float64)
+  counts = np.asarray(counts, np.float64)
+  moved = np.rint(sizes + beta * (counts - counts.mean()) / runs)
+  return np.clip(moved, b_min, b_max).astype(np.int64)
+
+
+def merge_weights(counts, sizes, perturb, delta):
+  """Algorithm 2's weights: the update counts normalised (the batch sizes
+  when the counts are equal); with `perturb`, the most-updated replica's
+  weight plus `delta` and the least-updated's minus `delta` (ties go to
+  the larger batch, then the lower index, for the most; the other way
+  for the least)."""
+  counts = np.asarray(counts, np.float64)
+  sizes = np.asarray(sizes, np.float64)
+  equal = np.all(counts == counts[0])
+  weights = (sizes if equal else counts) / (sizes if equal else counts).sum()
+  if perturb and len(counts) > 1:
+    order = sorted(range(len(counts)),
+                   key=lambda i: (-counts[i], -sizes[i], i))
+    weights[order[0]] += delta
+    weights[order[-1]] -= delta
+  return weights
+
+
+def perturbs(drift, theta):
+  """Whether Algorithm 2 perturbs: every replica's change since the last
+  merge (`drift`, L2 norms per variable and replica) is below `theta`."""
+  drift = np.asarray(drift, np.float64)
+  return bool(drift.size) and bool(np.all(drift < theta))
+
+
 class _State(object):
 
   def __init__(self, var_op, dtype, central_prev, scale):
@@ -38,70 +86,58 @@ class _State(object):
 
 
 class Adaptive(base.Algorithm):
-  """Adaptive SGD; see the module's docstring.
+  """Adaptive SGD; see the module's docstring. Names as in the paper.
 
   Args:
-    merge_period: merge every `merge_period`-th training run.
-    min_fraction: a replica's smallest share, as a fraction of 1 / L.
-    step: how far a share moves toward its target per wave, in [0, 1].
-    perturbation: the perturbation's bound, relative to the update.
-    threshold: the relative update norm under which replicas are
-      perturbed.
-    central_momentum: mu, in [0, 1).
+    mega_batch: training runs between merges.
+    batch_size: b_0, every replica's first batch size; None: the first
+      training run's rows over the replicas, rounded up.
+    b_max: the largest batch size; None: 2 b_0.
+    b_min: the smallest; None: b_max / 8, rounded up.
+    beta: rows per update of deviation from the mean count; None: b_min
+      / 2.
+    delta: the perturbation of the merge weights.
+    theta: the L2 norm of a replica's change per variable under which the
+      merge perturbs.
+    momentum: mu, the global model's momentum, in [0, 1).
 
   Raises:
     ValueError: for an argument out of range.
   """
 
   name = "adaptive"
+  pooled = True
 
-  def __init__(self, merge_period=1, min_fraction=1 / 8, step=1 / 2,
-               perturbation=0.1, threshold=0.1, central_momentum=0.9):
-    if isinstance(merge_period, bool) or int(merge_period) != merge_period \
-        or merge_period < 1:
-      raise ValueError(f"merge_period must be an int >= 1, got "
-                       f"{merge_period!r}")
-    checks = {"min_fraction": (min_fraction, 0.0, 1.0),
-              "step": (step, 0.0, 1.0),
-              "perturbation": (perturbation, 0.0, float("inf")),
-              "threshold": (threshold, 0.0, float("inf"))}
-    for name, (value, low, high) in checks.items():
-      if not low <= float(value) <= high:
-        raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
-    if not 0.0 <= float(central_momentum) < 1.0:
-      raise ValueError(f"central_momentum must be in [0, 1), got "
-                       f"{central_momentum!r}")
-    self.merge_period = int(merge_period)
-    self.min_fraction = float(min_fraction)
-    self.step = float(step)
-    self.perturbation = float(perturbation)
-    self.threshold = float(threshold)
-    self.central_momentum = float(central_momentum)
+  def __init__(self, mega_batch=100, batch_size=None, b_max=None, b_min=None,
+               beta=None, delta=0.1, theta=0.1, momentum=0.9):
+    for key, value in (("mega_batch", mega_batch), ("batch_size", batch_size),
+                       ("b_max", b_max), ("b_min", b_min)):
+      if value is not None and (isinstance(value, bool) or
+                                int(value) != value or value < 1):
+        raise ValueError(f"{key} must be an int >= 1, got {value!r}")
+    if b_min is not None and b_max is not None and b_min > b_max:
+      raise ValueError(f"b_min ({b_min}) must not exceed b_max ({b_max})")
+    for key, value in (("beta", beta), ("delta", delta), ("theta", theta)):
+      if value is not None and not float(value) >= 0.0:
+        raise ValueError(f"{key} must be >= 0, got {value!r}")
+    if not 0.0 <= float(momentum) < 1.0:
+      raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+    self.mega_batch = int(mega_batch)
+    self.batch_size = None if batch_size is None else int(batch_size)
+    self.b_max = None if b_max is None else int(b_max)
+    self.b_min = None if b_min is None else int(b_min)
+    self.beta = None if beta is None else float(beta)
+    self.delta = float(delta)
+    self.theta = float(theta)
+    self.momentum = float(momentum)
 
-  # ---- Shards --------------------------------------------------------------
+  def check_nonfinite(self, nonfinite):
+    if nonfinite != "propagate":
+      raise ValueError("algorithm 'adaptive' applies each chunk's step when "
+                       "it finishes: nonfinite must be 'propagate'")
 
-  def first_shares(self, replicas):
-    return np.full(replicas, 1.0 / replicas)
-
-  def next_shares(self, shares, times):
-    shares = np.asarray(shares, np.float64)
-    speed = shares / np.maximum(np.asarray(times, np.float64), 1e-9)
-    target = speed / speed.sum()
-    moved = shares + self.step * (target - shares)
-    n = len(shares)
-    return _bounded(moved / moved.sum(), self.min_fraction / n,
-                    1.0 - (n - 1) * self.min_fraction / n)
-
-  def wave_value(self, wave, sizes):
-    del wave
-    sizes = np.asarray(sizes, np.float64)
-    return sizes / sizes.mean()
-
-  def merge_value(self, wave, sizes):
-    if wave % self.merge_period:
-      return None
-    sizes = np.asarray(sizes, np.float64)
-    return sizes / sizes.sum()
+  def schedule(self, replicas):
+    return Schedule(self, replicas)
 
   # ---- The copies --------------------------------------------------------
 
@@ -149,15 +185,29 @@ class Adaptive(base.Algorithm):
             state.scale.set(tf.ones([builder.num_replicas], state.dtype),
                             builder.all_replicas(), stacked=True)]
 
-  def wave_ops(self, builder, states, value):
+  def scale_ops(self, builder, states, value):
+    """Ops setting each replica's learning-rate factor to `value` (one per
+    replica, float64)."""
     return [s.scale.set(tf.cast(value, s.dtype), builder.all_replicas(),
                         stacked=True) for s in states]
+
+  def drift_tensor(self, builder, states):
+    """A float64 [variables, replicas] tensor: the L2 norm of each
+    replica's change since the last merge, per variable."""
+    norms = []
+    for s in states:
+      stacked = builder.variable_replicas(s.var_op).stacked()
+      change = stacked - graph_util.read(s.var_op)
+      axes = list(range(1, change.shape.rank))
+      norms.append(tf.cast(tf.norm(tf.reshape(change, [builder.num_replicas,
+                                                        -1]), axis=1)
+                           if axes else tf.abs(change), tf.float64))
+    return tf.stack(norms)
 
   def merge_ops(self, builder, states, value):
     ops = []
     for s in states:
       replicas = builder.variable_replicas(s.var_op)
-      stacked = replicas.stacked()
       weights = tf.cast(value, s.dtype)
       z = graph_util.read(s.var_op)
       if s.var_op.type != "VarHandleOp":
@@ -166,33 +216,87 @@ class Adaptive(base.Algorithm):
         z = tf.raw_ops.Snapshot(input=z)
       z_prev = tf.raw_ops.ReadVariableOp(resource=s.central_prev,
                                          dtype=s.dtype)
-      merged = (tf.tensordot(weights, stacked, axes=1) +
-                self.central_momentum * (z - z_prev))
-      update = merged - z
-      relative = tf.norm(update) / tf.maximum(tf.norm(z),
-                                              tf.constant(1e-12, s.dtype))
-      noise = (tf.random.uniform(tf.shape(stacked), -1.0, 1.0, s.dtype) *
-               self.perturbation * update)
-      noise = tf.where(relative < self.threshold, noise, tf.zeros_like(noise))
-      with tf.control_dependencies([merged, update]):
+      merged = (tf.tensordot(weights, replicas.stacked(), axes=1) +
+                self.momentum * (z - z_prev))
+      with tf.control_dependencies([merged]):
         ops += [tf.raw_ops.AssignVariableOp(resource=s.central_prev,
                                             value=z),
                 graph_util.assign(s.var_op, merged),
-                replicas.set(merged + noise, builder.all_replicas(),
-                             stacked=True)]
+                replicas.set(merged, builder.all_replicas())]
     return ops
 
 
-def _bounded(shares, low, high):
-  """`shares` (summing to 1) moved into [low, high], still summing to 1:
-  what clipping takes from or gives to some is spread over the others in
-  proportion."""
-  shares = np.clip(shares, low, high)
-  for _ in range(len(shares)):
-    excess = shares.sum() - 1.0
-    free = (shares > low) if excess > 0 else (shares < high)
-    if abs(excess) < 1e-12 or not free.any():
-      break
-    shares[free] -= excess * shares[free] / shares[free].sum()
-    shares = np.clip(shares, low, high)
-  return shares
+class Schedule(object):
+  """A session's Adaptive SGD schedule: each replica's batch size, its
+  updates in the current mega-batch, and per mega-batch what Algorithms 1
+  and 2 decided (`history`).
+
+  Args:
+    algorithm: the session's `Adaptive`.
+    replicas: L.
+  """
+
+  def __init__(self, algorithm, replicas):
+    self._algorithm = algorithm
+    self._replicas = replicas
+    self.sizes = None  # per replica, b_i
+    self.base = None  # b_0
+    self._bounds = None  # (b_min, b_max, beta)
+    self._counts = np.zeros(replicas, np.int64)
+    self._runs = 0
+    self._factors_due = True
+    self.history = []
+
+  def batch_sizes(self, rows):
+    """Per replica, the rows it takes at a time; the first call, with the
+    first training run's `rows`, fixes b_0 and the bounds."""
+    if self.sizes is None:
+      a = self._algorithm
+      base = a.batch_size or max(1, math.ceil(rows / self._replicas))
+      b_max = a.b_max or 2 * base
+      b_min = a.b_min or max(1, math.ceil(b_max / 8))
+      if b_min > b_max:
+        raise ValueError(f"adaptive: b_min ({b_min}) exceeds b_max "
+                         f"({b_max}) for a first batch of {base} rows")
+      beta = a.beta if a.beta is not None else b_min / 2
+      self.base, self._bounds = base, (b_min, b_max, beta)
+      self.sizes = np.full(self._replicas, min(max(base, b_min), b_max),
+                           np.int64)
+    return self.sizes
+
+  def factors(self):
+    """The learning-rate factors b_i / b_0 when they changed since the
+    last call (the first call included), else None."""
+    if not self._factors_due:
+      return None
+    self._factors_due = False
+    return self.sizes / float(self.base)
+
+  def record(self, replicas):
+    """A training run ended; `replicas`: the replica of each update it
+    made. Returns whether the mega-batch is complete."""
+    self._counts += np.bincount(np.asarray(replicas, np.int64),
+                                minlength=self._replicas)
+    self._runs += 1
+    return self._runs % self._algorithm.mega_batch == 0
+
+  def merge(self, drift):
+    """At the end of a mega-batch whose replicas changed by `drift` (as
+    Adaptive.drift_tensor): the merge weights (Algorithm 2); the batch
+    sizes move for the next (Algorithm 1)."""
+    a = self._algorithm
+    b_min, b_max, beta = self._bounds
+    counts = self._counts.copy()
+    perturbed = perturbs(drift, a.theta)
+    weights = merge_weights(counts, self.sizes, perturbed, a.delta)
+    self.history.append(dict(
+        mega_batch=len(self.history) + 1, batch_sizes=self.sizes.tolist(),
+        updates=counts.tolist(), weights=weights.tolist(),
+        perturbed=perturbed, drift=float(np.max(drift)) if np.size(drift)
+        else 0.0))
+    sizes = next_batch_sizes(self.sizes, counts, beta, b_min, b_max,
+                             a.mega_batch)
+    self._factors_due = bool(np.any(sizes != self.sizes))
+    self.sizes = sizes
+    self._counts[:] = 0
+    return weights

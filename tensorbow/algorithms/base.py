@@ -34,6 +34,11 @@ class Algorithm(object):
   # after each wave (worker_sync, device_sync); an algorithm that cannot
   # refuses a cluster and devices=.
   spans_workers = False
+  # A training run's batch is cut into chunks that the replicas take as
+  # they come free (runtime.Runtime.run_pool), each chunk one whole step of
+  # its replica; the Trainer keeps the algorithm's `schedule` and merges
+  # with `drift_tensor`, `merge_ops` and `scale_ops` when it says so.
+  pooled = False
 
   def __eq__(self, other):
     return type(self) is type(other) and vars(self) == vars(other)
@@ -136,16 +141,21 @@ class Algorithm(object):
 
   # ---- What a wave needs -----------------------------------------------------
 
-  def first_shares(self, replicas):
-    """Each replica's share of a batch before any wave, or None: the batch
-    is always split evenly."""
-    del replicas
-    return None
+  def schedule(self, replicas):
+    """A pooled algorithm's per-session schedule for `replicas` replicas:
+    an object with batch_sizes(rows), factors(), record(replicas) and
+    merge(drift), as adaptive.Schedule."""
+    raise NotImplementedError
 
-  def next_shares(self, shares, times):
-    """The shares after a wave whose replicas' tasks took `times`."""
-    del times
-    return shares
+  def scale_ops(self, builder, states, value):
+    """Ops setting a pooled algorithm's per-replica learning-rate factors
+    to `value` (float64, one per replica)."""
+    del builder, states, value
+    return []
+
+  def drift_tensor(self, builder, states):
+    """A pooled algorithm's float64 tensor its schedule's merge reads."""
+    raise NotImplementedError
 
   def before_commit(self, runtime, sizes, workers=None):
     """Between a wave's computation and its commit, on the C++ runtime
