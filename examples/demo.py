@@ -5,21 +5,21 @@ Trains the reference LeNet (`models/lenet.py`) until its test accuracy
 reaches `--target` (at most `--max_epochs` epochs), three times, on the
 same images in the same order of epochs:
 
-* `tf.compat.v1.Session` at batch 16, learning rate 0.005;
+* `tf.compat.v1.Session` at batch 32, learning rate 0.005;
 * `TensorBowSession` with EASGD at 2 replicas x batch 16, learning rate
   0.01;
 * `TensorBowSession(replicas="auto")` (SMA, the session picks L) at 16
   rows a step, learning rate 0.01.
 
 The first two are each side's best of the tuned time-to-accuracy protocol
-(`benchmarks/tuned_tta.py`; benchmarks/RESULTS.md, "Tuned time to
-accuracy", LeNet). The script runs as most TF1 scripts do, under
-`disable_v2_behavior()`. The central model's test accuracy is evaluated
-`--evals_per_epoch` times an epoch. Prints each run's time and epochs to
-the target, which side wins and by how much, and the path of a PNG of
-accuracy against wall time and against epochs. Without Fashion-MNIST
-(Debian's dataset-fashion-mnist) it warns and uses synthetic images,
-whose accuracies mean nothing.
+in v1 mode (`benchmarks/tuned_tta.py --tf_mode v1`; benchmarks/RESULTS.md,
+"Tuned time to accuracy, screened on wall seconds"). The script runs as
+most TF1 scripts do, under `disable_v2_behavior()`. The central model's
+test accuracy is evaluated `--evals_per_epoch` times an epoch. Prints each
+run's time and epochs to the target, which side wins and by how much, and
+the path of a PNG of accuracy against wall time and against epochs.
+Without Fashion-MNIST (Debian's dataset-fashion-mnist) it warns and uses
+synthetic images, whose accuracies mean nothing.
 
   python examples/demo.py [--target 0.9] [--max_epochs 8] \
       [--evals_per_epoch 8] [--log_dir logs/demo]
@@ -36,8 +36,8 @@ from models import plot
 from models import training
 
 RUNS = (
-    ("TensorFlow, batch 16 (best tuned)",
-     dict(session="tf", replicas=1, algorithm="sma", batch_size=16,
+    ("TensorFlow, batch 32 (best tuned)",
+     dict(session="tf", replicas=1, algorithm="sma", batch_size=32,
           learning_rate=0.005)),
     ("TensorBow, EASGD 2 x batch 16 (best tuned)",
      dict(session="tensorbow", replicas=2, algorithm="easgd", batch_size=16,
