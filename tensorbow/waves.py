@@ -242,15 +242,16 @@ class Trainer(object):
       self._needs_refresh = True
       try:
         updates = range(plan.replicas)  # the replica of each update
+        per_replica = (None if pooled else
+                       [[s[r] for s in shards] for r in range(plan.replicas)])
         if pooled:
-          outputs, sizes, updates = self._pool_wave(plan, values, options)
+          outputs, sizes, updates = self._pool_wave(plan, values, sizes,
+                                                    options)
           committed = None
         elif plan.atomic is not None:
-          per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
           outputs, committed = self._atomic_wave(plan, per_replica, options,
                                                  run_metadata)
         else:
-          per_replica = [[s[r] for s in shards] for r in range(plan.replicas)]
           outputs, committed = self._whole_wave(plan, per_replica, options,
                                                 run_metadata), None
       except tf.errors.OpError as e:
@@ -310,9 +311,10 @@ class Trainer(object):
     return plan, feeds.worker_part(
         plan, values, lambda rows: self._cluster.part(rows, self._replicas))
 
-  def _pool_wave(self, plan, values, options):
+  def _pool_wave(self, plan, values, batch_sizes, options):
     """A pooled algorithm's training run: the batch cut into chunks that
-    the replicas take as they come free (runtime.run_pool).
+    the replicas take as they come free, `batch_sizes` rows each
+    (runtime.run_pool).
 
     Returns:
       (per chunk its fetches, its rows, its replica), in the order of the
@@ -320,7 +322,7 @@ class Trainer(object):
     """
     chunks = self._runtime.run_pool(
         plan.calls, [feeds.contiguous(v) for v in values], plan.dtypes,
-        plan.batch, self._schedule.batch_sizes(self.last_rows), options)
+        plan.batch, batch_sizes, options)
     return ([c[3] for c in chunks], [c[2] - c[1] for c in chunks],
             [c[0] for c in chunks])
 

@@ -131,11 +131,6 @@ class Adaptive(base.Algorithm):
     self.theta = float(theta)
     self.momentum = float(momentum)
 
-  def check_nonfinite(self, nonfinite):
-    if nonfinite != "propagate":
-      raise ValueError("algorithm 'adaptive' applies each chunk's step when "
-                       "it finishes: nonfinite must be 'propagate'")
-
   def schedule(self, replicas):
     return Schedule(self, replicas)
 

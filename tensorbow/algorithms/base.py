@@ -60,7 +60,7 @@ class Algorithm(object):
   def check_nonfinite(self, nonfinite):
     """Raises ValueError if the session's `nonfinite` option ("propagate",
     "raise" or "skip") cannot hold with this algorithm."""
-    if self.shares_model and nonfinite != "propagate":
+    if (self.shares_model or self.pooled) and nonfinite != "propagate":
       raise ValueError(f"algorithm {self.name!r} applies each task's step "
                        "when it finishes: nonfinite must be 'propagate'")
 
