@@ -1,9 +1,9 @@
 """The training loop shared by the reference models in `models/`.
 
-The scripts `models/logistic_regression.py`, `models/lenet.py` and
-`models/resnet32.py` each build a TF1 graph (placeholders, variables, an
-optimizer's train op) and hand it to this module, which does the rest the
-same way for all of them:
+The scripts `models/logistic_regression.py`, `models/mlp.py`,
+`models/lenet.py` and `models/resnet32.py` each build a TF1 graph
+(placeholders, variables, an optimizer's train op) and hand it to this
+module, which does the rest the same way for all of them:
 
 - the command line (`define_flags`): which session (`tf.compat.v1.Session`
   or `tensorbow.TensorBowSession`), how many replicas, the batch size per

@@ -35,6 +35,7 @@ REPLICAS = 2
 CASES = {
     "logistic_regression": ((28, 28, 1), 8, 0.01, 8),
     "lenet": ((28, 28, 1), 8, 0.001, 8),
+    "mlp": ((28, 28, 1), 8, 0.01, 8),
     # Few steps: on 2 cores ResNet-32 is slow, and TensorBow's first
     # training run copies its learning part once per stream group.
     "resnet32": ((32, 32, 3), 8, 0.02, 5),

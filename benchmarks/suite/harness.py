@@ -28,6 +28,7 @@ from tensorbow.session import TensorBowSession
 IMAGE_SHAPES = {
     "logistic_regression": (28, 28, 1),
     "lenet": (28, 28, 1),
+    "mlp": (28, 28, 1),
     "resnet32": (32, 32, 3),
 }
 NUM_CLASSES = 10
