@@ -73,7 +73,10 @@ def _train(monkeypatch, prefix, algorithm, use_resource, slow):
 
 @pytest.mark.parametrize("use_resource", [False, True],
                          ids=["ref", "resource"])
-@pytest.mark.parametrize("algorithm", ["sma", "easgd", "ssgd", "none"])
+@pytest.mark.parametrize(
+    "algorithm", ["sma", "easgd", "ssgd", "none",
+                  tb.algorithms.ASGD(communication_interval=2)],
+    ids=["sma", "easgd", "ssgd", "none", "asgd_ci2"])
 def test_two_runs_give_the_same_model_to_the_bit(monkeypatch, tmp_path,
                                                  algorithm, use_resource):
   runs = [_train(monkeypatch, str(tmp_path / f"run{slow}"), algorithm,
