@@ -347,6 +347,19 @@ def test_tuned_tta_screens_on_seconds_when_asked(monkeypatch):
   assert calls == [(1, 0.25, None)]
 
 
+def test_tuned_tta_resume_refuses_a_run_of_the_other_mode(monkeypatch,
+                                                          tmp_path):
+  from benchmarks import tuned_tta  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(tuned_tta.tb_data, "load_dataset", lambda name: None)
+  argv = ["--out", str(tmp_path), "--resume", "--tf_mode", "graph"]
+  args = tuned_tta.parse_args(argv)
+  settings = {k: getattr(args, k) for k in tuned_tta._SETTINGS}  # pylint: disable=protected-access
+  (tmp_path / "tuned_tta.json").write_text(json.dumps(
+      dict(settings, tf_mode="v1", commands=[])))
+  with pytest.raises(SystemExit, match=r"\{'tf_mode': \('v1', 'graph'\)\}"):
+    tuned_tta.main(argv)
+
+
 def test_tuned_tta_extra_configurations():
   from benchmarks import tuned_tta  # pylint: disable=g-import-not-at-top
   from tensorbow import algorithms  # pylint: disable=g-import-not-at-top
