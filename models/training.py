@@ -424,7 +424,8 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
   Returns:
     A dict: "test_accuracy" (the final evaluation), "epochs" (epochs done,
     a float), "steps", "images_seen", "wall_time", "stop_reason",
-    "log_path" (the JSON-lines file), "tensorboard_dir".
+    "log_path" (the JSON-lines file), "tensorboard_dir", "adaptive_history"
+    (TensorBowSession.adaptive_history(); [] for TensorFlow).
 
   Raises:
     ValueError: the batch does not fit the training set, or nothing bounds
@@ -574,6 +575,8 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
       final = dict(record, event="final", stop_reason=stop_reason)
       log.write(json.dumps(final) + "\n")
   finally:
+    history = (sess.adaptive_history()
+               if isinstance(sess, TensorBowSession) else [])
     sess.close()
     writer.close()
   progress.line(f"stopped ({stop_reason}) after {step} steps, "
@@ -582,7 +585,8 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
   return {"test_accuracy": final["test_accuracy"], "epochs": final["epoch"],
           "steps": step, "images_seen": images_seen,
           "wall_time": final["wall_time"], "stop_reason": stop_reason,
-          "log_path": log_path, "tensorboard_dir": tensorboard_dir}
+          "log_path": log_path, "tensorboard_dir": tensorboard_dir,
+          "adaptive_history": history}
 
 
 def run_script(build, model_name, synthetic_image_shape, defaults):
