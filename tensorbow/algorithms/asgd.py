@@ -35,9 +35,8 @@ _FLOAT_TYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 class _State(object):
 
-  def __init__(self, var_op, dtype):
+  def __init__(self, var_op):
     self.var_op = var_op
-    self.dtype = dtype
 
 
 class ASGD(base.Algorithm):
@@ -73,7 +72,7 @@ class ASGD(base.Algorithm):
           None, var_op, f"TensorBow's ASGD with a communication interval "
           f"supports floating-point model variables; '{var_op.name}' is "
           f"{dtype.name}")
-    return _State(var_op, dtype)
+    return _State(var_op)
 
   def apply_nodes(self, builder, state, node, var, group, aux):
     del builder, state, var, group, aux
