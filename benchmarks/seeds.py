@@ -44,6 +44,7 @@ import time
 
 import tensorflow as tf
 
+from benchmarks import tuned_tta
 from benchmarks.suite import harness
 from models import data as tb_data
 from models import plot
@@ -145,17 +146,6 @@ def _row(result, **extra):
               history=result["adaptive_history"])
 
 
-def median_time(rows):
-  """The median time to target over `rows`, a miss counting as inf."""
-  return statistics.median(r["wall_time"] if r["reached"] else math.inf
-                           for r in rows)
-
-
-def _median_run(rows):
-  return sorted(rows, key=lambda r: (r["wall_time"] if r["reached"]
-                                     else math.inf))[len(rows) // 2]
-
-
 def adaptive(args, dataset, log):
   rows = []
   for name in args.algorithms:
@@ -169,10 +159,10 @@ def adaptive(args, dataset, log):
       rows.append(_row(result, algorithm=name, seed=seed))
       log(f"  {name} seed {seed}: {result['test_accuracy']:.4f} after "
           f"{result['epochs']:.2f} epochs, {result['wall_time']:.1f} s")
-  summary = [dict(algorithm=name, median_time=median_time(runs),
+  summary = [dict(algorithm=name, median_time=tuned_tta.median_time(runs),
                   median_epochs=statistics.median(r["epochs"] for r in runs),
                   reached=sum(r["reached"] for r in runs), runs=len(runs),
-                  median_log=_median_run(runs)["log_path"])
+                  median_log=tuned_tta.median_run(runs)["log_path"])
              for name in args.algorithms
              for runs in [[r for r in rows if r["algorithm"] == name]]]
   return dict(rows=rows, summary=summary)

@@ -209,6 +209,20 @@ def finals(model, configs, seeds, target, max_epochs, dataset, log):
   return rows
 
 
+def _time_to_target(run):
+  return run["wall_time"] if run["reached"] else math.inf
+
+
+def median_time(runs):
+  """The median time to target over `runs`, a miss counting as inf."""
+  return statistics.median(_time_to_target(r) for r in runs)
+
+
+def median_run(runs):
+  """The run of `runs` whose time to target is the median."""
+  return sorted(runs, key=_time_to_target)[len(runs) // 2]
+
+
 def summarize(rows):
   """Per configuration: median time and epochs over its seeds."""
   by_config = {}
@@ -216,15 +230,11 @@ def summarize(rows):
     by_config.setdefault(name(row), []).append(row)
   out = []
   for label, runs in by_config.items():
-    times = [r["wall_time"] if r["reached"] else math.inf for r in runs]
-    median_time = statistics.median(times)
-    median_run = sorted(runs, key=lambda r: (
-        r["wall_time"] if r["reached"] else math.inf))[len(runs) // 2]
     out.append(dict(name=label, session=runs[0]["session"],
                     reached=sum(r["reached"] for r in runs), runs=len(runs),
-                    median_time=median_time,
+                    median_time=median_time(runs),
                     median_epochs=statistics.median(r["epochs"] for r in runs),
-                    median_log=median_run["log_path"]))
+                    median_log=median_run(runs)["log_path"]))
   return sorted(out, key=lambda s: s["median_time"])
 
 
