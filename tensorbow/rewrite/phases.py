@@ -55,7 +55,7 @@ def is_write_group(op):
           all(is_write_group(c) for c in op.control_inputs))
 
 
-def orders_only(op, routing=frozenset()):
+def orders_only(op, routing=frozenset(), writes=(), memo=None):
   """Whether `op`'s control dependencies on writes (is_write_group) only
   order it: an op of no state that reads no variable computes the same
   value before a write as after it, so the copies may run it before the
@@ -63,7 +63,17 @@ def orders_only(op, routing=frozenset()):
   `tf.control_dependencies(update_ops)` puts behind batch norm's updates,
   whose activations a wave would otherwise keep for every replica until
   its commit. A TF1 conditional's Switch and Merge count only if named in
-  `routing` (routing_ops)."""
+  `routing` (routing_ops).
+
+  `writes` are the write ops (or groups) it would no longer wait on, its
+  own and those handed down to it. A reference variable's `read` Identity
+  gives its consumers the variable's buffer, so an op reading it through
+  such ops reads the variable when it runs: if one of `writes` may write
+  that variable (an exponential moving average applied after the step),
+  the op must still wait, or it would read the value from before. `memo`
+  keeps what each write writes between calls."""
+  if writes and _reads_written(op, writes, {} if memo is None else memo):
+    return False
   if op.type == "NoOp":
     # A group other ops wait on, e.g. tf.gradients' tuples: it must still
     # wait on the computed ops it groups, but not on writes. A group of
@@ -73,6 +83,51 @@ def orders_only(op, routing=frozenset()):
   if op.type in _CONTROL_FLOW and op.name not in routing:
     return False
   return _value_only(op)
+
+
+# Ops whose output may be their (first) input's buffer.
+_FORWARDING = frozenset([
+    "Identity", "RefIdentity", "IdentityN", "StopGradient", "PreventGradient",
+    "CheckNumerics", "CheckNumericsV2", "EnsureShape", "Reshape", "ExpandDims",
+    "Squeeze", "Bitcast"])
+
+
+def _aliased_variables(op):
+  """Names of the reference variables whose buffers `op`'s inputs may be
+  (None for one that cannot be told)."""
+  names, seen, stack = set(), set(), list(op.inputs)
+  while stack:
+    tensor = stack.pop()
+    if tensor.name in seen:
+      continue
+    seen.add(tensor.name)
+    if compat.is_ref_dtype(tensor.dtype):
+      var = analysis.variable_of(tensor)
+      names.add(None if var is None else var.name)
+    elif tensor.op.type in _FORWARDING and tensor.op.inputs:
+      source = tensor.value_index if tensor.op.type == "IdentityN" else 0
+      stack.append(tensor.op.inputs[source])
+  return names
+
+
+def _written_variables(op, memo):
+  """Names of the variables that write (or group of writes) `op` and every
+  write it waits for may write, or None if that cannot be told."""
+  if op.name not in memo:
+    memo[op.name] = analysis.written_variables(
+        analysis.closure([op], frozenset()))
+  return memo[op.name]
+
+
+def _reads_written(op, writes, memo):
+  aliased = _aliased_variables(op)
+  if not aliased:
+    return False
+  for write in writes:
+    written = _written_variables(write, memo)
+    if written is None or None in aliased or aliased & written:
+      return True
+  return False
 
 
 def _value_only(op):

@@ -248,15 +248,18 @@ class Copier(object):
     every op that has effects.
     """
     routing = phases.routing_ops(self._graph, new_ops)
+    written = {}  # write op name -> the variables it writes
     for op in new_ops:  # inputs first
       inherited = set()
       for t in op.inputs:
         inherited |= self._pushed.get(t.op.name, frozenset())
       for c in op.control_inputs:
         inherited |= self._pushed.get(c.name, frozenset())
-      if phases.orders_only(op, routing):
-        own = set(c.name for c in op.control_inputs
-                  if phases.is_write_group(c))
+      own = set(c.name for c in op.control_inputs
+                if phases.is_write_group(c))
+      writes = [self._graph.get_operation_by_name(n)
+                for n in sorted(own | inherited)]
+      if phases.orders_only(op, routing, writes, written):
         if own or inherited:
           self._pushed[op.name] = frozenset(inherited | own)
       elif inherited:
