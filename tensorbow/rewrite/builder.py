@@ -224,12 +224,7 @@ class Builder(object):
   # ---- Names ---------------------------------------------------------------
 
   def copy_name(self, group, name):
-    """The name of stream group `group`'s copy of op `name`.
-
-    Below the group's scope the user's '/' becomes '>': copies made by
-    later runs then never fall inside an earlier copy's name scope, where
-    TensorFlow's importer would rename them.
-    """
+    """The name of stream group `group`'s copy of op `name` (see `flat`)."""
     return f"{self.prefix}/group_{group}/{flat(name)}"
 
   def user_name(self, name):
@@ -238,7 +233,7 @@ class Builder(object):
     if not name.startswith(head):
       return name
     _, _, rest = name[len(head):].partition("/")
-    return rest.replace(">", "/")
+    return unflat(rest)
 
   def user_error(self, error, graph):
     """`error` as TensorFlow's `Session.run` would raise it for the user's
@@ -247,8 +242,7 @@ class Builder(object):
     made ("Detected at node ... defined at")."""
     pattern = re.compile(
         re.escape(self.prefix) + r"/group_\d+/([^\s:{}'\"]+)")
-    message = pattern.sub(lambda m: m.group(1).replace(">", "/"),
-                          error.message)
+    message = pattern.sub(lambda m: unflat(m.group(1)), error.message)
     op = None
     for name in _NODE_TAG.findall(message):
       try:
@@ -261,5 +255,46 @@ class Builder(object):
 
 
 def flat(name):
-  """`name` with its scopes flattened, as a copy's op is named."""
-  return name.replace("/", ">")
+  """`name` with its scopes flattened, as a copy's op is named.
+
+  Below a group's scope a copy's name has no '/': copies made by later
+  runs then never fall inside an earlier copy's name scope, where
+  TensorFlow's importer would rename them. The mapping is one to one and
+  always gives a name TensorFlow accepts (after a '>' must come a letter,
+  a digit or '.'), whatever the user's name: '/' becomes '>.', and the
+  user's own '.' and '>' become '..' and '.>'. A '>' followed by a letter
+  is left for the nodes TensorBow adds beside a copy
+  (`<copy>>tensorbow_<role>`), which no user name can map to.
+  """
+  out = []
+  for char in name:
+    if char == "/":
+      out.append(">.")
+    elif char in ".>":
+      out.append("." + char)
+    else:
+      out.append(char)
+  return "".join(out)
+
+
+def unflat(name):
+  """The user's name `flat` made `name` from; a node TensorBow added
+  beside a copy reads as `<user name>/tensorbow_<role>`."""
+  out = []
+  i = 0
+  while i < len(name):
+    char = name[i]
+    following = name[i + 1:i + 2]
+    if char == "." and following in (".", ">"):
+      out.append(following)
+      i += 2
+    elif char == ">" and following == ".":
+      out.append("/")
+      i += 2
+    elif char == ">":
+      out.append("/")
+      i += 1
+    else:
+      out.append(char)
+      i += 1
+  return "".join(out)
