@@ -158,7 +158,8 @@ class TensorBowSession(compat.SessionInterface):
           self._exec.graph, replicas, groups, share,
           placement.group_names() if placement is not None else
           _cpu_devices(self._session) if groups > 1 and not share else None,
-          placement)
+          placement,
+          self._cluster.index * replicas if self._cluster is not None else 0)
       state = tb_replicas.ReplicaState(builder, algorithm, share)
       self._planner = planner.Planner(self._session, self._exec, settings,
                                       self._runtime, builder, state)

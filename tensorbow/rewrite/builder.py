@@ -70,12 +70,15 @@ class Builder(object):
     placement: a `devices.Placement` of the replicas on the devices the
       session was given (`devices` then names each group's), or None;
       the algorithm keeps state per device.
+    first_replica: the index of replica 0 among all of a cluster's
+      replicas (worker k of a cluster with L replicas a worker: k * L).
   """
 
   def __init__(self, graph, num_replicas, num_groups, share_variables=False,
-               devices=None, placement=None):
+               devices=None, placement=None, first_replica=0):
     self._graph = graph
     self._num_replicas = num_replicas
+    self._first_replica = first_replica
     self._shares = share_variables
     self._num_groups = (1 if share_variables and num_replicas == 1 else
                         max(1, num_groups))
@@ -115,6 +118,11 @@ class Builder(object):
   @property
   def num_replicas(self):
     return self._num_replicas
+
+  @property
+  def first_replica(self):
+    """The index of replica 0 among all of a cluster's replicas."""
+    return self._first_replica
 
   @property
   def placement(self):

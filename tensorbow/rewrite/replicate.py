@@ -28,6 +28,7 @@ from tensorbow.rewrite import analysis
 from tensorbow.rewrite import builder as tb_builder
 from tensorbow.rewrite import graph_util
 from tensorbow.rewrite import phases
+from tensorbow.rewrite import random_streams
 from tensorbow.rewrite import substitutes
 
 # The op standing for replica r's copy of a replicated variable, by the
@@ -64,6 +65,11 @@ class Copier(object):
     self._histogram_size = None  # made with the first histogram copied
     self._fast_kernels = substitutes.enabled()
     self.chooser = chooser
+    # Random ops draw one stream per replica (random_streams.py), unless
+    # the one replica of the whole run draws TensorFlow's stream anyway.
+    self._streams = builder.num_replicas > 1 or builder.first_replica > 0
+    self._stream_states = {}  # random op name -> its Replicated state
+    self._frames = {}  # op name -> its while frames (while_frames)
 
   def is_copied(self, name):
     return name in self._copied
@@ -90,6 +96,8 @@ class Copier(object):
     with builder.building():
       local = set(op.name for op in new_ops)
       self._push_orderings(new_ops)
+      if self._streams:
+        self._add_streams(new_ops)
       fused = self._outer_applies(new_ops)
       for g in range(builder.num_groups):
         graph_def, input_map = self._group_graph_def(new_ops, local, fused, g)
@@ -176,6 +184,9 @@ class Copier(object):
             self._builder.num_replicas > 1):
         for out in self._first_replica_only(node, aux):
           graph_def.node.add().CopyFrom(out)
+      elif op.name in self._stream_states:
+        for out in self._stream_nodes(node, op, aux):
+          graph_def.node.add().CopyFrom(out)
       elif op.name in fused:
         for out in substitutes.outer_apply(node, op, fused[op.name],
                                            dropped, resolve):
@@ -189,6 +200,44 @@ class Copier(object):
         for out in faster or [node]:
           graph_def.node.add().CopyFrom(out)
     return graph_def, input_map
+
+  def _add_streams(self, new_ops):
+    """Gives the random ops among `new_ops` a state per replica, set before
+    the next training run, and warns of those it cannot."""
+    builder = self._builder
+    random_streams.warn_uncovered(new_ops)
+    for op in new_ops:
+      if op.type not in random_streams.STATEFUL:
+        continue
+      state = builder.replicated(f"{builder.prefix}/stream/{op.name}",
+                                 tf.int64, tf.TensorShape([3]))
+      values = random_streams.state_values(op, builder.first_replica,
+                                           builder.num_replicas)
+      builder.run_before_training(state.set(
+          builder.constant(values, tf.int64), builder.all_replicas(),
+          stacked=True))
+      self._stream_states[op.name] = state
+
+  def _stream_nodes(self, node, op, aux):
+    """NodeDefs drawing random op `op` (NodeDef `node`, its copy) from the
+    task's replica's state, in `op`'s while loops if any."""
+    builder = self._builder
+    replica = aux("__tensorbow__/replica", builder.replica_input)
+    algorithm = aux("__tensorbow__/philox", builder.constant(
+        np.array(random_streams.PHILOX, np.int64), tf.int64))
+    frames = random_streams.while_frames(op, self._frames)
+    entered = []
+    if frames:
+      for suffix, dtype in ((">tensorbow_replica", tf.int32),
+                            (">tensorbow_philox", tf.int64)):
+        entered += random_streams.enter_nodes(
+            node.name + suffix, replica if dtype == tf.int32 else algorithm,
+            dtype, frames, node.device)
+      replica = node.name + ">tensorbow_replica:0"
+      algorithm = node.name + ">tensorbow_philox:0"
+    handle, out = random_streams.stream_nodes(node, op, replica, algorithm)
+    random_streams.handle_attrs(handle, self._stream_states[op.name])
+    return entered + [handle, out]
 
   def _outer_applies(self, new_ops):
     """{apply op name: substitutes.Outer} of `substitutes.outer_applies`
