@@ -118,20 +118,42 @@ def contiguous(array):
   return np.require(array, requirements="C")
 
 
-def merge(values, sizes):
-  """Merges one fetch's per-replica values (DESIGN.md section 2.4)."""
+def merge(values, sizes, per_example):
+  """Merges one fetch's per-replica values (DESIGN.md section 2.4).
+
+  Args:
+    values: the fetch's value per replica, in replica order.
+    sizes: the rows of each replica's shard, or None (no batch: equal
+      weights).
+    per_example: whether the fetch is per-example (the plan's decision,
+      rewrite/per_example.py): its values are then concatenated.
+
+  Returns:
+    The values concatenated if per-example; else, for a floating-point
+    fetch, their mean weighted by `sizes`, in float64 then cast back;
+    else the first replica's value.
+  """
   first = values[0]
-  if first.ndim == 0:
-    if ((first.dtype.kind == "f" or first.dtype == _BFLOAT16) and
-        len(values) > 1):
-      weights = np.asarray(sizes if sizes else [1] * len(values), np.float64)
-      mean = np.dot(weights, np.asarray(values, np.float64)) / weights.sum()
-      return first.dtype.type(mean)
-    return first[()]
-  if (sizes is not None and len(values) > 1 and
-      all(v.ndim >= 1 and v.shape[0] == n for v, n in zip(values, sizes))):
+  if len(values) == 1:
+    return first[()] if first.ndim == 0 else first
+  if per_example and all(v.ndim >= 1 for v in values):
     return np.concatenate(values)
-  return first
+  # Values that differ in shape (a data-dependent one) have no mean.
+  if _is_float(first) and all(v.shape == first.shape for v in values):
+    weights = np.asarray(sizes if sizes else [1] * len(values), np.float64)
+    if not weights.sum():
+      weights = np.ones(len(values))
+    total = np.zeros(first.shape, np.float64)
+    for weight, value in zip(weights, values):
+      total += weight * value.astype(np.float64)
+    mean = total / weights.sum()
+    return first.dtype.type(mean) if first.ndim == 0 else mean.astype(
+        first.dtype)
+  return first[()] if first.ndim == 0 else first
+
+
+def _is_float(array):
+  return array.dtype.kind == "f" or array.dtype == _BFLOAT16
 
 
 # Ops whose output is a serialized `Summary` (tf.compat.v1.summary).

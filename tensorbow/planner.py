@@ -15,6 +15,7 @@ from tensorbow import compat
 from tensorbow import runtime as tb_runtime
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import kernel_choice
+from tensorbow.rewrite import per_example
 from tensorbow.rewrite import substitutes
 from tensorbow.rewrite import phases
 from tensorbow.rewrite import replicate
@@ -41,6 +42,8 @@ Plan = collections.namedtuple("Plan", [
     "central_fetches",  # fetch positions read from the central model
     "echoed",  # (fetch position, feed position) of fetches of fed tensors
                # (a pipeline's element): the whole value fed
+    "per_example",  # per fetch: are its replicas' values concatenated
+                    # (DESIGN.md 2.4, rewrite/per_example.py)?
     "atomic",  # a phases.Split of every replica's task, or None: run whole
     "commit_calls",  # as calls: runtime call id of the commit
     "described",  # per computed fetch then internal tensor: what it is
@@ -120,6 +123,8 @@ class Planner(object):
     by_element = self.takes_elements([t for t in fed if t.name in pulled])
     elements = [by_element and t.name in pulled for t in fed]
     batch = [is_batch_feed(t) and not e for t, e in zip(fed, elements)]
+    merged = dict(echoed=echoed, per_example=self._per_example(
+        handler.fetches(), fed, batch, elements))
     fed = [self._exec.tensor(t) for t in fed]
     skipped = set(i for i, _ in echoed)
     fetches = [self._exec.tensor(t) for t in handler.fetches()]
@@ -140,7 +145,7 @@ class Planner(object):
                                [(task_fetches, list(targets))],
                                -1, [], lambda name: name,
                                self._nonfinite != "propagate")._replace(
-                                   echoed=echoed)
+                                   **merged)
     else:
       info = analysis.analyse_training(ops, batch_names, trainable)
       self._algorithm.check_updates(
@@ -198,7 +203,20 @@ class Planner(object):
                            central_fetches, self._builder.user_name, atomic,
                            info.written,
                            [self._builder.replica_input] if by_group else []
-                           )._replace(echoed=echoed)
+                           )._replace(**merged)
+
+  def _per_example(self, fetches, fed, batch, elements):
+    """Per fetch (of the user's graph), whether it is per-example: its
+    first dimension is the batch dimension of the run's batch feeds or of
+    the pipeline elements the replicas are fed (`fed`, with `batch` and
+    `elements` saying which)."""
+    if self._replicas == 1:  # one value: nothing to merge
+      return tuple(False for _ in fetches)
+    sources = [t for t, b, e in zip(fed, batch, elements)
+               if b or (e and t.shape.rank)]
+    others = [t for t, b, e in zip(fed, batch, elements)
+              if not (b or (e and t.shape.rank))]
+    return per_example.per_example(self.graph, fetches, sources, others)
 
   def takes_elements(self, pulled):
     """Whether each replica takes an element of its own from the input
@@ -315,7 +333,7 @@ def _new_plan(fed, batch, elements, replicas, by_group, calls, sync_call,
               for t in fed],
       replicas=replicas, by_group=by_group, calls=calls, sync_call=sync_call,
       sync_calls=sync_calls,
-      central_fetches=central_fetches, echoed=[],
+      central_fetches=central_fetches, echoed=[], per_example=(),
       atomic=atomic, commit_calls=commit_calls, described=described,
       snapshot=snapshot)
 

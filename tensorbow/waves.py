@@ -278,7 +278,8 @@ class Trainer(object):
       for i, j in plan.echoed:
         central[i] = (feeds.merge(list(values[j]),
                                   [len(v) if np.ndim(v) else 1
-                                   for v in values[j]])
+                                   for v in values[j]],
+                                  plan.per_example[i])
                       if isinstance(values[j], feeds.Elements) else values[j])
     if not pooled:
       sizes = ([len(s) for s in shards[plan.batch_feed]]
@@ -294,9 +295,11 @@ class Trainer(object):
       if i in central:
         results.append(central[i])
       else:
-        merge = (feeds.merge_summaries
-                 if fetched[i].op.type in feeds.SUMMARY_OPS else feeds.merge)
-        results.append(merge([o[k] for o in outputs], sizes))
+        replica_values = [o[k] for o in outputs]
+        results.append(
+            feeds.merge_summaries(replica_values, sizes)
+            if fetched[i].op.type in feeds.SUMMARY_OPS else
+            feeds.merge(replica_values, sizes, plan.per_example[i]))
         k += 1
     return handler.build_results(self, results)
 
