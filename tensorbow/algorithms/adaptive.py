@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from tensorbow import compat
 from tensorbow.algorithms import base
+from tensorbow.rewrite import builder as tb_builder
 from tensorbow.rewrite import graph_util
 
 _FLOAT_TYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
@@ -156,7 +157,8 @@ class Adaptive(base.Algorithm):
     if lr is None:
       raise tf.errors.UnimplementedError(
           None, None, f"TensorBow's adaptive SGD cannot scale the learning "
-          f"rate of '{node.name}' (type {node.op}): it has no lr input")
+          f"rate of '{tb_builder.unflat(node.name)}' (type {node.op}): it "
+          "has no lr input")
     handle = builder.replica_variable_node(
         tf.compat.v1.NodeDef(name=node.name + ">tensorbow_lr_scale_var",
                              device=node.device),
