@@ -6,6 +6,7 @@ the run fetches and is fed, are kept per `run()` call shape, so that a
 training loop's steps are classified once.
 """
 import collections
+import logging
 
 import tensorflow as tf
 
@@ -54,6 +55,7 @@ class Router(object):
     self._lock = lock
     self._closures = {}  # signature -> Closure
     self._routes = {}  # _run_key -> Route
+    self._warned = set()  # variable sets warned of (_warn_hand_written)
 
   def route(self, fetches, feed_dict):
     """(Route, fed values in the route's order) of a `run()` call.
@@ -140,6 +142,8 @@ class Router(object):
                       if op.type in analysis.VARIABLE_OPS),
             pipelines)
         self._closures[signature] = closure
+        if not training:
+          self._warn_hand_written(ops, fed_names)
     order = sorted(range(len(feeds)), key=lambda i: feeds[i][0].name)
     return Route(fed=[feeds[i][0] for i in order], order=order,
                   handler=handler,
@@ -148,6 +152,26 @@ class Router(object):
                   pulled=[self._graph.get_tensor_by_name(n)
                           for n in closure.pulled],
                   cacheable=cacheable, sparse=())
+
+
+  def _warn_hand_written(self, ops, fed_names):
+    """Warns, once per set of variables, of a plain run that writes
+    trainable variables from a gradient: a training step written by hand,
+    which TensorBow can only run as TensorFlow does (DESIGN.md 2.2)."""
+    names = analysis.gradient_writes(
+        ops, fed_names, analysis.trainable_variable_ops(self._graph))
+    if not names or frozenset(names) in self._warned:
+      return
+    self._warned.add(frozenset(names))
+    listed = ", ".join(f"'{n}'" for n in names)
+    logging.getLogger("tensorbow").warning(
+        "TensorBow: this run writes trainable variable%s %s from a gradient "
+        "without an optimizer's apply op, so it is not a training run: it "
+        "runs as a plain run on the central model, exactly as "
+        "tf.compat.v1.Session would, not replicated or averaged; to train "
+        "the replicas, take the step with a tf.compat.v1.train.Optimizer "
+        "(minimize or apply_gradients)", "s" if len(names) > 1 else "",
+        listed)
 
 
 class _Uncacheable(Exception):

@@ -333,6 +333,38 @@ def written_variables(ops, failed_op=None):
   return frozenset(names)
 
 
+def _is_gradient_op(op):
+  """Whether `op` computes part of a gradient: made by a gradient function
+  (scope `<X>_grad`) under `tf.gradients`' scope ("gradients", "gradients_1",
+  an optimizer's compute_gradients too) or a GradientTape's."""
+  parts = op.name.split("/")[:-1]
+  for i, part in enumerate(parts):
+    base, _, suffix = part.partition("_")
+    if ((base == "gradients" and (not suffix or suffix.isdigit())) or
+        part == "gradient_tape"):
+      return any(p.endswith("_grad") for p in parts[i + 1:])
+  return False
+
+
+def gradient_writes(ops, fed_names, trainable):
+  """Names of the trainable variable ops (`trainable`) that a plain run's
+  closure `ops` writes with a value computed from a gradient: a training
+  step written by hand (tf.gradients and assign_sub), not an optimizer's
+  apply op. Sorted; empty for assigns, initializers and restores."""
+  names = set()
+  for op in ops:
+    if not is_write(op) or len(op.inputs) < 2:
+      continue
+    var = variable_of(op.inputs[0])
+    if var is None or var.name not in trainable or var.name in names:
+      continue
+    if any(_is_gradient_op(o) and
+           not any(t.name in fed_names for t in o.outputs)
+           for o in closure([t.op for t in op.inputs[1:]], fed_names)):
+      names.add(var.name)
+  return sorted(names)
+
+
 PipelineUses = collections.namedtuple("PipelineUses", [
     "takes",  # {name of an op taking elements: its pipeline}
     "resets",  # pipelines whose position a run resets
