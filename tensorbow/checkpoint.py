@@ -8,12 +8,17 @@ corrections). When a plain run saves a checkpoint, the session writes them
 to `<checkpoint prefix>.tensorbow.npz` (each worker of a cluster its own,
 `<prefix>.tensorbow-worker<k>.npz`); when a plain run restores one, it
 loads them back if they were saved by a session of the same configuration.
+When the `Saver` deletes a checkpoint past its `max_to_keep`, the state
+beside it goes too (`follow_saver_retention`).
 """
+import glob
 import logging
 import os
 
 import numpy as np
 import tensorflow as tf
+
+from tensorbow import compat
 
 SUFFIX = ".tensorbow.npz"
 _SAVE_OPS = frozenset(["SaveV2", "Save", "SaveSlices"])
@@ -85,6 +90,31 @@ def load(prefix, config, worker=None):
           _described(config))
       return None
     return {k: data[k] for k in data.files if k != _CONFIG}
+
+
+def remove_state(prefix, worker=None, every_worker=False):
+  """Deletes the replica state beside checkpoint `prefix`: that of worker
+  `worker` (or of the one process), or with `every_worker` every file of
+  it, the one process's and each worker's."""
+  paths = [state_path(prefix, worker)]
+  if every_worker:
+    paths += glob.glob(glob.escape(prefix) + ".tensorbow-worker*.npz")
+  for path in paths:
+    try:
+      os.remove(path)
+    except FileNotFoundError:
+      pass
+
+
+def _remove_every_state(prefix):
+  remove_state(prefix, every_worker=True)
+
+
+def follow_saver_retention():
+  """From now on, a checkpoint a `Saver` deletes (past `max_to_keep`; not
+  one kept by `keep_checkpoint_every_n_hours`) loses its replica state
+  too."""
+  compat.on_checkpoint_removal(_remove_every_state)
 
 
 def _described(config):

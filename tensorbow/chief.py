@@ -8,7 +8,8 @@ than the chief (worker 0), while the script runs:
 - `Saver.save` runs only the save op, which the TensorBowSession turns
   into a save of this worker's replica state (session.py); no checkpoint
   state file and no meta graph are written, and the checkpoint's path is
-  returned as TensorFlow's save returns it;
+  returned as TensorFlow's save returns it, and the `Saver`'s retention
+  (`max_to_keep`) deletes this worker's state of the checkpoints it drops;
 - `FileWriter`s write nothing and make no event file.
 
 The session's log line says so for checkpoints, one here for summaries.
@@ -18,6 +19,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
+from tensorbow import checkpoint
 from tensorbow import compat
 
 _logger = logging.getLogger("tensorbow")
@@ -28,6 +30,7 @@ def patches(job):
   cluster.Cluster or None): none unless this worker is not the chief."""
   if job is None or job.is_chief:
     return []
+  checkpoint.follow_saver_retention()
   saver = tf.compat.v1.train.Saver
   writer = tf.compat.v1.summary.FileWriter
   said = []
@@ -40,6 +43,11 @@ def patches(job):
       save_path = f"{save_path}-{global_step}"
     sess.run(self.saver_def.save_tensor_name,
              {self.saver_def.filename_tensor_name: save_path})
+    # The chief deletes its checkpoints past max_to_keep; this worker's
+    # state beside them follows the same retention.
+    compat.save_retention(
+        self, save_path,
+        lambda prefix: checkpoint.remove_state(prefix, job.index))
     return save_path
 
   def file_writer(self, logdir, graph=None, max_queue=10, flush_secs=120,

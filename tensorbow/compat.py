@@ -6,6 +6,9 @@ stack, and the pybind11 handles behind a `Session` and an `Operation` that
 its C++ runtime needs. A TensorFlow upgrade touches this file only
 (tests/test_private_api.py fails on any use elsewhere).
 """
+import threading
+
+from tensorflow.python.checkpoint import checkpoint_management as _ckpt
 from tensorflow.python.client import session as _tf_session
 from tensorflow.python.framework import error_interpolation as _interpolation
 from tensorflow.python.framework import errors_impl as _errors_impl
@@ -213,6 +216,45 @@ class _SilentEventWriter(object):
 
   def close(self):
     pass
+
+
+# ---- Checkpoint retention ----------------------------------------------------
+
+_removal = {"hooked": None}  # the callback remove_checkpoint calls too
+_state_only = threading.local()  # .remove: a save_retention's remover
+
+
+def on_checkpoint_removal(callback):
+  """Makes TensorFlow's `remove_checkpoint`, by which a `Saver` deletes a
+  checkpoint past `max_to_keep`, call `callback(prefix)` after it: once per
+  process, the first callback given."""
+  if _removal["hooked"] is not None:
+    return
+  _removal["hooked"] = callback
+  original = _ckpt.remove_checkpoint
+
+  def remove_checkpoint(checkpoint_prefix, *args, **kwargs):
+    instead = getattr(_state_only, "remove", None)
+    if instead is not None:
+      instead(checkpoint_prefix)
+      return
+    original(checkpoint_prefix, *args, **kwargs)
+    callback(checkpoint_prefix)
+
+  _ckpt.remove_checkpoint = remove_checkpoint
+
+
+def save_retention(saver, save_path, remove):
+  """A `Saver`'s own retention (`max_to_keep`,
+  `keep_checkpoint_every_n_hours`) after a save of `save_path` made without
+  `Saver.save`: each checkpoint it would delete is handed to
+  `remove(prefix)` instead, its files being another process's."""
+  saver._RecordLastCheckpoint(save_path)  # pylint: disable=protected-access
+  _state_only.remove = remove
+  try:
+    saver._MaybeDeleteOldCheckpoints()  # pylint: disable=protected-access
+  finally:
+    _state_only.remove = None
 
 
 # ---- Graphs and operations ---------------------------------------------------

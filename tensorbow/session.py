@@ -95,6 +95,7 @@ class TensorBowSession(compat.SessionInterface):
                                               central_momentum)
     self._tuner = autotune.AutoTuner() if replicas == options.AUTO else None
     self._graph = compat.session_graph(graph)
+    checkpoint.follow_saver_retention()
     # TensorBow's ops go into a graph of the session's own (execution.py).
     self._exec = execution.ExecutionGraph(self._graph)
     self._session = compat.PlainSession(target=target,
