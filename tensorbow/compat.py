@@ -271,6 +271,27 @@ def interpolate_graph(message, graph):
   return _interpolation.interpolate_graph(message, graph)
 
 
+def graph_read_lock(graph):
+  """A context holding off `graph`'s op construction (a while loop or
+  gradients mid-build, an import), as TensorFlow's `Session` does while it
+  extends its graph, so that a copy of the graph sees only whole ops."""
+  return graph._session_run_lock()  # pylint: disable=protected-access
+
+
+def make_op(graph, node_def, inputs, control_inputs):
+  """Makes NodeDef `node_def`'s op in `graph` by exactly its name (an
+  import would rename it if the name is a scope in use), on `inputs`
+  (tensors) and after `control_inputs`."""
+  op = graph._create_op_internal(  # pylint: disable=protected-access
+      node_def.op, inputs, name=node_def.name + "/",
+      attrs=dict(node_def.attr), compute_device=False)
+  if control_inputs:
+    add_control_inputs(op, control_inputs)
+  if node_def.device:
+    op._set_device(node_def.device)  # pylint: disable=protected-access
+  return op
+
+
 def add_control_inputs(op, ops):
   """Makes graph op `op` wait for `ops`, changing no other op."""
   op._add_control_inputs(list(ops))  # pylint: disable=protected-access

@@ -10,6 +10,7 @@ finalized user graph trains; closing the session leaves nothing behind.
 """
 import tensorflow as tf
 
+from tensorbow import compat
 from tensorbow.rewrite import graph_util
 
 
@@ -29,38 +30,97 @@ class ExecutionGraph(object):
     self.sync()
 
   def sync(self):
-    """Imports the user's ops added since the last call."""
+    """Imports the user's ops added since the last call.
+
+    The caller serialises syncs; the user's graph may grow meanwhile, on
+    other threads.
+    """
+    # A graph def read while another thread builds holds ops TensorFlow
+    # has made but not finished (not yet known to the Python graph, a
+    # loop's inputs not yet set): wait for whole ops, as TensorFlow's
+    # Session waits before it extends its graph.
+    with compat.graph_read_lock(self.user_graph):
+      self._sync_locked()
+
+  def _sync_locked(self):
     version = self.user_graph.version
     if version == self.version:
       return
     # as_graph_def's from_version is ignored since TensorFlow 2: the whole
     # graph comes, and the ops imported already are left out.
     graph_def = self.user_graph.as_graph_def()
-    nodes = [n for n in graph_def.node if n.name not in self._imported]
+    pending = [graph_util.without_colocation(n) for n in graph_def.node
+               if n.name not in self._imported]
     del graph_def.node[:]
-    graph_def.node.extend(nodes)
-    new = set(node.name for node in graph_def.node)
-    input_map = {}
-    for node in graph_def.node:
-      graph_util.without_colocation(node)
-      for inp in node.input:
-        if inp.startswith("^"):
-          name = inp[1:]
-          if name not in new and inp not in input_map:
-            with self.graph.as_default():
-              input_map[inp] = graph_util.control_stub(
-                  self.graph, name, self._stubs, f"tensorbow/control/{name}")
-          continue
-        name, _, index = inp.partition(":")
-        if name not in new:
-          input_map[inp] = self.graph.get_tensor_by_name(
-              f"{name}:{index or 0}")
-    with self.graph.as_default():
-      tf.compat.v1.import_graph_def(graph_def, input_map=input_map or None,
-                                    name="")
+    new = set(node.name for node in pending)
+    # An op whose name is a scope of ops imported already (`x + 1`
+    # makes "add/y" before "add": a sync between the two sees "add/y"
+    # alone) would be renamed by an import: it is made by its own name,
+    # after what it reads, and the ops reading it are imported after it.
+    while pending:
+      scopes = _scopes(op.name for op in self.graph.get_operations())
+      clashing = set(n.name for n in pending if n.name in scopes)
+      later = _downstream(pending, clashing)
+      now = [n for n in pending if n.name not in later]
+      if now:
+        graph_def.node.extend(now)
+        self._import(graph_def)
+        del graph_def.node[:]
+      made = [n for n in pending if n.name in clashing and
+              all(self._has(i) for i in n.input)]
+      if not made and not now:
+        raise ValueError(
+            "TensorBow cannot copy ops "
+            f"{sorted(clashing)} into its execution graph: their names "
+            "are scopes of ops copied before them")
+      for node in made:
+        self._make(node)
+      done = set(n.name for n in now) | set(n.name for n in made)
+      pending = [n for n in pending if n.name not in done]
     self._imported.update(new)
     self.version = version
     self._keep_static_shapes(new)
+
+  def _has(self, inp):
+    try:
+      self.graph.get_operation_by_name(inp.lstrip("^").partition(":")[0])
+    except KeyError:
+      return False
+    return True
+
+  def _external(self, inp):
+    """The tensor of this graph that input `inp` of an imported node,
+    naming an op outside the import, maps to."""
+    if inp.startswith("^"):
+      name = inp[1:]
+      with self.graph.as_default():
+        return graph_util.control_stub(self.graph, name, self._stubs,
+                                       f"tensorbow/control/{name}")
+    name, _, index = inp.partition(":")
+    return self.graph.get_tensor_by_name(f"{name}:{index or 0}")
+
+  def _import(self, graph_def):
+    """Imports `graph_def`'s nodes under their names."""
+    inside = set(node.name for node in graph_def.node)
+    input_map = {}
+    for node in graph_def.node:
+      for inp in node.input:
+        if inp.lstrip("^").partition(":")[0] not in inside:
+          input_map.setdefault(inp, None)
+    for inp in input_map:
+      input_map[inp] = self._external(inp)
+    with self.graph.as_default():
+      tf.compat.v1.import_graph_def(graph_def, input_map=input_map or None,
+                                    name="")
+
+  def _make(self, node):
+    """Makes NodeDef `node`'s op by its own name, its inputs in this
+    graph already."""
+    data = [self._external(i) for i in node.input if not i.startswith("^")]
+    control = [self.graph.get_operation_by_name(i[1:])
+               for i in node.input if i.startswith("^")]
+    with self.graph.as_default():
+      compat.make_op(self.graph, node, data, control)
 
   def _keep_static_shapes(self, names):
     """Gives imported tensors the static shapes the user's have.
@@ -99,3 +159,31 @@ class ExecutionGraph(object):
     except KeyError:
       return error
     return graph_util.error_at(error, user_op)
+
+
+def _scopes(names):
+  """Every scope the op names `names` lie under ("a" and "a/b" of
+  "a/b/c")."""
+  scopes = set()
+  for name in names:
+    parts = name.split("/")
+    for i in range(1, len(parts)):
+      scopes.add("/".join(parts[:i]))
+  return scopes
+
+
+def _downstream(nodes, names):
+  """`names` and the names of `nodes` (NodeDefs) that read them, directly
+  or through other `nodes`."""
+  readers = {}
+  for node in nodes:
+    for inp in node.input:
+      readers.setdefault(inp.lstrip("^").partition(":")[0], []).append(
+          node.name)
+  found, stack = set(names), list(names)
+  while stack:
+    for reader in readers.get(stack.pop(), ()):
+      if reader not in found:
+        found.add(reader)
+        stack.append(reader)
+  return found

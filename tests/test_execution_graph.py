@@ -8,6 +8,7 @@ the user's ops only. Checked against NumPy's SMA and tf.compat.v1.Session.
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -258,3 +259,86 @@ def test_no_op_is_changed_after_a_session_ran_it(tmp_path, tf_mode_statement):
   assert done.returncode == 0, done.stderr[-3000:]
   assert "done" in done.stdout
   assert "after it was run by a session" not in done.stderr
+
+
+def _grow(graph, rounds=8):
+  """Adds while loops, their gradients and imports of the graph to `graph`:
+  ops TensorFlow builds in several steps (TensorFlow's session_test.py
+  _build_graph). Returns the last round's feeds and fetches.
+
+  Control flow v2's loop (graph mode) is left out: its gradient adds
+  outputs to the loop op after a session ran it, which TensorFlow's own
+  session refuses (its test is v1 only); there a product stands in.
+  """
+  with graph.as_default():
+    graph_def = None
+    for _ in range(rounds):
+      x = tf.compat.v1.placeholder(tf.float32, [])
+      y = tf.compat.v1.placeholder(tf.float32, [])
+      if tf.compat.v1.control_flow_v2_enabled():
+        z = [x + 1.0, tf.sin(x) * y]
+      else:
+        z = tf.compat.v1.while_loop(lambda x, y: x < 10,
+                                    lambda x, y: (x + 1, x * y), [x, y])
+      grads = tf.gradients(z, [x, y])
+      if graph_def is None:
+        graph_def = graph.as_graph_def()
+      else:
+        tf.graph_util.import_graph_def(graph_def, name="import")
+  return {x: 1.5, y: 2.0}, [z, grads]
+
+
+@pytest.mark.parametrize("make", [tf.compat.v1.Session,
+                                  lambda: tb.TensorBowSession(replicas=2)],
+                         ids=["tf", "tensorbow"])
+def test_runs_while_the_graph_grows_behave_as_tensorflow(make):
+  graph = tf.Graph()
+  with graph.as_default():
+    c = tf.constant(5.0)
+    sess = make()
+  stop, failures, values = threading.Event(), [], []
+
+  def run_loop():
+    try:
+      while not stop.is_set():
+        values.append(sess.run(c))
+    except Exception as e:  # pylint: disable=broad-except
+      failures.append(e)
+
+  threads = [threading.Thread(target=run_loop) for _ in range(6)]
+  for t in threads:
+    t.start()
+  try:
+    feeds, fetches = _grow(graph)
+  finally:
+    stop.set()
+    for t in threads:
+      t.join()
+  assert not failures, failures[0]
+  assert values and set(values) == {5.0}
+  # The copy is whole: the ops built while the runs ran compute as
+  # TensorFlow's.
+  got = sess.run(fetches, feeds)
+  sess.close()
+  with tf.compat.v1.Session(graph=graph) as plain:
+    np.testing.assert_equal(got, plain.run(fetches, feeds))
+
+
+@pytest.mark.parametrize("make", [tf.compat.v1.Session,
+                                  lambda: tb.TensorBowSession(replicas=2)],
+                         ids=["tf", "tensorbow"])
+def test_an_op_named_as_a_scope_run_before_runs(make):
+  # What a run between two ops of `x + 1.0` sees on another thread: the
+  # constant "s/y" runs before its op "s" exists.
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [2], name="x")
+    y = tf.constant([1.0, 2.0], name="s/y")
+    sess = make()
+    assert list(sess.run(y)) == [1.0, 2.0]
+    s = tf.raw_ops.AddV2(x=x, y=y, name="s/")
+    t = tf.identity(s, name="t")
+  assert s.op.name == "s"
+  got = sess.run([s, t, "s:0"], {x: [3.0, 4.0]})
+  sess.close()
+  np.testing.assert_array_equal(got, [[4.0, 6.0]] * 3)
