@@ -80,6 +80,26 @@ class Cluster(object):
     last = first + replicas
     return start, last * size + min(last, extra)
 
+  def check_rows(self, rows, replicas, name):
+    """Raises tf.errors.InvalidArgumentError if batch `name` of `rows`
+    rows leaves a worker no part, each training `replicas` replicas.
+
+    A worker with fewer rows than replicas trains as many as it has rows,
+    as one process does (DESIGN.md); one with none would run none of the
+    wave's ops, so what the wave counts (a global step) would fall behind
+    the other workers'.
+    """
+    needed = (self.num_workers - 1) * replicas + 1
+    if rows < needed:
+      raise tf.errors.InvalidArgumentError(
+          None, None,
+          f"TensorBow: a batch of {rows} rows ({name}) leaves worker "
+          f"{self.num_workers - 1} of {self.num_workers} no rows: the rows "
+          f"go to the cluster's {self.num_workers * replicas} replicas in "
+          f"order, one each, and every worker needs one, so a batch needs "
+          f"at least {needed}; batch the input pipeline with "
+          "drop_remainder=True (or feed whole batches) to avoid it")
+
 
 def from_environ(environ=None):
   """The cluster `TF_CONFIG` gives, or None: no `TF_CONFIG`, or no more

@@ -22,7 +22,8 @@ def check(plan, fed, replicas):
   `Elements` of them for an element feed).
 
   Checked as TensorFlow checks them: dtype and shape, and, with several
-  replicas, every batch feed's rows.
+  replicas, that every batch feed has the same rows. A batch with fewer
+  rows than replicas is not refused: `participants` says which train.
   """
   values = []
   rows = []
@@ -37,18 +38,23 @@ def check(plan, fed, replicas):
       rows.append((name, array.shape[0]))
     values.append(array)
   if rows and replicas > 1:  # one replica takes every feed whole
-    sizes = {n for _, n in rows}
-    if len(sizes) > 1:
+    if len({n for _, n in rows}) > 1:
       raise tf.errors.InvalidArgumentError(
           None, None,
           "TensorBow: all batch feeds of a training run must have the same "
           f"first dimension; got {_described(rows)}")
-    if sizes.pop() < replicas:
-      raise tf.errors.InvalidArgumentError(
-          None, None,
-          f"TensorBow: a batch feed needs at least one row per replica "
-          f"({replicas} replicas); got {_described(rows)}")
   return values
+
+
+def participants(plan, values):
+  """How many replicas train on checked `values`: L, or, for a batch
+  feed with fewer rows than L (an epoch's last batch), one per row,
+  replicas 0, 1, ... in order; an empty batch is replica 0's alone, as
+  TensorFlow trains on one (DESIGN.md, feed sharding)."""
+  if plan.batch_feed < 0 or not plan.batch[plan.batch_feed]:
+    return plan.replicas
+  return min(plan.replicas, max(1, len(values[plan.batch_feed])))
+
 
 def _checked(tensor, dtype, shape, value):
   if isinstance(value, tf.Tensor):
@@ -70,21 +76,39 @@ def total_rows(value):
   return len(value)
 
 
-def shard(plan, values):
+def shard(plan, values, trained=None, borrowed=0):
   """Per feed, one array per replica: batch feeds split as
-  numpy.array_split splits them, element feeds one element each, others
-  whole."""
-  n = plan.replicas
+  numpy.array_split splits them among the `trained` replicas (default:
+  all), element feeds one element each, others whole; then `borrowed`
+  more replicas each given the first replica's feeds (they compute a step
+  that weighs nothing: Algorithm.replicas_equal)."""
+  n = plan.replicas if trained is None else trained
   shards = []
   for array, is_batch in zip(values, plan.batch):
     if isinstance(array, Elements):
-      shards.append([contiguous(v) for v in array])
-    elif is_batch and n > 1:
-      parts = np.array_split(array, n)
-      shards.append([contiguous(s) for s in parts])
+      parts = [contiguous(v) for v in array]
+    elif is_batch and plan.replicas > 1:
+      parts = [contiguous(s) for s in np.array_split(array, n)]
     else:
-      shards.append([contiguous(array)] * n)
+      parts = [contiguous(array)] * n
+    shards.append(parts + parts[:1] * borrowed)
   return shards
+
+
+def wave_shards(plan, values, replicas_equal=False):
+  """(shards as `shard` gives them, per replica its rows, replicas that
+  train, replicas that borrow) of a wave on checked `values`.
+
+  Replicas 0 .. trained - 1 train; the others sit the wave out (0 rows),
+  or, with `replicas_equal` (Algorithm.replicas_equal), borrow replica
+  0's shards to compute a step that weighs nothing.
+  """
+  trained = participants(plan, values)
+  borrowed = plan.replicas - trained if replicas_equal else 0
+  shards = shard(plan, values, trained, borrowed)
+  sizes = ([len(s) for s in shards[plan.batch_feed][:trained]]
+           if plan.batch_feed >= 0 else [1] * trained)
+  return shards, sizes + [0] * (plan.replicas - trained), trained, borrowed
 
 
 def worker_part(plan, values, part):

@@ -319,7 +319,8 @@ class ReplicaState(object):
   def sync_op(self, info, source=0):
     """The synchronisation op of a training run with `info`, or None.
 
-    Single variables (a global step) are taken from replica `source`; with
+    Single variables (a global step; any that is not floating point) are
+    taken from replica `source` and given to every replica; with
     the replicas on several devices, the model variables become the sum of
     the devices' moves (Algorithm.device_sync).
     """
@@ -333,9 +334,16 @@ class ReplicaState(object):
 
     def build():
       src = self._builder.constant(source, tf.int32)
-      ops = [graph_util.assign(self._graph.get_operation_by_name(name),
-                               self._replicated[name].mean(src, mean=mean))
-             for name, mean in zip(names, batch)]
+      ops = []
+      for name, mean in zip(names, batch):
+        replicated = self._replicated[name]
+        value = replicated.mean(src, mean=mean)
+        ops.append(graph_util.assign(self._graph.get_operation_by_name(name),
+                                     value))
+        if not (mean and replicated.dtype.is_floating):
+          # Taken from one replica (a global step): the replicas that sat
+          # the wave out, or were left out of it, count it too.
+          ops.append(replicated.set(value, self._builder.all_replicas()))
       ops += [self._algorithm.device_sync(self._builder, self._states[n])
               for n in models]
       ops = [op for op in ops if op is not None]

@@ -209,19 +209,19 @@ class Trainer(object):
           0 if plan.batch_feed < 0 else
           len(values[plan.batch_feed][0]) if plan.elements[plan.batch_feed]
           else len(values[plan.batch_feed]))
+      # An empty batch is no pool's: replica 0 trains on it alone.
       pooled = (self._algorithm.pooled and self._state.in_use and
-                plan.batch_feed >= 0 and not plan.elements[plan.batch_feed])
+                plan.batch_feed >= 0 and not plan.elements[plan.batch_feed]
+                and self.last_rows > 0)
       if self._algorithm.pooled and self._schedule is None:
         self._schedule = self._algorithm.schedule(plan.replicas)
+      shards, sizes, trained, borrowed = feeds.wave_shards(
+          plan, values, self._algorithm.replicas_equal)
+      sat_out = list(range(trained + borrowed, plan.replicas))
       if pooled:
-        shards = None
-        sizes = list(self._schedule.batch_sizes(self.last_rows))
-      else:
-        shards = feeds.shard(plan, values)
-        sizes = ([len(s) for s in shards[plan.batch_feed]]
-                 if plan.batch_feed >= 0 else [1] * plan.replicas)
-        if self._schedule is not None:
-          self._schedule.batch_sizes(sum(sizes))
+        shards, sizes = None, list(self._schedule.batch_sizes(self.last_rows))
+      elif self._schedule is not None:
+        self._schedule.batch_sizes(sum(sizes))
       if self._state.in_use:
         if self._reducer is not None:
           self._take_chief_model()
@@ -241,17 +241,20 @@ class Trainer(object):
       # user-named slots to be refreshed.
       self._needs_refresh = True
       try:
-        updates = range(plan.replicas)  # the replica of each update
+        updates = range(trained)  # the replica of each update
         per_replica = (None if pooled else
-                       [[s[r] for s in shards] for r in range(plan.replicas)])
+                       [[s[r] for s in shards]
+                        for r in range(trained + borrowed)])
         if pooled:
           outputs, sizes, updates = self._pool_wave(plan, values, sizes,
                                                     options)
           committed = None
         elif plan.atomic is not None:
-          outputs, committed = self._atomic_wave(plan, per_replica, options,
-                                                 run_metadata)
+          outputs, committed = self._atomic_wave(
+              plan, per_replica, sizes, sat_out, options, run_metadata)
         else:
+          # Its tasks write as they go: the replicas sitting out go first.
+          self._leave_out(sat_out, trained)
           outputs, committed = self._whole_wave(plan, per_replica, options,
                                                 run_metadata), None
       except tf.errors.OpError as e:
@@ -282,13 +285,11 @@ class Trainer(object):
                                   plan.per_example[i])
                       if isinstance(values[j], feeds.Elements) else values[j])
     if not pooled:
-      sizes = ([len(s) for s in shards[plan.batch_feed]]
-               if plan.batch_feed >= 0 else None)
-    if committed is not None and not all(committed):
-      # Skipped replicas: the wave's result is the committed ones'.
-      keep = [r for r, c in enumerate(committed) if c] or [0]
+      # The fetches are merged over the replicas that trained.
+      keep = [r for r in range(trained)
+              if committed is None or committed[r]] or [0]
       outputs = [outputs[r] for r in keep]
-      sizes = [sizes[r] for r in keep] if sizes else None
+      sizes = [sizes[r] for r in keep] if plan.batch_feed >= 0 else None
     results = []
     k = 0  # position among the replicas' fetches
     for i in range(len(fetched)):
@@ -311,6 +312,9 @@ class Trainer(object):
       return plan, feeds.check(plan, fed_values, self._replicas)
     values = feeds.check(plan, fed_values,
                          self._replicas * self._cluster.num_workers)
+    if plan.batch_feed >= 0 and plan.batch[plan.batch_feed]:
+      self._cluster.check_rows(len(values[plan.batch_feed]), self._replicas,
+                               plan.names[plan.batch_feed])
     return plan, feeds.worker_part(
         plan, values, lambda rows: self._cluster.part(rows, self._replicas))
 
@@ -405,11 +409,13 @@ class Trainer(object):
     if reset is not None:
       self._session.run(reset)
 
-  def _atomic_wave(self, plan, per_replica, options, run_metadata):
-    """A wave whose writes run only once every replica has computed.
+  def _atomic_wave(self, plan, per_replica, sizes, sat_out, options,
+                   run_metadata):
+    """A wave whose writes run only once every replica of `per_replica`
+    (`sizes` rows each) has computed; replicas `sat_out` are left out.
 
     Returns:
-      (per replica its fetches, per replica whether it committed).
+      (per replica computed its fetches, whether it committed).
     """
     split = plan.atomic
     runtime = self._runtime
@@ -419,7 +425,7 @@ class Trainer(object):
           plan.calls, per_replica, plan.dtypes, plan.batch_feed,
           len(split.internal), check, options, run_metadata,
           by_group=plan.by_group)
-      committed = [True] * plan.replicas
+      committed = [True] * len(per_replica)
       bad = [r for r, where in enumerate(nonfinite) if where]
       if bad:
         what = "; ".join(
@@ -434,16 +440,17 @@ class Trainer(object):
                         "non-finite values (%s); they are re-seeded from the "
                         "central model", what)
         committed = [not where for where in nonfinite]
-        self._skip_replicas(bad, plan.replicas - len(bad))
-      sizes = ([len(values[plan.batch_feed]) for values in per_replica]
-               if plan.batch_feed >= 0 else [1] * plan.replicas)
+      # Rows weigh; an empty batch is replica 0's alone.
+      weights = sizes[:len(per_replica)]
+      weights = weights if any(weights) else [1] + weights[1:]
       if self._reducer is None:
-        self._algorithm.before_commit(runtime, sizes)
+        self._algorithm.before_commit(runtime, weights)
       else:
         wave = f"wave {self._waves + 1}"
         self._algorithm.before_commit(
-            runtime, sizes,
+            runtime, weights,
             workers=lambda arrays: self._reducer.sum(arrays, wave))
+      self._leave_out(sat_out + bad, len(per_replica) - len(bad))
     except BaseException:
       # Nothing was written: the wave is dropped.
       runtime.discard()
@@ -468,7 +475,7 @@ class Trainer(object):
           [r for r, c in enumerate(committed) if not c])
     n = len(split.compute_fetches) + len(split.commit_fetches)
     outputs = []
-    for r in range(plan.replicas):
+    for r in range(len(per_replica)):
       values = [None] * n
       for i, v in zip(split.compute_fetches, computed[r]):
         values[i] = v
@@ -485,10 +492,11 @@ class Trainer(object):
     self._session.run(*self._state.restore_snapshot_run(names, snapshot))
     self._reset_barriers()
 
-  def _skip_replicas(self, bad, remaining):
-    """Leaves replicas `bad` out of the coming commit's central update."""
-    if remaining == 0:
+  def _leave_out(self, skipped, remaining):
+    """Leaves replicas `skipped` out of the coming commit's central
+    update, `remaining` taking part."""
+    if remaining == 0 or not skipped or not self._state.in_use:
       return
-    run = self._state.participants_run(bad, remaining)
+    run = self._state.participants_run(skipped, remaining)
     if run is not None:
       self._session.run(*run)

@@ -24,7 +24,10 @@ def sma(params, batches, replicas, alpha, mu, lr, momentum=None,
   algorithm "none" the replicas train alone and the central model is
   replica 0's. A replica whose gradient is not finite is left out of its
   wave's central update and then set to the central model
-  (nonfinite="skip").
+  (nonfinite="skip"). A batch with fewer rows than replicas trains
+  replicas 0, 1, ... one row each; the others sit the wave out, unchanged
+  and out of its central update (DESIGN.md, feed sharding). `lr` is one
+  rate or one per wave.
 
   Returns:
     Per wave: (central params, the fetched loss (shard-weighted mean over
@@ -33,15 +36,17 @@ def sma(params, batches, replicas, alpha, mu, lr, momentum=None,
   """
   alphas = (list(alpha) if isinstance(alpha, (list, tuple))
             else [alpha] * len(batches))
+  lrs = list(lr) if isinstance(lr, (list, tuple)) else [lr] * len(batches)
   z = [np.asarray(p, np.float64) for p in params]
   z_prev = [p.copy() for p in z]
   models = [[p.copy() for p in z] for _ in range(replicas)]
   accums = [[np.full_like(p, 0.1 if adagrad else 0.0) for p in z]
             for _ in range(replicas)]
   out = []
-  for (x, y), alpha in zip(batches, alphas):
-    shards = zip(np.array_split(np.asarray(x, np.float64), replicas),
-                 np.array_split(np.asarray(y, np.float64), replicas))
+  for (x, y), alpha, lr in zip(batches, alphas, lrs):
+    trained = min(replicas, max(1, len(x)))
+    shards = zip(np.array_split(np.asarray(x, np.float64), trained),
+                 np.array_split(np.asarray(y, np.float64), trained))
     corrections = [np.zeros_like(p) for p in z]
     losses, skipped = [], []
     for j, (xs, ys) in enumerate(shards):

@@ -18,7 +18,7 @@ tf1 = tf.compat.v1
 # What feeds.py reads of a plan (the planner's Plan holds more).
 _Plan = collections.namedtuple("_Plan", [
     "feeds", "names", "batch", "elements", "np_dtypes", "shapes",
-    "replicas"])
+    "replicas", "batch_feed"])
 
 
 def _plan(tensors, replicas, elements=()):
@@ -38,7 +38,9 @@ def _plan(tensors, replicas, elements=()):
       np_dtypes=[t.dtype.base_dtype.as_numpy_dtype for t in tensors],
       shapes=[None if t.shape.rank is None else tuple(t.shape.as_list())
               for t in tensors],
-      replicas=replicas)
+      replicas=replicas,
+      batch_feed=(batch.index(True) if any(batch) else
+                  is_element.index(True) if any(is_element) else -1))
 
 
 _Feeds = collections.namedtuple("_Feeds", [
@@ -134,15 +136,32 @@ def test_batch_feeds_of_different_rows_are_refused_naming_each(placeholders):
     feeds.check(plan, [np.zeros([4, 2]), np.zeros([3]), 0.1], 2)
 
 
-@pytest.mark.parametrize("rows,replicas", [(3, 4), (1, 2), (0, 2)])
-def test_fewer_rows_than_replicas_are_refused(placeholders, rows, replicas):
+@pytest.mark.parametrize("rows,replicas,trained", [
+    (3, 4, 3), (1, 2, 1), (0, 2, 1), (4, 4, 4), (9, 4, 4)])
+def test_fewer_rows_than_replicas_train_one_replica_per_row(
+    placeholders, rows, replicas, trained):
+  """An epoch's last batch: one replica per row, replicas 0, 1, ... in
+  order; an empty batch is replica 0's alone (DESIGN.md)."""
   p = placeholders
   plan = _plan([p.x, p.y], replicas)
-  with pytest.raises(tf.errors.InvalidArgumentError) as info:
-    feeds.check(plan, [np.zeros([rows, 2]), np.zeros([rows])], replicas)
-  assert info.value.message == (
-      f"TensorBow: a batch feed needs at least one row per replica "
-      f"({replicas} replicas); got x:0: {rows}, y:0: {rows}")
+  values = feeds.check(plan, [np.arange(2 * rows).reshape(rows, 2),
+                              np.arange(rows)], replicas)
+  assert feeds.participants(plan, values) == trained
+  shards = feeds.shard(plan, values, trained)
+  assert [len(s) for s in shards[0]] == [len(s) for s in shards[1]] == [
+      len(s) for s in np.array_split(np.arange(rows), trained)]
+  np.testing.assert_array_equal(np.concatenate(shards[0]), values[0])
+
+
+def test_borrowed_replicas_take_the_first_replicas_shards(placeholders):
+  p = placeholders
+  plan = _plan([p.x, p.lr], 4)
+  values = feeds.check(plan, [np.arange(4).reshape(2, 2), 0.5], 4)
+  shards = feeds.shard(plan, values, 2, borrowed=2)
+  assert len(shards[0]) == len(shards[1]) == 4
+  for r in (2, 3):
+    np.testing.assert_array_equal(shards[0][r], values[0][:1])
+    assert shards[1][r] == 0.5
 
 
 def test_one_replica_takes_every_feed_whole(placeholders):

@@ -271,9 +271,30 @@ def test_skip_leaves_the_replica_out_and_reseeds_it():
   np.testing.assert_allclose(loss, np.concatenate(kept).mean(), rtol=1e-6)
 
 
-def test_too_few_rows_are_refused_before_anything_runs():
-  _, runtime, _, run = _wave(4)
-  with pytest.raises(tf.errors.InvalidArgumentError,
-                     match="at least one row per replica"):
-    run(_rows()[:3])
-  assert runtime.shards is None and runtime.committed is None
+def test_fewer_rows_than_replicas_leave_the_others_out():
+  """2 rows at L = 4: replicas 0 and 1 compute and commit, 2 and 3 sit
+  out (left out of the synchronisation, not re-seeded); the fetches merge
+  over the two rows."""
+  _, runtime, state, run = _wave(4)
+  rows = _rows()[:2]
+  doubled, loss, _ = run(rows)
+  assert [len(s) for s in runtime.shards] == [1, 1]
+  assert runtime.committed == [True, True]
+  assert state.skipped == ([2, 3], 2) and state.reseeded == []
+  np.testing.assert_array_equal(doubled, 2 * rows)
+  np.testing.assert_allclose(loss, rows.mean(), rtol=1e-6)
+
+
+def test_replicas_equal_borrow_a_shard_that_weighs_nothing():
+  algorithm = _Averaging()
+  algorithm.replicas_equal = True
+  _, runtime, state, run = _wave(4, algorithm=algorithm)
+  rows = _rows()[:3]
+  doubled, loss, _ = run(rows)
+  # Replica 3 computes on replica 0's row, weighted 0, and commits.
+  assert [len(s) for s in runtime.shards] == [1, 1, 1, 1]
+  np.testing.assert_array_equal(runtime.shards[3], rows[:1])
+  np.testing.assert_allclose(runtime.weights, [1 / 3, 1 / 3, 1 / 3, 0])
+  assert runtime.committed == [True] * 4 and state.skipped is None
+  np.testing.assert_array_equal(doubled, 2 * rows)
+  np.testing.assert_allclose(loss, rows.mean(), rtol=1e-6)

@@ -76,8 +76,12 @@ with tb.TensorBowSession(replicas=int(env.get("REPLICAS", 2)),
   sess.run(tf.compat.v1.global_variables_initializer())
   if first:
     saver.restore(sess, os.path.join(env["CKPT"], "model"))
+  # ROWS: per wave, the rows of its batch taken (an epoch's last batch).
+  cut = ([int(r) for r in env["ROWS"].split(",")] if "ROWS" in env else
+         [None] * len(data["xs"]))
   for step in range(first, int(env.get("LAST", len(data["xs"])))):
-    sess.run(train, {{x: data["xs"][step], y: data["ys"][step]}})
+    sess.run(train, {{x: data["xs"][step][:cut[step]],
+                     y: data["ys"][step][:cut[step]]}})
     print("wave", step + 1, "done", flush=True)
     if "CKPT" in env and step + 1 == int(env.get("SAVE_AT", -1)):
       print("saved", saver.save(sess, os.path.join(env["CKPT"], "model")),
@@ -158,6 +162,22 @@ def test_a_workers_part_is_its_replicas_shards_of_the_whole_batch(
       mine = np.array_split(np.arange(start, stop), replicas)
       expected = whole[k * replicas:(k + 1) * replicas]
       assert [list(m) for m in mine] == [list(e) for e in expected]
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2])
+def test_a_batch_that_leaves_a_worker_no_rows_is_refused_naming_it(rows):
+  """2 workers of 2 replicas: rows go to replicas 0, 1, 2, 3 in order, so
+  worker 1 needs a batch of 3 rows (DESIGN.md, feed sharding)."""
+  cluster = tb_cluster.Cluster(["h:1"] * 2, 1)
+  with pytest.raises(tf.errors.InvalidArgumentError) as info:
+    cluster.check_rows(rows, 2, "IteratorGetNext:0")
+  assert info.value.message == (
+      f"TensorBow: a batch of {rows} rows (IteratorGetNext:0) leaves worker "
+      "1 of 2 no rows: the rows go to the cluster's 4 replicas in order, one "
+      "each, and every worker needs one, so a batch needs at least 3; batch "
+      "the input pipeline with drop_remainder=True (or feed whole batches) "
+      "to avoid it")
+  cluster.check_rows(3, 2, "x:0")  # worker 1 trains one of its replicas
 
 
 def test_worker_part_cuts_batch_feeds_only():
@@ -328,6 +348,30 @@ def test_two_workers_of_one_replica_are_two_replicas(
     for x, y in zip(XS, YS):
       grads, _ = references.least_squares(expected, x, y)
       expected = [p - LR * g for p, g in zip(expected, grads)]
+  _assert_centrals(centrals, expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["sma", "ssgd"])
+def test_a_batch_with_fewer_rows_than_a_workers_replicas_trains_as_one_job(
+    tmp_path, tf_mode_statement, algorithm):
+  """Wave 2 has 3 rows: worker 0 trains both its replicas on one each,
+  worker 1 one of its two; the result is one process's of 4 replicas."""
+  rows = (10, 3, 10, 10)
+  script, data = _worker_script(tmp_path, tf_mode_statement)
+  _, centrals = _run_job(tmp_path, script, data, "momentum", False,
+                         algorithm, ROWS=",".join(map(str, rows)))
+  batches = [(x[:n], y[:n]) for x, y, n in zip(XS, YS, rows)]
+  if algorithm == "sma":
+    expected = references.sma([W0, B0], batches, 4, 0.25, 0.9, LR,
+                               momentum=0.9)[-1][0]
+  else:  # the whole batch's step, as one model (momentum SGD)
+    expected = [W0.astype(np.float64), B0.astype(np.float64)]
+    velocity = [np.zeros_like(p) for p in expected]
+    for x, y in batches:
+      grads, _ = references.least_squares(expected, x, y)
+      velocity = [0.9 * v + g for v, g in zip(velocity, grads)]
+      expected = [p - LR * v for p, v in zip(expected, velocity)]
   _assert_centrals(centrals, expected)
 
 

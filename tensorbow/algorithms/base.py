@@ -39,6 +39,11 @@ class Algorithm(object):
   # its replica; the Trainer keeps the algorithm's `schedule` and merges
   # with `drift_tensor`, `merge_ops` and `scale_ops` when it says so.
   pooled = False
+  # Every replica takes the same step each wave (synchronous SGD): a
+  # replica with no rows of a wave's batch (DESIGN.md, feed sharding)
+  # still computes one, on another's shard, weighted 0 (`before_commit`),
+  # and commits the common step; otherwise it sits the wave out.
+  replicas_equal = False
 
   def __eq__(self, other):
     return type(self) is type(other) and vars(self) == vars(other)

@@ -21,6 +21,7 @@ variable's kind, never from editing type names.
 """
 import collections
 
+import numpy as np
 import tensorflow as tf
 
 from tensorbow import ops as tb_ops
@@ -354,10 +355,42 @@ class SMA(base.Algorithm):
   def skip_ops(self, builder, states, count, replicas):
     if not states:
       return []
-    return [tb_ops.library().tensor_bow_set_sma_participants(
+    ops = [tb_ops.library().tensor_bow_set_sma_participants(
         count, barriers=[s.barrier for s in states])] + [
             s.correction.set(tf.zeros_like(s.central_value), replicas)
             for s in states if s.corrections is not None]
+    for d, first in enumerate(states[0].devices):
+      # Each device's replicas update its copy and count their own
+      # arrivals.
+      on_device = builder.constant(np.array(first.replicas, np.int32),
+                                   tf.int32)
+      left = tf.reduce_sum(tf.cast(tf.equal(
+          tf.expand_dims(replicas, 1), tf.expand_dims(on_device, 0)),
+                                   tf.int32))
+      taking = len(first.replicas) - left
+      ops.append(tb_ops.library().tensor_bow_set_sma_participants(
+          taking, barriers=[s.devices[d].barrier for s in states]))
+      ops += [op for s in states
+              for op in self._idle_device_ops(builder, s.devices[d],
+                                              tf.equal(taking, 0))]
+    return ops
+
+  def _idle_device_ops(self, builder, central, idle):
+    """Ops moving device copy `central` as its replicas' wave would with
+    no corrections, if `idle` (a bool scalar): by the central momentum
+    alone, so that the device sum adds nothing from a device none of
+    whose replicas train."""
+    dtype = central.value.dtype
+    z = tf.raw_ops.ReadVariableOp(resource=central.var, dtype=dtype)
+    prev = tf.raw_ops.ReadVariableOp(resource=central.prev, dtype=dtype)
+    momentum = builder.constant(self.central_momentum, dtype)
+    moved = tf.raw_ops.SelectV2(condition=idle, t=z + momentum * (z - prev),
+                                e=z)
+    rotated = tf.raw_ops.SelectV2(condition=idle, t=z, e=prev)
+    with tf.control_dependencies([moved, rotated]):
+      return [tf.raw_ops.AssignVariableOp(resource=central.var, value=moved),
+              tf.raw_ops.AssignVariableOp(resource=central.prev,
+                                          value=rotated)]
 
   def reset_ops(self, builder, states):
     if not states:

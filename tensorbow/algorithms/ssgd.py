@@ -21,6 +21,7 @@ class SSGD(base.Algorithm):
   name = "ssgd"
   model_from_replica = True
   spans_workers = True
+  replicas_equal = True
 
   def check_nonfinite(self, nonfinite):
     super().check_nonfinite(nonfinite)
