@@ -180,6 +180,15 @@ def _is_float(array):
   return array.dtype.kind == "f" or array.dtype == _BFLOAT16
 
 
+def echoed(value, per_example):
+  """A fed value fetched back from a training run: an element feed's
+  elements merged as the replicas' fetches of it are."""
+  if not isinstance(value, Elements):
+    return value
+  return merge(list(value), [len(v) if np.ndim(v) else 1 for v in value],
+               per_example)
+
+
 # Ops whose output is a serialized `Summary` (tf.compat.v1.summary).
 SUMMARY_OPS = frozenset([
     "ScalarSummary", "HistogramSummary", "ImageSummary", "AudioSummary",

@@ -279,11 +279,7 @@ class Trainer(object):
             [fetched[i].name for i in plan.central_fetches])
         central = dict(zip(plan.central_fetches, central_values))
       for i, j in plan.echoed:
-        central[i] = (feeds.merge(list(values[j]),
-                                  [len(v) if np.ndim(v) else 1
-                                   for v in values[j]],
-                                  plan.per_example[i])
-                      if isinstance(values[j], feeds.Elements) else values[j])
+        central[i] = feeds.echoed(values[j], plan.per_example[i])
     if not pooled:
       # The fetches are merged over the replicas that trained.
       keep = [r for r in range(trained)
