@@ -1,0 +1,411 @@
+"""The shared harness of the TF1 idiom corpus (issue #42).
+
+An idiom is a function that builds a small TF1 training graph in the
+default graph (fresh, graph seed set) and returns a `Case`: what each run
+fetches and feeds. A theme module registers its idioms on a `Corpus` and
+takes its tests from `Corpus.tests()`:
+
+    CORPUS = harness.Corpus()
+
+    @CORPUS.idiom
+    def gradient_descent():
+      loss = harness.mlp_loss()
+      train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+      return harness.Case([loss, train])
+
+    test_one_replica, test_reference_kernels, test_four_replicas = (
+        CORPUS.tests())
+
+The tiers (DESIGN.md section 2):
+* fast: at L = 1 with the default (fast) kernels, every fetched value after
+  each run and every global variable at the end equal
+  `tf.compat.v1.Session`'s on an identical graph with the same feeds;
+* slow: the same with `TENSORBOW_FAST_KERNELS=0`, and at L = 4 the central
+  model equals a per-replica reference of SMA (section 3) that
+  `tf.compat.v1.Session` computes: each replica's run on its shard from the
+  replica's own state, then SMA's central update.
+"""
+import dataclasses
+import typing
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tensorbow as tb
+
+SEED = 42
+BATCH = 8  # rows of a batch feed: 2 per replica at L = 4
+REPLICAS = 4
+MU = 0.9  # SMA's default central momentum
+
+# Tolerances where TensorFlow and TensorBow may round differently: a fast
+# kernel fuses or reorders float operations (DESIGN.md 2.7: L = 1 equals TF
+# "to float tolerance"); the L = 4 reference rounds its SMA in NumPy.
+RTOL, ATOL = 1e-6, 1e-7
+L4_RTOL, L4_ATOL = 1e-5, 1e-6
+
+TIERS = ("fast", "exact", "l4", "script")
+
+
+@dataclasses.dataclass
+class Defect:
+  """A failure an idiom shows today: xfail(strict) where it applies.
+
+  `modes`: the TF1 modes it shows in (None: both); `tiers`: the tiers of
+  TIERS it shows in (None: all)."""
+  reason: str
+  modes: typing.Optional[tuple] = None
+  tiers: typing.Optional[tuple] = None
+
+  def mark(self, tier):
+    if self.tiers is not None and tier not in self.tiers:
+      return None
+    condition = (True if self.modes is None else
+                 f"config.getoption('--tf-mode') in {tuple(self.modes)!r}")
+    return pytest.mark.xfail(condition, reason=self.reason, strict=True)
+
+
+# #42's known defects of the copies' names (rewrite/builder.py maps "/" to
+# ">"), which only the fast kernels' copies show at L = 1.
+UNDERSCORE_NAMES = Defect(
+    "#42: invalid copy names for name parts starting with '_'",
+    tiers=("fast", "l4", "script"))
+NAME_COLLISION = Defect(
+    "#42: the user names 'a>b' and 'a/b' map to the same copy name",
+    tiers=("fast", "l4", "script"))
+
+
+@dataclasses.dataclass
+class Case:
+  """What an idiom's runs do.
+
+  fetches: what every run fetches, or a function of the run index.
+  feed: a feed_dict for every run, or a function of the run index.
+  runs: how many runs.
+  plain: the indices of runs that are plain runs (DESIGN.md 2.2).
+  model: the names of the model variables for the L = 4 reference (default:
+    the trainable variables).
+  """
+  fetches: typing.Any
+  feed: typing.Any = None
+  runs: int = 3
+  plain: tuple = ()
+  model: typing.Optional[tuple] = None
+
+  def fetches_at(self, i):
+    return self.fetches(i) if callable(self.fetches) else self.fetches
+
+  def feed_at(self, i):
+    feed = self.feed(i) if callable(self.feed) else self.feed
+    return dict(feed or {})
+
+
+@dataclasses.dataclass
+class Idiom:
+  name: str
+  build: typing.Callable
+  # Bit-equal at L = 1 with TensorFlow's kernels (the fast kernels fuse and
+  # reorder float operations, so that tier compares to RTOL/ATOL).
+  exact: bool = True
+  seeded: bool = True  # the graph seed set; unseeded: shapes compared only
+  defects: tuple = ()
+  l4: typing.Optional[str] = None  # why the L = 4 reference does not apply
+
+  def param(self, tier):
+    marks = [m for m in (d.mark(tier) for d in self.defects) if m]
+    if tier == "l4" and self.l4:
+      marks.append(pytest.mark.skip(reason=self.l4))
+    return pytest.param(self, id=self.name, marks=marks)
+
+
+class Corpus(object):
+  """The idioms of one theme module."""
+
+  def __init__(self):
+    self.idioms = []
+
+  def idiom(self, build=None, **options):
+    """Registers `build` as an idiom (decorator, with or without options
+    of `Idiom`)."""
+    def register(fn):
+      self.idioms.append(Idiom(fn.__name__, fn, **options))
+      return fn
+    return register(build) if build is not None else register
+
+  def params(self, tier):
+    return [idiom.param(tier) for idiom in self.idioms]
+
+  def tests(self):
+    """The module's tests: (L = 1 fast kernels, L = 1 TensorFlow's
+    kernels, L = 4 against the SMA reference)."""
+    @pytest.mark.parametrize("idiom", self.params("fast"))
+    def test_one_replica(idiom):
+      assert_one_replica_equals_tf(idiom, exact=False)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("idiom", self.params("exact"))
+    def test_reference_kernels(idiom, monkeypatch):
+      monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "0")
+      assert_one_replica_equals_tf(idiom, exact=idiom.exact)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("idiom", self.params("l4"))
+    def test_four_replicas(idiom):
+      assert_replicas_match_reference(idiom)
+
+    return test_one_replica, test_reference_kernels, test_four_replicas
+
+
+# Data and a tiny model the idioms share.
+
+
+def data(i, shape, seed=0, dtype=np.float32):
+  """A deterministic array for run `i`."""
+  rng = np.random.RandomState(1000 * seed + i)
+  return rng.randn(*shape).astype(dtype)
+
+
+def regression_inputs(name_x="x", name_y="y"):
+  """Placeholders x [None, 4] and y [None, 1], and a feed of BATCH rows for
+  run i."""
+  x = tf.compat.v1.placeholder(tf.float32, [None, 4], name=name_x)
+  y = tf.compat.v1.placeholder(tf.float32, [None, 1], name=name_y)
+  return x, y, lambda i: {x: data(i, (BATCH, 4)), y: data(i, (BATCH, 1), 1)}
+
+
+def dense(h, units, name, activation=None, **kwargs):
+  """A dense layer of `get_variable`s under variable scope `name`."""
+  with tf.compat.v1.variable_scope(name):
+    w = tf.compat.v1.get_variable(
+        "w", [h.shape[-1], units],
+        initializer=tf.compat.v1.glorot_uniform_initializer(seed=SEED),
+        **kwargs)
+    b = tf.compat.v1.get_variable(
+        "b", [units], initializer=tf.compat.v1.constant_initializer(0.1))
+    out = tf.matmul(h, w) + b
+  return activation(out) if activation else out
+
+
+def mlp(x, name="mlp", hidden=3, **kwargs):
+  h = dense(x, hidden, f"{name}/hidden", tf.tanh, **kwargs)
+  return dense(h, 1, f"{name}/out")
+
+
+def mlp_loss(name="mlp", **kwargs):
+  """The squared error of a 4-3-1 tanh network on regression inputs;
+  returns (loss, feed)."""
+  x, y, feed = regression_inputs()
+  return tf.reduce_mean(tf.square(mlp(x, name, **kwargs) - y)), feed
+
+
+def minimize(optimizer, **kwargs):
+  """A Case training the MLP with `optimizer`, fetching (loss, train)."""
+  loss, feed = mlp_loss()
+  return Case([loss, optimizer.minimize(loss, **kwargs)], feed)
+
+
+# Running and comparing.
+
+
+def build(idiom):
+  """A fresh graph holding the idiom; returns (graph, case, init)."""
+  graph = tf.Graph()
+  with graph.as_default():
+    if idiom.seeded:
+      tf.compat.v1.set_random_seed(SEED)
+    case = idiom.build()
+    init = tf.group(tf.compat.v1.global_variables_initializer(),
+                    tf.compat.v1.local_variables_initializer())
+  return graph, case, init
+
+
+def global_variables(graph):
+  return graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+
+
+def train(idiom, make_session):
+  """Runs the idiom in the session `make_session(graph)` makes; returns
+  (the fetched values of every run, {variable name: value} at the end)."""
+  graph, case, init = build(idiom)
+  with make_session(graph) as sess:
+    sess.run(init)
+    fetched = [sess.run(case.fetches_at(i), case.feed_at(i))
+               for i in range(case.runs)]
+    variables = global_variables(graph)
+    values = sess.run([v.value() for v in variables])
+  return fetched, dict(zip([v.name for v in variables], values))
+
+
+def tf_session(graph):
+  return tf.compat.v1.Session(graph=graph)
+
+
+def tb_session(replicas):
+  return lambda graph: tb.TensorBowSession(graph=graph, replicas=replicas)
+
+
+def assert_same(actual, expected, what, exact, rtol=RTOL, atol=ATOL):
+  if expected is None or actual is None:
+    assert actual is None and expected is None, what
+    return
+  if isinstance(expected, bytes) and not exact and exact is not None:
+    # A histogram's sums add up many rounded values: looser.
+    actual, expected = summary_values(actual), summary_values(expected)
+    rtol, atol = 10 * rtol, 10 * atol
+  actual, expected = np.asarray(actual), np.asarray(expected)
+  assert actual.shape == expected.shape, (what, actual.shape, expected.shape)
+  assert actual.dtype == expected.dtype, (what, actual.dtype, expected.dtype)
+  if exact is None:  # unseeded random: only the shape is comparable
+    return
+  if exact or not np.issubdtype(expected.dtype, np.inexact):
+    np.testing.assert_array_equal(actual, expected, err_msg=what)
+  else:
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol,
+                               err_msg=what)
+
+
+def summary_values(serialized):
+  """A serialized Summary's tags and numbers, to compare to a tolerance (a
+  fast kernel's rounding changes the bytes)."""
+  tags, numbers = [], []
+  for value in tf.compat.v1.Summary.FromString(serialized).value:
+    tags.append(value.tag)
+    numbers.append(value.simple_value)
+    if value.HasField("histo"):
+      h = value.histo
+      numbers += [h.min, h.max, h.num, h.sum, h.sum_squares]
+      numbers += list(h.bucket_limit) + list(h.bucket)
+  assert tags, "not a Summary"
+  return np.array(numbers + [hash(tuple(tags)) % 1000])
+
+
+def assert_one_replica_equals_tf(idiom, exact):
+  """Bit-equal (`exact`) or to RTOL/ATOL; shapes only when unseeded."""
+  exact = exact if idiom.seeded else None
+  expected_runs, expected_vars = train(idiom, tf_session)
+  actual_runs, actual_vars = train(idiom, tb_session(1))
+  for i, (actual, expected) in enumerate(zip(actual_runs, expected_runs)):
+    flat_actual = tf.nest.flatten(actual)
+    flat_expected = tf.nest.flatten(expected)
+    assert len(flat_actual) == len(flat_expected)
+    for k, (a, e) in enumerate(zip(flat_actual, flat_expected)):
+      assert_same(a, e, f"run {i}, fetch {k}", exact)
+  assert sorted(actual_vars) == sorted(expected_vars)
+  for name, value in expected_vars.items():
+    assert_same(actual_vars[name], value, f"variable {name}", exact)
+
+
+# The L = 4 reference.
+
+
+def batch_feeds(feed):
+  """The feeds DESIGN.md 2.3 shards: placeholders of rank >= 1 whose first
+  dimension is unknown."""
+  return [t for t in feed
+          if t.shape.rank and tf.compat.dimension_value(t.shape[0]) is None]
+
+
+def shard(feed, replicas):
+  """Replica r's feed of each replica: batch feeds split, others whole;
+  and each shard's rows."""
+  sharded = batch_feeds(feed)
+  rows = (len(feed[sharded[0]]) if sharded else replicas)
+  sizes = [len(s) for s in np.array_split(np.arange(rows), replicas)]
+  splits = {t: np.array_split(feed[t], replicas) for t in sharded}
+  return [{t: (splits[t][r] if t in splits else v) for t, v in feed.items()}
+          for r in range(replicas)], sizes
+
+
+def sma_reference(idiom, replicas=REPLICAS, mu=MU):
+  """DESIGN.md section 3 run with `tf.compat.v1.Session`: each replica's
+  run on its shard from its own state (model variables, slots, every other
+  variable), then SMA's update of the model variables (alpha = 1/L); every
+  other variable's central value is the replicas' mean (section 2.5). A
+  plain run runs on the central model, whole, and re-seeds every replica
+  from it (2.6).
+
+  Returns:
+    (per run: the fetched float scalars, merged as 2.4 says, or None;
+    {variable name: central value} at the end).
+  """
+  alpha = 1.0 / replicas
+  graph, case, init = build(idiom)
+  variables = global_variables(graph)
+  names = [v.name for v in variables]
+  model = set(case.model if case.model is not None else
+              [v.name for v in graph.get_collection(
+                  tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)])
+  merged_runs = []
+  with graph.as_default(), tf.compat.v1.Session(graph=graph) as sess:
+    sess.run(init)
+
+    def load(state):
+      for v in variables:
+        v.load(state[v.name], sess)
+
+    def read():
+      return dict(zip(names, sess.run([v.value() for v in variables])))
+
+    central = read()
+    previous = dict(central)
+    states = [dict(central) for _ in range(replicas)]
+    for i in range(case.runs):
+      fetches, feed = case.fetches_at(i), case.feed_at(i)
+      if i in case.plain:
+        load(central)
+        merged_runs.append(merge([sess.run(fetches, feed)], [1]))
+        central = read()
+        previous.update({n: central[n] for n in names if n not in model})
+        states = [dict(central) for _ in range(replicas)]
+        continue
+      feeds, sizes = shard(feed, replicas)
+      outputs, stepped = [], []
+      for r in range(replicas):
+        load(states[r])
+        outputs.append(sess.run(fetches, feeds[r]))
+        stepped.append(read())
+      new_central = {}
+      for n in names:
+        if n in model:
+          corrections = [alpha * (states[r][n] - central[n])
+                         for r in range(replicas)]
+          for r in range(replicas):
+            stepped[r][n] = stepped[r][n] - corrections[r]
+          new_central[n] = (central[n] + sum(corrections)
+                            + mu * (central[n] - previous[n]))
+        else:
+          new_central[n] = np.mean([s[n] for s in stepped], axis=0).astype(
+              central[n].dtype)
+      previous, central, states = central, new_central, stepped
+      merged_runs.append(merge(outputs, sizes))
+  return merged_runs, central
+
+
+def merge(outputs, sizes):
+  """Float scalars of the replicas' fetches: the shard-weighted mean; other
+  values None (not compared)."""
+  flat = [tf.nest.flatten(o) for o in outputs]
+  merged = []
+  for values in zip(*flat):
+    first = values[0]
+    if (first is not None and np.ndim(first) == 0
+        and np.issubdtype(np.asarray(first).dtype, np.floating)):
+      merged.append(np.average(values, weights=sizes))
+    else:
+      merged.append(None)
+  return merged
+
+
+def assert_replicas_match_reference(idiom):
+  expected_runs, expected_vars = sma_reference(idiom)
+  actual_runs, actual_vars = train(idiom, tb_session(REPLICAS))
+  for i, (actual, expected) in enumerate(zip(actual_runs, expected_runs)):
+    for k, (a, e) in enumerate(zip(tf.nest.flatten(actual),
+                                   tf.nest.flatten(expected))):
+      if e is not None:
+        np.testing.assert_allclose(a, e, rtol=L4_RTOL, atol=L4_ATOL,
+                                   err_msg=f"run {i}, fetch {k}")
+  for name, value in expected_vars.items():
+    np.testing.assert_allclose(actual_vars[name], value, rtol=L4_RTOL,
+                               atol=L4_ATOL, err_msg=f"variable {name}")
