@@ -89,7 +89,7 @@ def auto_reuse():
   return Case([loss, op], feed)
 
 
-@CORPUS.idiom
+@CORPUS.idiom(defects=(harness.ALTERNATING,))
 def uniquified_names():
   """Two optimizers of one kind: TensorFlow makes their slot and op names
   unique ("Momentum_1")."""

@@ -3,7 +3,7 @@ apply_gradients, accumulation over runs, learning-rate schedules."""
 import tensorflow as tf
 
 from idioms import harness
-from idioms.harness import Case, Defect
+from idioms.harness import Case
 
 train = tf.compat.v1.train
 CORPUS = harness.Corpus()
@@ -48,7 +48,7 @@ def clip_by_value():
       lambda g, v: [tf.clip_by_value(x, -0.1, 0.1) for x in g])
 
 
-@CORPUS.idiom
+@CORPUS.idiom(l4="replicas draw their own noise")
 def gradient_noise():
   """Seeded Gaussian noise on every gradient."""
   return transformed(lambda g, v: [
