@@ -51,10 +51,15 @@ class ReplicaState(object):
     """A training run with `analysis.TrainingInfo` `info` is being copied;
     returns the names of the variables it gives replicas."""
     self._in_use = True
-    replicated = set() if self._share_variables else set(info.written)
+    if self._share_variables:
+      return set()
+    # A model variable this run reads and another run trains has replicas
+    # from the start: each replica computes at its own weights, whichever
+    # train op runs first (two optimizers run in turn, a GAN's pair).
+    replicated = set(info.written) | info.read_models
     for name in replicated:
       if name not in self._kinds:
-        if name in info.model_vars:
+        if name in info.model_vars or name in info.read_models:
           self._kinds[name] = "model"
         elif name in info.slot_vars:
           self._kinds[name] = "slot"
@@ -75,6 +80,12 @@ class ReplicaState(object):
               builder, self._graph.get_operation_by_name(name))
           if state is not None:
             self._states[name] = state
+            if name in self._seeds:
+              # Replicated and seeded while read only: its replicas are
+              # still the central model, and the state starts from it too.
+              self._seeds[name] = self._make_seed(
+                  self._graph.get_operation_by_name(name))
+              self._pending_seed.add(name)
 
   def add_seeds(self, var_ops):
     """Makes the seed ops of `var_ops`, copied now: they are seeded before

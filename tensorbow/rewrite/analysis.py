@@ -191,7 +191,8 @@ def closure(fetch_ops, fed_names):
 
 class TrainingInfo(collections.namedtuple("TrainingInfo", [
     "ops", "apply_ops", "model_vars", "slot_vars", "other_vars",
-    "batch_dependent", "written"])):
+    "batch_dependent", "written", "read_models"],
+    defaults=(frozenset(),))):
   """What a training run's closure holds.
 
   Attributes:
@@ -203,6 +204,8 @@ class TrainingInfo(collections.namedtuple("TrainingInfo", [
     batch_dependent: the subset of other_vars whose written value depends
       on a batch feed (batch-norm statistics): averaged, not copied.
     written: names of all variable ops written.
+    read_models: names of the variable ops the closure reads without
+      training them that another training run of the graph trains.
   """
 
 
@@ -288,8 +291,24 @@ def analyse_training(ops, batch_feed_names, trainable=None):
       n for n in other_vars
       if any(_depends_on(op.inputs[1:], batch_feed_names)
              for op in written[n])]
+  read_models = frozenset(
+      set(op.name for op in ops) & model_variables(ops[0].graph, trainable)
+      - model) if ops else frozenset()
   return TrainingInfo(ops, apply_ops, model_vars, slot_vars, other_vars,
-                      batch_dependent, sorted(set(written) | slots))
+                      batch_dependent, sorted(set(written) | slots),
+                      read_models)
+
+
+def model_variables(graph, trainable):
+  """Names of the variable ops among `trainable` that an apply op in
+  `graph` updates: the model variables of any of its training runs."""
+  names = set()
+  for op in graph.get_operations():
+    if is_apply(op):
+      var = variable_of(op.inputs[0])
+      if var is not None and var.name in trainable:
+        names.add(var.name)
+  return names
 
 
 def trainable_variable_ops(graph):
