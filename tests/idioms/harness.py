@@ -66,21 +66,6 @@ class Defect:
     return pytest.mark.xfail(condition, reason=self.reason, strict=True)
 
 
-# #42's known defects of the copies' names (rewrite/builder.py maps "/" to
-# ">"), which only the fast kernels' copies show at L = 1.
-UNDERSCORE_NAMES = Defect(
-    "#42: invalid copy names for name parts starting with '_'",
-    tiers=("fast", "l4", "script"))
-NAME_COLLISION = Defect(
-    "#42: the user names 'a>b' and 'a/b' map to the same copy name",
-    tiers=("fast", "l4", "script"))
-
-
-ALTERNATING = Defect(
-    "new: at L = 4, train ops on disjoint var lists run in turn drift from "
-    "the per-replica SMA reference from the third run on", tiers=("l4",))
-
-
 @dataclasses.dataclass
 class Case:
   """What an idiom's runs do.
@@ -381,8 +366,13 @@ def sma_reference(idiom, replicas=REPLICAS, mu=MU):
         outputs.append(sess.run(fetches, feeds[r]))
         stepped.append(read())
       new_central = {}
+      trained = trained_variables(graph, fetches)
       for n in names:
-        if n in model:
+        if n in model and n not in trained:
+          # Section 3 is per variable: a run that does not train it
+          # leaves its central model and replicas as they are.
+          new_central[n] = central[n]
+        elif n in model:
           corrections = [alpha * (states[r][n] - central[n])
                          for r in range(replicas)]
           for r in range(replicas):
@@ -396,9 +386,39 @@ def sma_reference(idiom, replicas=REPLICAS, mu=MU):
         else:
           new_central[n] = np.mean([s[n] for s in stepped], axis=0).astype(
               central[n].dtype)
-      previous, central, states = central, new_central, stepped
+      previous = {n: (central[n] if n in trained or n not in model
+                      else previous[n]) for n in names}
+      central, states = new_central, stepped
       merged_runs.append(merge(outputs, sizes))
   return merged_runs, central
+
+
+def trained_variables(graph, fetches):
+  """Names (with ':0', as `Variable.name`) of the variables an optimizer's
+  apply op among the ops a run of `fetches` executes updates."""
+  targets = [getattr(f, "op", f).name for f in tf.nest.flatten(fetches)]
+  sub = tf.compat.v1.graph_util.extract_sub_graph(
+      graph.as_graph_def(), targets)
+  nodes = {n.name: n for n in graph.as_graph_def().node}
+  names = set()
+  for node in sub.node:
+    dense = node.op.startswith(("Apply", "ResourceApply", "SparseApply",
+                                "ResourceSparseApply"))
+    if not dense and node.op not in _SPARSE_STEPS:
+      continue
+    source = node.input[0].split(":")[0]
+    while nodes[source].op in ("Identity", "RefIdentity"):
+      source = nodes[source].input[0].split(":")[0]
+    # A sparse step (GradientDescent's scatter, Adam's assign) is made in
+    # the optimizer's update_<variable> scope.
+    if dense or f"update_{source}/" in node.name:
+      names.add(source + ":0")
+  return names
+
+
+_SPARSE_STEPS = frozenset([
+    "ScatterSub", "ScatterAdd", "ResourceScatterSub", "ResourceScatterAdd",
+    "AssignSub", "AssignSubVariableOp"])
 
 
 def merge(outputs, sizes):

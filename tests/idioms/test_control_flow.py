@@ -144,7 +144,7 @@ def embedding_adagrad():
   return embedding_model(train.AdagradOptimizer(0.1))
 
 
-@CORPUS.idiom(defects=(harness.ALTERNATING,))
+@CORPUS.idiom
 def two_optimizers_alternating():
   """Disjoint var lists, each with its own optimizer, run in turn."""
   loss, feed = harness.mlp_loss()
@@ -174,7 +174,7 @@ def two_train_ops_one_run():
   return Case([loss, op], feed)
 
 
-@CORPUS.idiom(defects=(harness.ALTERNATING,))
+@CORPUS.idiom
 def gan_pair():
   """A generator and a discriminator, each with its own Adam, the
   discriminator step then the generator step."""

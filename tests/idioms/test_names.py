@@ -7,7 +7,6 @@ from idioms.harness import Case
 train = tf.compat.v1.train
 CORPUS = harness.Corpus()
 
-UNDERSCORE_NAMES = harness.UNDERSCORE_NAMES
 
 
 def model_in(scope_name, **scope_kwargs):
@@ -18,7 +17,7 @@ def model_in(scope_name, **scope_kwargs):
   return loss, feed
 
 
-@CORPUS.idiom(defects=(UNDERSCORE_NAMES,))
+@CORPUS.idiom
 def leading_underscore_scope():
   loss, feed = model_in("model")
   # A name part with a leading "_" (a top-level name cannot have one).
@@ -29,7 +28,7 @@ def leading_underscore_scope():
   return Case([loss, op], feed)
 
 
-@CORPUS.idiom(defects=(UNDERSCORE_NAMES,))
+@CORPUS.idiom
 def leading_underscore_ops():
   """Ops, not variables, under name parts starting with "_"."""
   x, y, feed = harness.regression_inputs()
@@ -48,7 +47,7 @@ def dashes_and_dots():
   return Case([loss, op], feed)
 
 
-@CORPUS.idiom(defects=(harness.NAME_COLLISION,))
+@CORPUS.idiom
 def angle_bracket_beside_slash():
   """A user name "a>b" beside the scoped name "a/b"."""
   loss, feed = harness.mlp_loss()
@@ -89,7 +88,7 @@ def auto_reuse():
   return Case([loss, op], feed)
 
 
-@CORPUS.idiom(defects=(harness.ALTERNATING,))
+@CORPUS.idiom
 def uniquified_names():
   """Two optimizers of one kind: TensorFlow makes their slot and op names
   unique ("Momentum_1")."""

@@ -10,7 +10,6 @@ import pytest
 
 import tensorbow
 
-from idioms import harness
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,7 +22,6 @@ import sys
 
 import tensorflow as tf
 {mode}
-sys.path[:0] = [{tests!r}]
 from idioms import harness
 from idioms import {module} as module
 
@@ -39,8 +37,7 @@ with open(sys.argv[1], "w") as f:
 """
 
 IDIOMS = [
-    ("test_transforms", "clip_by_global_norm_adam_decay",
-     harness.UNDERSCORE_NAMES),
+    ("test_transforms", "clip_by_global_norm_adam_decay", None),
     ("test_state", "batch_norm_update_ops", None),
     ("test_control_flow", "embedding_adam", None),
     ("test_state", "moving_average_after_step", None),
@@ -61,11 +58,13 @@ def params():
 @pytest.mark.parametrize("module,name,replicas", params())
 def test_script_trains(module, name, replicas, tmp_path, tf_mode_statement):
   script = tmp_path / "idiom.py"
-  script.write_text(SCRIPT.format(mode=tf_mode_statement, tests=TESTS,
-                                  module=module, name=name, runs=8))
+  script.write_text(SCRIPT.format(mode=tf_mode_statement, module=module,
+                                  name=name, runs=8))
   out = tmp_path / "losses.json"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  # The package, and tests/ for the corpus's `idioms` package.
+  env["PYTHONPATH"] = os.pathsep.join(
+      [PACKAGE_ROOT, TESTS, env.get("PYTHONPATH", "")])
   done = subprocess.run(
       [sys.executable, "-m", "tensorbow.run", "--replicas", replicas,
        str(script), str(out)],

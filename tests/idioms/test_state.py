@@ -10,11 +10,6 @@ train = tf.compat.v1.train
 GraphKeys = tf.compat.v1.GraphKeys
 CORPUS = harness.Corpus()
 
-# #42: under disable_v2_behavior with the fast kernels, a moving average
-# applied after the step reads the weights from before it.
-EMA_AFTER_STEP = Defect(
-    "#42: moving average after the step reads pre-step weights (v1, fast "
-    "kernels)", modes=("v1",), tiers=("fast", "l4"))
 # In graph mode at L = 4 the shadows after the step match neither the
 # replicas' mean (2.5: their value depends on the batch through the step)
 # nor replica 0's shadow of the per-replica reference.
@@ -34,7 +29,7 @@ def moving_average_before_step():
   return Case([loss, op], feed, single=("ExponentialMovingAverage",))
 
 
-@CORPUS.idiom(defects=(EMA_AFTER_STEP, EMA_AFTER_STEP_L4))
+@CORPUS.idiom(defects=(EMA_AFTER_STEP_L4,))
 def moving_average_after_step():
   """ExponentialMovingAverage's docstring: the average after the step."""
   loss, feed = harness.mlp_loss()
@@ -45,7 +40,7 @@ def moving_average_after_step():
   return Case([loss, op], feed)
 
 
-@CORPUS.idiom(defects=(EMA_AFTER_STEP, EMA_AFTER_STEP_L4))
+@CORPUS.idiom(defects=(EMA_AFTER_STEP_L4,))
 def moving_average_num_updates_group():
   """The average after an Adam step, its decay from the global step, the
   two grouped into one train op."""

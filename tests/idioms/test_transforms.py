@@ -8,7 +8,6 @@ from idioms.harness import Case
 train = tf.compat.v1.train
 CORPUS = harness.Corpus()
 
-UNDERSCORE_NAMES = harness.UNDERSCORE_NAMES
 
 
 def transformed(transform, optimizer=None, **kwargs):
@@ -21,12 +20,12 @@ def transformed(transform, optimizer=None, **kwargs):
               feed)
 
 
-@CORPUS.idiom(defects=(UNDERSCORE_NAMES,))
+@CORPUS.idiom
 def clip_by_global_norm():
   return transformed(lambda g, v: tf.clip_by_global_norm(g, 0.5)[0])
 
 
-@CORPUS.idiom(defects=(UNDERSCORE_NAMES,))
+@CORPUS.idiom
 def clip_by_global_norm_adam_decay():
   """The RNN/Transformer script's step: clipped gradients, Adam, a decayed
   rate on the global step."""
