@@ -1,4 +1,5 @@
 """tensorbow/rewrite/analysis.py: what a run writes."""
+import pytest
 import tensorflow as tf
 
 from tensorbow.rewrite import analysis
@@ -18,3 +19,34 @@ def test_written_variables_after_a_failure_leaves_out_writes_that_waited():
   assert analysis.written_variables(ops, failed_op=checked.op) == {"b"}
   # A write that failed itself wrote nothing.
   assert analysis.written_variables(ops, failed_op=write_b.op) == {"a"}
+
+
+def _clip(after_step):
+  graph = tf.Graph()
+  with graph.as_default():
+    w = tf.compat.v1.get_variable("w", initializer=[[1.0], [2.0]])
+    x = tf.compat.v1.placeholder(tf.float32, [None, 2], name="x")
+    loss = tf.reduce_sum(tf.matmul(x, w))
+    step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    with tf.control_dependencies([step] if after_step else []):
+      clip = tf.compat.v1.assign(w, tf.clip_by_value(w, -1.0, 1.0))
+    ops = analysis.closure([step, clip.op], frozenset(["x:0"]))
+  return ops, clip
+
+
+def test_a_write_after_the_step_of_a_model_variable_trains():
+  """A weight clip under tf.control_dependencies([train_op]) is a
+  replica's own constraint after its update."""
+  ops, clip = _clip(after_step=True)
+  info = analysis.analyse_training(ops, ["x:0"])
+  assert info.model_vars == ["w"]
+  assert "w" in info.written
+
+
+def test_a_write_of_a_model_variable_racing_its_step_is_refused():
+  ops, clip = _clip(after_step=False)
+  with pytest.raises(tf.errors.UnimplementedError,
+                     match=r"writes trainable variable 'w' outside an "
+                     r"optimizer's apply op.*control_dependencies") as e:
+    analysis.analyse_training(ops, ["x:0"])
+  assert e.value.op is clip.op

@@ -279,12 +279,15 @@ def analyse_training(ops, batch_feed_names, trainable=None):
     trainable = trainable_variable_ops(ops[0].graph if ops else None)
   model = set(model_vars)
   for name, op in ((n, op) for n, ops in written.items() for op in ops):
-    if name in trainable and not is_apply(op):
+    if name in trainable and not is_apply(op) and not _after_step(
+        op, written[name]):
       raise tf.errors.UnimplementedError(
           None, op,
           f"TensorBow cannot train op '{op.name}' (type {op.type}): it "
           f"writes trainable variable '{name}' outside an optimizer's apply "
-          "op; supported are the tf.compat.v1.train optimizers")
+          "op; supported are the tf.compat.v1.train optimizers, and writes "
+          "that wait for the variable's step (a weight clip under "
+          "tf.control_dependencies([train_op]))")
   slots = set(slot_vars)
   other_vars = [n for n in written if n not in model and n not in slots]
   batch_dependent = [
@@ -297,6 +300,15 @@ def analyse_training(ops, batch_feed_names, trainable=None):
   return TrainingInfo(ops, apply_ops, model_vars, slot_vars, other_vars,
                       batch_dependent, sorted(set(written) | slots),
                       read_models)
+
+
+def _after_step(op, writes):
+  """Whether write `op` waits for an apply op among `writes` (the run's
+  writes of its variable): a replica's weight clip or constraint, applied
+  to the replica's copy after its whole update."""
+  steps = [w for w in writes if is_apply(w)]
+  return bool(steps) and any(
+      s in closure([op], frozenset()) for s in steps)
 
 
 def model_variables(graph, trainable):

@@ -4,19 +4,11 @@ collections, summaries, dropout."""
 import tensorflow as tf
 
 from idioms import harness
-from idioms.harness import Case, Defect
+from idioms.harness import Case
 
 train = tf.compat.v1.train
 GraphKeys = tf.compat.v1.GraphKeys
 CORPUS = harness.Corpus()
-
-# In graph mode at L = 4 the shadows after the step match neither the
-# replicas' mean (2.5: their value depends on the batch through the step)
-# nor replica 0's shadow of the per-replica reference.
-EMA_AFTER_STEP_L4 = Defect(
-    "new: at L = 4 (graph mode) a moving average after the step differs "
-    "from the per-replica SMA reference", modes=("graph",), tiers=("l4",))
-
 
 @CORPUS.idiom
 def moving_average_before_step():
@@ -29,7 +21,7 @@ def moving_average_before_step():
   return Case([loss, op], feed, single=("ExponentialMovingAverage",))
 
 
-@CORPUS.idiom(defects=(EMA_AFTER_STEP_L4,))
+@CORPUS.idiom
 def moving_average_after_step():
   """ExponentialMovingAverage's docstring: the average after the step."""
   loss, feed = harness.mlp_loss()
@@ -37,10 +29,10 @@ def moving_average_after_step():
   ema = train.ExponentialMovingAverage(0.5)
   with tf.control_dependencies([step]):
     op = ema.apply(tf.compat.v1.trainable_variables())
-  return Case([loss, op], feed)
+  return Case([loss, op], feed, step=[loss, step])
 
 
-@CORPUS.idiom(defects=(EMA_AFTER_STEP_L4,))
+@CORPUS.idiom
 def moving_average_num_updates_group():
   """The average after an Adam step, its decay from the global step, the
   two grouped into one train op."""
@@ -50,7 +42,7 @@ def moving_average_num_updates_group():
   ema = train.ExponentialMovingAverage(0.9, num_updates=step)
   with tf.control_dependencies([minimize]):
     op = tf.group(ema.apply(tf.compat.v1.trainable_variables()))
-  return Case([loss, op], feed)
+  return Case([loss, op], feed, step=[loss, minimize])
 
 
 def batch_norm(h, name, decay=0.9):
@@ -100,10 +92,7 @@ def counter_assign_add():
   return Case([loss, op], feed)
 
 
-@CORPUS.idiom(defects=(Defect(
-    "new: at L > 1 an assign to a model variable after the step in the "
-    "training run is refused ('writes trainable variable ... outside an "
-    "optimizer's apply op'); L = 1 trains it", tiers=("l4",)),))
+@CORPUS.idiom
 def weight_clip_after_step():
   """WGAN's critic: weights clipped by an assign after every step."""
   loss, feed = harness.mlp_loss()
@@ -111,7 +100,7 @@ def weight_clip_after_step():
   with tf.control_dependencies([step]):
     op = tf.group([tf.compat.v1.assign(v, tf.clip_by_value(v, -0.3, 0.3))
                    for v in tf.compat.v1.trainable_variables()])
-  return Case([loss, op], feed)
+  return Case([loss, op], feed, step=[loss, step])
 
 
 @CORPUS.idiom
