@@ -80,6 +80,10 @@ class Case:
     that do not depend on a batch feed: one copy (DESIGN.md 2.5), which
     TensorBow takes from replica 0; the others are per replica, the
     central value their mean.
+  step: for a run whose train op does more after the optimizer's step (a
+    moving average, a weight clip): what fetches (loss, step) alone; at
+    L = 4 the rest sees each replica's whole update, SMA's correction
+    included.
   """
   fetches: typing.Any
   feed: typing.Any = None
@@ -87,6 +91,7 @@ class Case:
   plain: tuple = ()
   model: typing.Optional[tuple] = None
   single: tuple = ()
+  step: typing.Any = None
 
   def fetches_at(self, i):
     return self.fetches(i) if callable(self.fetches) else self.fetches
@@ -344,6 +349,7 @@ def sma_reference(idiom, replicas=REPLICAS, mu=MU):
 
     central = read()
     previous = dict(central)
+    after = None
     states = [dict(central) for _ in range(replicas)]
     for i in range(case.runs):
       fetches, feed = case.fetches_at(i), case.feed_at(i)
@@ -363,21 +369,31 @@ def sma_reference(idiom, replicas=REPLICAS, mu=MU):
       outputs, stepped = [], []
       for r in range(replicas):
         load(states[r])
-        outputs.append(sess.run(fetches, feeds[r]))
+        outputs.append(sess.run(
+            fetches if case.step is None else case.step, feeds[r]))
         stepped.append(read())
-      new_central = {}
       trained = trained_variables(graph, fetches)
+      corrections = {}
+      for n in names:
+        if n in model and n in trained:
+          # The correction is part of the replica's update (section 3).
+          corrections[n] = [alpha * (states[r][n] - central[n])
+                            for r in range(replicas)]
+          for r in range(replicas):
+            stepped[r][n] = stepped[r][n] - corrections[n][r]
+      if case.step is not None:
+        # What runs after the step sees the replica's updated weights.
+        after = after or AfterStep(graph, case.step, variables)
+        stepped = [after.run(stepped[r], fetches, feeds[r])
+                   for r in range(replicas)]
+      new_central = {}
       for n in names:
         if n in model and n not in trained:
           # Section 3 is per variable: a run that does not train it
           # leaves its central model and replicas as they are.
           new_central[n] = central[n]
         elif n in model:
-          corrections = [alpha * (states[r][n] - central[n])
-                         for r in range(replicas)]
-          for r in range(replicas):
-            stepped[r][n] = stepped[r][n] - corrections[r]
-          new_central[n] = (central[n] + sum(corrections)
+          new_central[n] = (central[n] + sum(corrections[n])
                             + mu * (central[n] - previous[n]))
         elif any(part in n for part in case.single):
           new_central[n] = stepped[0][n]
@@ -391,6 +407,55 @@ def sma_reference(idiom, replicas=REPLICAS, mu=MU):
       central, states = new_central, stepped
       merged_runs.append(merge(outputs, sizes))
   return merged_runs, central
+
+
+class AfterStep(object):
+  """Runs what a run does after its optimizer step (`Case.step`) from a
+  given state: in a copy of `graph` whose step writes nothing, so that
+  the ops after it (a moving average, a weight clip) see the weights the
+  reference loads, the replica's whole update."""
+
+  _WRITES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply",
+             "Assign", "Scatter", "ResourceScatter")
+
+  def __init__(self, graph, step, variables):
+    graph_def = graph.as_graph_def()
+    targets = [getattr(f, "op", f).name for f in tf.nest.flatten(step)]
+    in_step = set(n.name for n in tf.compat.v1.graph_util.extract_sub_graph(
+        graph_def, targets).node)
+    for node in graph_def.node:
+      if node.name in in_step and node.op.startswith(self._WRITES):
+        name = node.name
+        controls = [i for i in node.input if i.startswith("^")]
+        node.Clear()
+        node.name, node.op = name, "NoOp"
+        node.input.extend(controls)
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      tf.compat.v1.import_graph_def(graph_def, name="")
+      self._loads, self._reads = {}, {}
+      for v in variables:
+        handle = self.graph.get_tensor_by_name(v.name)
+        value = tf.compat.v1.placeholder(v.dtype.base_dtype)
+        if handle.dtype == tf.resource:
+          load = tf.raw_ops.AssignVariableOp(resource=handle, value=value)
+          read = tf.raw_ops.ReadVariableOp(resource=handle,
+                                           dtype=v.dtype.base_dtype)
+        else:
+          load, read = tf.compat.v1.assign(handle, value), handle
+        self._loads[v.name] = (load, value)
+        self._reads[v.name] = read
+    self.session = tf.compat.v1.Session(graph=self.graph)
+
+  def run(self, state, fetches, feed):
+    """The variables after `fetches` (the user's run, by name) ran from
+    `state` ({variable name: value}) fed `feed`."""
+    for name, (load, value) in self._loads.items():
+      self.session.run(load, {value: state[name]})
+    names = [getattr(f, "name", f) for f in tf.nest.flatten(fetches)]
+    self.session.run(names, {t.name: v for t, v in feed.items()})
+    values = self.session.run(self._reads)
+    return {n: values[n] for n in state}
 
 
 def trained_variables(graph, fetches):
