@@ -368,24 +368,30 @@ def sma_reference(idiom, replicas=REPLICAS, mu=MU):
       feeds, sizes = shard(feed, replicas)
       outputs, stepped = [], []
       for r in range(replicas):
+        if not sizes[r]:
+          # A batch with fewer rows than replicas: this one sits the wave
+          # out (DESIGN.md 2.3), its state as it was.
+          stepped.append(dict(states[r]))
+          continue
         load(states[r])
         outputs.append(sess.run(
             fetches if case.step is None else case.step, feeds[r]))
         stepped.append(read())
+      trains = [r for r in range(replicas) if sizes[r]]
       trained = trained_variables(graph, fetches)
       corrections = {}
       for n in names:
         if n in model and n in trained:
           # The correction is part of the replica's update (section 3).
           corrections[n] = [alpha * (states[r][n] - central[n])
-                            for r in range(replicas)]
-          for r in range(replicas):
-            stepped[r][n] = stepped[r][n] - corrections[n][r]
+                            for r in trains]
+          for k, r in enumerate(trains):
+            stepped[r][n] = stepped[r][n] - corrections[n][k]
       if case.step is not None:
         # What runs after the step sees the replica's updated weights.
         after = after or AfterStep(graph, case.step, variables)
-        stepped = [after.run(stepped[r], fetches, feeds[r])
-                   for r in range(replicas)]
+        for r in trains:
+          stepped[r] = after.run(stepped[r], fetches, feeds[r])
       new_central = {}
       for n in names:
         if n in model and n not in trained:
@@ -405,7 +411,7 @@ def sma_reference(idiom, replicas=REPLICAS, mu=MU):
       previous = {n: (central[n] if n in trained or n not in model
                       else previous[n]) for n in names}
       central, states = new_central, stepped
-      merged_runs.append(merge(outputs, sizes))
+      merged_runs.append(merge(outputs, [n for n in sizes if n]))
   return merged_runs, central
 
 
