@@ -152,6 +152,10 @@ def main():
                       help="also time tf.compat.v1.Session on the graph with "
                       "TensorBow's kernel substitutions, with this many "
                       "copies")
+  parser.add_argument("--tf_batch", type=int, default=0,
+                      help="the batch of the TensorFlow run the ratios are "
+                      "taken against, and of a TensorBow L = 1 run (default "
+                      "--batch_size): e.g. 32 against 2 replicas of 16")
   parser.add_argument("--json", default="")
   parser.add_argument("--tf_mode", choices=("graph", "v1"), default="graph",
                       help="graph: eager execution disabled alone (resource "
@@ -164,6 +168,10 @@ def main():
     tf.compat.v1.disable_eager_execution()
 
   configs = [Config("tf", None, args.batch_size)]
+  if args.tf_batch and args.tf_batch != args.batch_size:
+    configs = [Config(f"tf b{args.tf_batch}", None, args.tf_batch),
+               Config(f"tensorbow L=1 b{args.tf_batch}", 1, args.tf_batch),
+               Config(f"tf b{args.batch_size}", None, args.batch_size)]
   for c in [int(v) for v in args.copies.split(",") if v]:
     configs.append(Config(f"tf {c} copies", None, args.batch_size, copies=c))
   for c in [int(v) for v in args.faster_tf.split(",") if v]:
@@ -179,7 +187,9 @@ def main():
     for c in configs:
       c.measure(args.seconds)
   tf_median = statistics.median(configs[0].samples)
-  print(f"LeNet ({args.tf_mode} mode), batch {args.batch_size} per replica, "
+  print(f"LeNet ({args.tf_mode} mode), batch {args.batch_size} per replica "
+        f"(ratios against {configs[0].name}), oneDNN "
+        f"{os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default')}, "
         f"{args.repeats} "
         f"interleaved repeats of {args.seconds:.0f} s, algorithm "
         f"{args.algorithm}; {platform.processor() or platform.machine()}, "
@@ -196,6 +206,8 @@ def main():
   if args.json:
     with open(args.json, "w") as f:
       json.dump({"batch_size": args.batch_size, "tf_mode": args.tf_mode,
+                 "tf_batch": args.tf_batch or args.batch_size,
+                 "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
                  "rows": rows}, f, indent=1)
 
 
