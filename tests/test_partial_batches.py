@@ -104,6 +104,17 @@ def test_easgd_and_independent_replicas_sit_out_too(algorithm):
       algorithm="sma" if algorithm == "easgd" else "none"))
 
 
+def _assert_momentum_tensorflow(seen):
+  """`seen` (per wave, the models) equals tf.compat.v1.Session training
+  the momentum model on the same batches, the short one whole."""
+  m = build(_optimizer("momentum"))
+  expected, _ = _train(m, _batches(),
+                       session=tf.compat.v1.Session(graph=m.graph))
+  for got, want in zip(seen, expected):
+    for g, w in zip(got, want):
+      np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("fast", ["1", "0"])
 def test_ssgd_on_a_partial_batch_is_tensorflow_on_it(fast, monkeypatch):
   """Replicas that sit out take the common step (computed on a borrowed
@@ -111,12 +122,7 @@ def test_ssgd_on_a_partial_batch_is_tensorflow_on_it(fast, monkeypatch):
   monkeypatch.setenv("TENSORBOW_FAST_KERNELS", fast)
   m = build(_optimizer("momentum"))
   seen, _ = _train(m, _batches(), replicas=REPLICAS, algorithm="ssgd")
-  m2 = build(_optimizer("momentum"))
-  expected, _ = _train(m2, _batches(),
-                       session=tf.compat.v1.Session(graph=m2.graph))
-  for got, want in zip(seen, expected):
-    for g, w in zip(got, want):
-      np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+  _assert_momentum_tensorflow(seen)
 
 
 def test_asgd_applies_one_step_per_row(monkeypatch):
@@ -231,9 +237,4 @@ def test_on_two_devices_ssgd_on_a_partial_batch_is_tensorflow_on_it():
   m = build(_optimizer("momentum"))
   seen, _ = _train(m, _batches(), replicas=REPLICAS, config=TWO_CPUS,
                    devices=["/cpu:0", "/cpu:1"], algorithm="ssgd")
-  m2 = build(_optimizer("momentum"))
-  expected, _ = _train(m2, _batches(),
-                       session=tf.compat.v1.Session(graph=m2.graph))
-  for got, want in zip(seen, expected):
-    for g, w in zip(got, want):
-      np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+  _assert_momentum_tensorflow(seen)
