@@ -412,6 +412,8 @@ def sma_reference(idiom, replicas=REPLICAS, mu=MU):
                       else previous[n]) for n in names}
       central, states = new_central, stepped
       merged_runs.append(merge(outputs, [n for n in sizes if n]))
+  if after is not None:
+    after.session.close()
   return merged_runs, central
 
 
