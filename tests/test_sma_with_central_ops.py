@@ -31,8 +31,9 @@ class Wave(object):
   """L replicas of one variable and their fused ops, in a graph of its own."""
 
   def __init__(self, optimizer, dtype, shape, use_locking=False, seed=0,
-               outer=False, kind="resource"):
+               outer=False, kind="resource", mu=MU, z_prev_offset=0.0):
     self.optimizer = optimizer
+    self.mu = mu
     self.outer = outer
     self.kind = kind
     self.dtype = dtype
@@ -51,7 +52,8 @@ class Wave(object):
           lambda name, value: tf1.Variable(value, name=name,
                                            use_resource=False))
       self.z = own("z", self.z0)
-      self.zp = var("z_prev", self.z0)
+      self.zp0 = (self.z0 + z_prev_offset).astype(dtype)
+      self.zp = var("z_prev", self.zp0)
       self.next = var("next", np.zeros(shape, dtype))
       self.w = [own(f"w{r}", w) for r, w in enumerate(self.w0)]
       self.a = [own(f"a{r}", np.zeros(shape, dtype)) for r in range(L)]
@@ -60,6 +62,9 @@ class Wave(object):
       self.x = [tf1.placeholder(dtype, None, name=f"x{r}") for r in range(L)]
       self.dy = [tf1.placeholder(dtype, None, name=f"dy{r}")
                  for r in range(L)]
+      # ALPHA unless fed: EASGD between its exchanges feeds 0.
+      self.alpha = tf1.placeholder_with_default(
+          tf.constant(ALPHA, dtype), [], name="alpha")
       self.ops = [self._op(r, use_locking) for r in range(L)]
       self.all = tf.group(*self.ops)
       self.init = tf1.global_variables_initializer()
@@ -86,18 +91,18 @@ class Wave(object):
       nesterov = dict(use_nesterov=self.optimizer == "nesterov")
       if self.outer and self.optimizer == "sgd":
         return lib.tensor_bow_apply_sma_gradient_descent_outer_with_central(
-            w, *central, c(ALPHA), c(LR), self.x[r], self.dy[r], c(MU),
+            w, *central, self.alpha, c(LR), self.x[r], self.dy[r], c(self.mu),
             index, **attrs).op
       if self.outer:
         return lib.tensor_bow_apply_sma_momentum_outer_with_central(
-            w, a, *central, c(ALPHA), c(LR), self.x[r], self.dy[r],
-            c(MOMENTUM), c(MU), index, **nesterov, **attrs).op
+            w, a, *central, self.alpha, c(LR), self.x[r], self.dy[r],
+            c(MOMENTUM), c(self.mu), index, **nesterov, **attrs).op
       if self.optimizer == "sgd":
         return lib.tensor_bow_apply_sma_gradient_descent_with_central(
-            w, *central, c(ALPHA), c(LR), self.g[r], c(MU), index,
+            w, *central, self.alpha, c(LR), self.g[r], c(self.mu), index,
             **attrs).op
       return lib.tensor_bow_apply_sma_momentum_with_central(
-          w, a, *central, c(ALPHA), c(LR), self.g[r], c(MOMENTUM), c(MU),
+          w, a, *central, self.alpha, c(LR), self.g[r], c(MOMENTUM), c(self.mu),
           index, **nesterov, **attrs).op
     central = (self.z.handle, self.zp.handle, self.next.handle)
     if self.outer:
@@ -106,28 +111,28 @@ class Wave(object):
         apply = (lib.
                  tensor_bow_resource_apply_sma_gradient_descent_outer_with_central)
         return apply(
-            self.w[r].handle, *central, c(ALPHA), c(LR), self.x[r],
-            self.dy[r], c(MU), index, **attrs)
+            self.w[r].handle, *central, self.alpha, c(LR), self.x[r],
+            self.dy[r], c(self.mu), index, **attrs)
       return lib.tensor_bow_resource_apply_sma_momentum_outer_with_central(
-          self.w[r].handle, self.a[r].handle, *central, c(ALPHA), c(LR),
-          self.x[r], self.dy[r], c(MOMENTUM), c(MU), index,
+          self.w[r].handle, self.a[r].handle, *central, self.alpha, c(LR),
+          self.x[r], self.dy[r], c(MOMENTUM), c(self.mu), index,
           use_nesterov=self.optimizer == "nesterov", **attrs)
     if self.optimizer == "sgd":
       return tb_ops.resource_apply_sma_gradient_descent_with_central(
-          self.w[r].handle, *central, c(ALPHA), c(LR), self.g[r], c(MU),
+          self.w[r].handle, *central, self.alpha, c(LR), self.g[r], c(self.mu),
           replica=r, num_replicas=L, barrier="b", use_locking=use_locking)
     return tb_ops.resource_apply_sma_momentum_with_central(
-        self.w[r].handle, self.a[r].handle, *central, c(ALPHA), c(LR),
-        self.g[r], c(MOMENTUM), c(MU), replica=r, num_replicas=L,
+        self.w[r].handle, self.a[r].handle, *central, self.alpha, c(LR),
+        self.g[r], c(MOMENTUM), c(self.mu), replica=r, num_replicas=L,
         barrier="b", use_locking=use_locking,
         use_nesterov=self.optimizer == "nesterov")
 
 
-def reference_wave(optimizer, z, zp, ws, accums, grads):
+def reference_wave(optimizer, z, zp, ws, accums, grads, alpha=ALPHA, mu=MU):
   """One wave of DESIGN.md section 3 in NumPy; returns the new state."""
   corrections, new_ws, new_accums = [], [], []
   for w, a, g in zip(ws, accums, grads):
-    c = ALPHA * (w - z)
+    c = alpha * (w - z)
     if optimizer == "sgd":
       step = LR * g
     else:
@@ -136,7 +141,7 @@ def reference_wave(optimizer, z, zp, ws, accums, grads):
     new_ws.append(w - step - c)
     new_accums.append(a)
     corrections.append(c)
-  z_new = z + sum(corrections) + MU * (z - zp)
+  z_new = z + sum(corrections) + mu * (z - zp)
   return z_new, z, new_ws, new_accums
 
 
@@ -201,6 +206,49 @@ def _check_waves(wave, concurrent):
         if optimizer != "sgd":
           np.testing.assert_allclose(sess.run(wave.a[r]), accums[r],
                                      **_tol(dtype))
+
+
+@pytest.mark.parametrize("concurrent", [True, False],
+                         ids=["one-run", "one-by-one"])
+@pytest.mark.parametrize("kind", ["ref", "resource"])
+@SHAPES
+@OPTIMIZERS
+def test_waves_without_a_pull_step_alone_and_leave_the_central_model(
+    optimizer, shape, outer, kind, concurrent):
+  """EASGD between its exchanges: alpha 0 and no central momentum. Such a
+  wave is the optimizer's step alone and leaves the central model and
+  z_prev as they are, to the bit (`next` holds nothing between waves); the
+  exchanges around it sum as ever, z_prev never read (it holds NaN here)."""
+  wave = Wave(optimizer, np.float32, shape, outer=outer, kind=kind, mu=0.0,
+              z_prev_offset=np.nan)
+  rng = np.random.RandomState(2)
+  z = wave.z0.astype(np.float64)
+  ws = [w.astype(np.float64) for w in wave.w0]
+  accums = [np.zeros(shape) for _ in range(L)]
+  with tf1.Session(graph=wave.graph) as sess:
+    sess.run(wave.init)
+    for alpha in [0.0, ALPHA, 0.0, 0.0, ALPHA]:
+      before = sess.run([wave.z, wave.zp])
+      feeds, grads = zip(*[wave.feed(r, rng) for r in range(L)])
+      if concurrent:
+        fed = {k: v for f in feeds for k, v in f.items()}
+        sess.run(wave.all, {**fed, wave.alpha: alpha})
+      else:
+        for r in rng.permutation(L):
+          sess.run(wave.ops[r], {**feeds[r], wave.alpha: alpha})
+      z, _, ws, accums = reference_wave(optimizer, z, z, ws, accums, grads,
+                                        alpha=alpha, mu=0.0)
+      after = sess.run([wave.z, wave.zp])
+      if alpha == 0.0:
+        for was, now in zip(before, after):
+          np.testing.assert_array_equal(now, was)
+      np.testing.assert_allclose(after[0], z, **_tol(np.float32))
+      for r in range(L):
+        np.testing.assert_allclose(sess.run(wave.w[r]), ws[r],
+                                   **_tol(np.float32))
+        if optimizer != "sgd":
+          np.testing.assert_allclose(sess.run(wave.a[r]), accums[r],
+                                     **_tol(np.float32))
 
 
 def test_central_model_moves_only_when_every_replica_has_passed():

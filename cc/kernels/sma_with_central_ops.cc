@@ -56,6 +56,35 @@ void SmaStretchWithCentral(T* __restrict__ w, T* __restrict__ a,
   }
 }
 
+// Elements [0, n) of one replica's step of kUpdate alone, rounded as
+// SmaStretchWithCentral rounds it: a wave with neither a pull toward the
+// central model nor a central momentum leaves the central model as it is,
+// and reads and writes none of its buffers. `a` is unused for gradient
+// descent.
+template <step::Update kUpdate, typename T>
+void StepStretch(T* __restrict__ w, T* __restrict__ a,
+                 const T* __restrict__ g, Index n, T lr_t, T momentum_t) {
+  constexpr bool kAccum = kUpdate != step::Update::kGradientDescent;
+  const WideT<T> lr = Widen(lr_t), momentum = Widen(momentum_t);
+  for (Index i = 0; i < n; ++i) {
+    WideT<T> ai = kAccum ? Widen(a[i]) : WideT<T>(0);
+    const WideT<T> wi = step::Apply<kUpdate>(Widen(w[i]), &ai,
+                                             static_cast<WideT<T>>(g[i]), lr,
+                                             momentum);
+    if (kAccum) a[i] = static_cast<T>(ai);
+    w[i] = static_cast<T>(wi);
+  }
+}
+
+// Without a central momentum z_prev's values are multiplied by zero: z
+// stands in for them, so that a first pass over a chunk reads one buffer
+// fewer. The sum differs only in the sign of a zero.
+template <typename T>
+const T* PrevOrCentral(const T* central, const T* central_prev,
+                       T central_momentum) {
+  return central_momentum == T(0) ? central : central_prev;
+}
+
 template <typename T>
 struct ApplySmaGradientDescentWithCentral<CPUDevice, T> {
   void operator()(const CPUDevice& d, Flat<T> var, ConstFlat<T> central,
@@ -64,7 +93,9 @@ struct ApplySmaGradientDescentWithCentral<CPUDevice, T> {
     constexpr auto kUpdate = step::Update::kGradientDescent;
     auto stretch = first ? &SmaStretchWithCentral<kUpdate, true, T>
                          : &SmaStretchWithCentral<kUpdate, false, T>;
-    stretch(var.data(), nullptr, central.data(), central_prev.data(),
+    stretch(var.data(), nullptr, central.data(),
+            PrevOrCentral(central.data(), central_prev.data(),
+                          central_momentum),
             next.data(), delta.data(), var.size(), alpha, lr, T(0),
             central_momentum);
   }
@@ -84,7 +115,9 @@ struct ApplySmaMomentumWithCentral<CPUDevice, T> {
               : (use_nesterov
                      ? &SmaStretchWithCentral<Update::kNesterov, false, T>
                      : &SmaStretchWithCentral<Update::kMomentum, false, T>);
-    stretch(var.data(), accum.data(), central.data(), central_prev.data(),
+    stretch(var.data(), accum.data(), central.data(),
+            PrevOrCentral(central.data(), central_prev.data(),
+                          central_momentum),
             next.data(), grad.data(), var.size(), alpha, lr, momentum,
             central_momentum);
   }
@@ -117,7 +150,7 @@ struct AddSmaCorrection<CPUDevice, T> {
                   T central_momentum, bool first) {
     T* out = next.data();
     const T* z = central.data();
-    const T* zp = central_prev.data();
+    const T* zp = PrevOrCentral(z, central_prev.data(), central_momentum);
     const T* c = correction.data();
     const WideT<T> mu = Widen(central_momentum);
     const Index n = next.size();
@@ -199,14 +232,15 @@ class ApplySmaWithCentralOp : public SmaOpBase {
     OP_REQUIRES_OK(ctx, barrier->StartSlot(slot, [&] {
       return Unshare(ctx, central_index + 2);
     }));
+    bool still = false;
     const tensorflow::Status passed = Update(ctx, barrier, slot,
-                                             central_index);
+                                             central_index, &still);
     if (!passed.ok()) {
       barrier->Abandon(slot);
       ctx->SetStatus(passed);
       return;
     }
-    if (barrier->Arrive(num_replicas_)) {
+    if (barrier->Arrive(num_replicas_) && !still) {
       OP_REQUIRES_OK(ctx, Rotate(ctx, central_index));
     }
     MaybeForwardRef(ctx);
@@ -214,9 +248,13 @@ class ApplySmaWithCentralOp : public SmaOpBase {
 
  private:
   // The replica's pass over the variable; an error comes before anything
-  // is written.
+  // is written. *still: the wave has neither a pull toward the central
+  // model (alpha 0, EASGD between its exchanges) nor a central momentum,
+  // so the central model stays as it is: the pass is the optimizer's step
+  // alone and the wave's last replica rotates nothing. Every replica of a
+  // wave reads the same alpha and momentum, so all of them pass alike.
   tensorflow::Status Update(OpKernelContext* ctx, SmaBarrier* barrier,
-                            int slot, int central_index) {
+                            int slot, int central_index, bool* still) {
     std::vector<Tensor> vars;
     tensorflow::Status status;
     auto locks = LockVariables<T>(ctx, use_exclusive_lock_,
@@ -267,6 +305,8 @@ class ApplySmaWithCentralOp : public SmaOpBase {
                                           DataTypeToEnum<T>::value,
                                           var.shape()));
     const int64_t offset = replica_ * num_chunks / stagger_;
+    *still = alpha.scalar<T>()() == T(0) &&
+             central_momentum.scalar<T>()() == T(0);
     Pass pass{vars,
               central,
               central_prev,
@@ -298,6 +338,10 @@ class ApplySmaWithCentralOp : public SmaOpBase {
                                       depth, rows, cols, row,
                                       row + size / cols);
               g = made.data();
+            }
+            if (*still) {
+              pass.Step(begin, size, g);
+              continue;
             }
             barrier->AtChunk(
                 k, slot, participants,
@@ -349,6 +393,24 @@ class ApplySmaWithCentralOp : public SmaOpBase {
             d, Slice(vars[0], begin, size), ConstSlice(central, begin, size),
             ConstSlice(central_prev, begin, size), Slice(next, begin, size),
             alpha, lr, g, central_momentum, first);
+      }
+    }
+
+    // The replica's step alone (a still wave).
+    void Step(int64_t begin, int64_t size, const T* grad) const {
+      T* w = Slice(vars[0], begin, size).data();
+      if (!kMomentum) {
+        functor::StepStretch<step::Update::kGradientDescent>(
+            w, static_cast<T*>(nullptr), grad, size, lr, T(0));
+        return;
+      }
+      T* a = Slice(vars[1], begin, size).data();
+      if (use_nesterov) {
+        functor::StepStretch<step::Update::kNesterov>(w, a, grad, size, lr,
+                                                      momentum);
+      } else {
+        functor::StepStretch<step::Update::kMomentum>(w, a, grad, size, lr,
+                                                      momentum);
       }
     }
 

@@ -346,8 +346,10 @@ corrections of the wave's num_replicas replicas (replica_index in
 [first_replica, first_replica + num_replicas)), added in replica order
 whatever order the replicas run in: a replica ahead of its turn keeps its
 correction until then. The last replica to finish sets central_prev =
-central and central = next (by swapping buffers). `barrier` names the per-variable count, reset by
-TensorBowResetSmaBarriers. The pass starts at the `replica`-th of
+central and central = next (by swapping buffers). When alpha and
+central_momentum are both 0 the wave is the step alone: the central model's
+buffers are neither read nor written. `barrier` names the per-variable
+count, reset by TensorBowResetSmaBarriers. The pass starts at the `replica`-th of
 `stagger` (0: num_replicas) evenly spaced positions, so that ops run at
 once by different stream groups start apart.
 )doc");
