@@ -38,6 +38,9 @@ class ReplicaState(object):
     self._seeds = {}  # replicated variable op name -> seed op
     self._pending_seed = set()  # replicated variables to seed before training
     self._pending_replicas = set()  # replicas to seed before training
+    # (ops, value) of the latest wave run known to have run, and of the
+    # one wave_run returned last.
+    self._prepared = self._preparing = None
 
   @property
   def in_use(self):
@@ -210,10 +213,18 @@ class ReplicaState(object):
   def wave_run(self, wave, sizes):
     """(fetches, feed_dict) preparing training run `wave` (counted from 1),
     whose replicas' shards have `sizes` rows, or None if the algorithm has
-    nothing to do for it."""
-    return self._algorithm_run(
-        "wave", self._algorithm.wave_value(wave, sizes),
-        self._algorithm.wave_ops)
+    nothing to do for it or the last run `prepared` set the same value."""
+    value = self._algorithm.wave_value(wave, sizes)
+    run = self._algorithm_run("wave", value, self._algorithm.wave_ops)
+    done = (self._prepared is not None and run is not None and
+            self._prepared[0] is run[0] and self._prepared[1] == value)
+    self._preparing = None if done or run is None else (run[0], value)
+    return None if done else run
+
+  def prepared(self):
+    """The run wave_run returned last has run: its ops hold its value."""
+    if self._preparing is not None:
+      self._prepared, self._preparing = self._preparing, None
 
   def merge_run(self, wave, sizes):
     """(fetches, feed_dict) to run after training run `wave`, or None."""

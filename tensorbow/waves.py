@@ -233,6 +233,7 @@ class Trainer(object):
                      if prepare is not None else ([sync[0]], {}))
         if prepare is not None:
           self._session.run(*prepare)
+          self._state.prepared()
         factors = self._schedule.factors() if self._schedule else None
         scale = factors is not None and self._state.scale_run(factors)
         if scale:

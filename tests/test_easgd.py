@@ -111,3 +111,31 @@ def test_easgd_rejects_arguments_out_of_range(kwargs, message):
 def test_easgd_by_name_has_no_central_momentum():
   with pytest.raises(ValueError, match="central momentum"):
     tb.TensorBowSession(algorithm="easgd", central_momentum=0.5)
+
+
+def test_easgd_factor_holds_through_a_wave_that_fails_after_it_is_set():
+  """The factor is set before a wave only when it changes. A wave that
+  fails after the factor was set (a non-finite loss, nothing committed)
+  is trained again with the factor it set; the rest follow the
+  reference without the failed batch."""
+  model = graphs.build(OPTIMIZERS["momentum"][0])
+  bad_x = np.full_like(BATCHES[1][0], np.nan)
+  with tb.TensorBowSession(graph=model.graph, replicas=REPLICAS,
+                           algorithm=tb.algorithms.EASGD(0.2, 2),
+                           nonfinite="raise") as sess:
+    sess.run(model.init)
+    losses = []
+    for k, (x, y) in enumerate(BATCHES):
+      if k in (1, 2):  # the first try of a wave with and without the pull
+        with pytest.raises(tf.errors.InvalidArgumentError, match="non-finite"):
+          sess.run(model.train, {model.x: bad_x, model.y: y})
+      losses.append(sess.run([model.loss, model.train],
+                             {model.x: x, model.y: y})[0])
+    params = sess.run([model.w, model.b])
+  alphas = [0.2 if k % 2 == 0 else 0.0 for k in range(1, WAVES + 1)]
+  expected = references.sma([graphs.W0, graphs.B0], BATCHES, REPLICAS,
+                            alphas, 0.0, LR, momentum=MOMENTUM)
+  for (_, loss, _, _), got in zip(expected, losses):
+    np.testing.assert_allclose(got, loss, rtol=1e-5)
+  for got, want in zip(params, expected[-1][0]):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
