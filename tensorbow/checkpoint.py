@@ -24,6 +24,7 @@ SUFFIX = ".tensorbow.npz"
 _SAVE_OPS = frozenset(["SaveV2", "Save", "SaveSlices"])
 _RESTORE_OPS = frozenset(["RestoreV2", "Restore", "RestoreSlice"])
 _CONFIG = "__config__"
+_WAVES = "__waves__"  # training runs completed when it was saved
 
 logger = logging.getLogger("tensorbow")
 
@@ -64,13 +65,23 @@ def state_path(prefix, worker=None):
   return f"{prefix}.tensorbow-worker{worker}.npz"
 
 
-def save(prefix, config, arrays, worker=None):
-  """Writes `arrays` ({key: ndarray}) and `config` beside `prefix`."""
+def save(prefix, config, arrays, worker=None, waves=0):
+  """Writes `arrays` ({key: ndarray}), `config` and the count of training
+  runs `waves` beside `prefix`."""
   path = state_path(prefix, worker)
   tmp = path + ".tmp"
   with open(tmp, "wb") as f:
-    np.savez(f, **{_CONFIG: np.asarray(_described(config))}, **arrays)
+    np.savez(f, **{_CONFIG: np.asarray(_described(config)),
+                   _WAVES: np.asarray(waves, np.int64)}, **arrays)
   os.replace(tmp, path)
+
+
+def pop_waves(loaded, default):
+  """The count of training runs saved in `loaded` (what `load` returned),
+  taken out of it; `default` if there is none."""
+  if loaded is None or _WAVES not in loaded:
+    return default
+  return int(loaded.pop(_WAVES))
 
 
 def load(prefix, config, worker=None):

@@ -109,10 +109,12 @@ class Trainer(object):
     with self._lock:
       worker = self._cluster.index if self._cluster else None
       if kind == "save" and self._state.in_use:
-        checkpoint.save(prefix, self.config(), self.replica_state(), worker)
+        checkpoint.save(prefix, self.config(), self.replica_state(), worker,
+                        waves=self._waves)
       elif kind == "restore":
-        self._loaded_state = checkpoint.load(prefix, self.config(), worker)
-        self._written_since_load = set()
+        loaded = checkpoint.load(prefix, self.config(), worker)
+        self._waves = checkpoint.pop_waves(loaded, self._waves)
+        self._loaded_state, self._written_since_load = loaded, set()
 
   def config(self):
     """What a checkpoint's replica state must have been saved with."""
@@ -359,8 +361,7 @@ class Trainer(object):
     """The seconds the latest wave's sum across devices took (its
     synchronisation task)."""
     last = self._runtime.task_timings(last=1)
-    return (last[0].end - last[0].start
-            if last and last[0].replica < 0 else 0.0)
+    return last[0].end - last[0].start if last and last[0].replica < 0 else 0.0
 
   def _take_chief_model(self):
     """Before a cluster's wave, the central model of the variables due to

@@ -139,3 +139,36 @@ def test_easgd_factor_holds_through_a_wave_that_fails_after_it_is_set():
     np.testing.assert_allclose(got, loss, rtol=1e-5)
   for got, want in zip(params, expected[-1][0]):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_easgd_period_resumes_in_step_from_a_checkpoint(tmp_path):
+  """Saved after run 3 of exchanges every 2, restored into a new session:
+  the count of runs comes back with the replicas, so the next exchange is
+  run 4, as in the session that went on."""
+  path = str(tmp_path / "model.ckpt")
+
+  def session():
+    model = graphs.build(OPTIMIZERS["momentum"][0])
+    with model.graph.as_default():
+      saver = tf1.train.Saver()
+    return model, saver, tb.TensorBowSession(
+        graph=model.graph, replicas=REPLICAS,
+        algorithm=tb.algorithms.EASGD(0.2, 2))
+
+  model, saver, sess = session()
+  with sess:
+    sess.run(model.init)
+    for x, y in BATCHES[:3]:
+      sess.run(model.train, {model.x: x, model.y: y})
+    saver.save(sess, path)
+    for x, y in BATCHES[3:]:
+      sess.run(model.train, {model.x: x, model.y: y})
+    went_on = sess.run([model.w, model.b])
+  model, saver, sess = session()
+  with sess:
+    saver.restore(sess, path)
+    for x, y in BATCHES[3:]:
+      sess.run(model.train, {model.x: x, model.y: y})
+    resumed = sess.run([model.w, model.b])
+  for got, want in zip(resumed, went_on):
+    np.testing.assert_array_equal(got, want)
