@@ -6,6 +6,9 @@
 // under the Var's mutex, which is what TensorFlow's reference-variable ops
 // lock. A copy exists once some op has asked for it; it holds its tensor
 // and nothing else.
+#define EIGEN_USE_THREADS
+
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -337,6 +340,134 @@ class StackReplicasOp : public ReplicaOpBase {
   }
 };
 
+// Local SGD's exchange (algorithms/local_sgd.py) in one pass over the
+// elements: from the central model z (input 0) and the outer velocity v
+// (input 1, a resource variable), per element
+//   delta = z - mean_r w_r  (summed in replica order, as ReplicaMean)
+//   v'    = momentum * v + delta
+//   z'    = z - rate * (nesterov ? delta + momentum * v' : v')
+// and then v = keep * v', every replica's copy = z', output z'. The
+// copies and v are written in place unless something else holds their
+// buffer. Every copy and v are locked for the pass.
+template <typename T>
+class LocalSgdExchangeOp : public ReplicaOpBase {
+ public:
+  explicit LocalSgdExchangeOp(OpKernelConstruction* ctx)
+      : ReplicaOpBase(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("nesterov", &nesterov_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& z = ctx->input(0);
+    T scalars[3];
+    for (int i = 0; i < 3; ++i) {
+      const Tensor& t = ctx->input(2 + i);
+      OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(t.shape()),
+                  errors::InvalidArgument(name(), ": rate, momentum and keep "
+                                          "must be scalars"));
+      scalars[i] = t.scalar<T>()();
+    }
+    tensorflow::core::RefCountPtr<Var> velocity;
+    OP_REQUIRES_OK(ctx, tensorflow::LookupResource(
+                            ctx, tensorflow::HandleFromInput(ctx, 1),
+                            &velocity));
+    std::vector<tensorflow::core::RefCountPtr<Var>> copies;
+    for (int64_t r = 0; r < num_replicas_; ++r) {
+      Var* var = nullptr;
+      OP_REQUIRES_OK(ctx, Replica(ctx, r, &var));
+      copies.emplace_back(var);
+    }
+    std::vector<tsl::mutex*> mutexes = {velocity->mu()};
+    for (auto& c : copies) mutexes.push_back(c->mu());
+    std::sort(mutexes.begin(), mutexes.end());
+    mutexes.erase(std::unique(mutexes.begin(), mutexes.end()),
+                  mutexes.end());
+    for (tsl::mutex* mu : mutexes) mu->lock();
+    const tensorflow::Status status = Exchange(ctx, z, velocity.get(),
+                                               copies, scalars);
+    for (auto it = mutexes.rbegin(); it != mutexes.rend(); ++it) {
+      (*it)->unlock();
+    }
+    OP_REQUIRES_OK(ctx, status);
+  }
+
+ private:
+  // A writable buffer for `var`'s tensor: its own, or a fresh one if
+  // something else holds it (`copy`: keep the values).
+  static tensorflow::Status Own(OpKernelContext* ctx, Var* var, bool copy) {
+    Tensor* t = var->tensor();
+    if (t->RefCountIsOne()) return absl::OkStatus();
+    Tensor fresh;
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(t->dtype(), t->shape(), &fresh));
+    if (copy) fresh.flat<T>() = t->flat<T>();
+    *t = fresh;
+    return absl::OkStatus();
+  }
+
+  tensorflow::Status Exchange(
+      OpKernelContext* ctx, const Tensor& z, Var* velocity,
+      const std::vector<tensorflow::core::RefCountPtr<Var>>& copies,
+      const T* scalars) {
+    if (!velocity->is_initialized) {
+      return errors::FailedPrecondition(name(), ": the outer velocity of '",
+                                        var_name_, "' was never set");
+    }
+    if (velocity->tensor()->dtype() != dtype_ ||
+        velocity->tensor()->shape() != z.shape()) {
+      return errors::InvalidArgument(name(), ": the outer velocity of '",
+                                     var_name_, "' is not a ",
+                                     z.shape().DebugString(), " ",
+                                     tensorflow::DataTypeString(dtype_));
+    }
+    for (int64_t r = 0; r < num_replicas_; ++r) {
+      Tensor value;
+      TF_RETURN_IF_ERROR(Value(copies[r].get(), r, &value));
+      if (value.shape() != z.shape()) {
+        return errors::InvalidArgument(
+            name(), ": replica ", r, " of '", var_name_, "' is ",
+            value.shape().DebugString(), ", the central model ",
+            z.shape().DebugString());
+      }
+    }
+    Tensor* out = nullptr;
+    TF_RETURN_IF_ERROR(ctx->allocate_output(0, z.shape(), &out));
+    // Checked: nothing fails from here on.
+    TF_RETURN_IF_ERROR(Own(ctx, velocity, true));
+    std::vector<T*> w;
+    for (auto& c : copies) {
+      TF_RETURN_IF_ERROR(Own(ctx, c.get(), true));
+      w.push_back(c->tensor()->flat<T>().data());
+    }
+    const T* zin = z.flat<T>().data();
+    T* v = velocity->tensor()->flat<T>().data();
+    T* zout = out->flat<T>().data();
+    const T rate = scalars[0], momentum = scalars[1], keep = scalars[2];
+    const T count = static_cast<T>(num_replicas_);
+    const bool nesterov = nesterov_;
+    const int64_t n = z.NumElements();
+    ctx->eigen_cpu_device().parallelFor(
+        n, Eigen::TensorOpCost(sizeof(T) * (2 + num_replicas_),
+                               sizeof(T) * (2 + num_replicas_),
+                               8 + num_replicas_),
+        [&](Index first, Index last) {
+          for (Index i = first; i < last; ++i) {
+            T sum = T(0);
+            for (T* wr : w) sum += wr[i];
+            const T delta = zin[i] - sum / count;
+            const T vv = momentum * v[i] + delta;
+            const T zn = zin[i] - rate * (nesterov ? delta + momentum * vv
+                                                   : vv);
+            zout[i] = zn;
+            v[i] = keep * vv;
+            for (T* wr : w) wr[i] = zn;
+          }
+        });
+    return absl::OkStatus();
+  }
+
+  bool nesterov_ = false;
+};
+
 // A resource variable of the home device (home_device.h) as a handle of
 // this device: for the ops of a stream group pinned to a device of its own
 // that update the central model.
@@ -406,6 +537,14 @@ REGISTER_KERNEL_BUILDER(
     ReplicaMeanOp);
 REGISTER_KERNEL_BUILDER(Name("TensorBowStackReplicas").Device(DEVICE_CPU),
                         StackReplicasOp);
+REGISTER_KERNEL_BUILDER(Name("TensorBowLocalSgdExchange")
+                            .Device(DEVICE_CPU)
+                            .TypeConstraint<float>("dtype"),
+                        LocalSgdExchangeOp<float>);
+REGISTER_KERNEL_BUILDER(Name("TensorBowLocalSgdExchange")
+                            .Device(DEVICE_CPU)
+                            .TypeConstraint<double>("dtype"),
+                        LocalSgdExchangeOp<double>);
 
 }  // namespace
 }  // namespace tensorbow

@@ -148,6 +148,30 @@ the device this op runs on: for a stream group pinned to a device of its
 own. The variable must exist.
 )doc");
 
+REGISTER_OP("TensorBowLocalSgdExchange")
+    .Input("central: dtype")
+    .Input("velocity: resource")
+    .Input("rate: dtype")
+    .Input("momentum: dtype")
+    .Input("keep: dtype")
+    .Output("new_central: dtype")
+    .Attr("var_name: string")
+    .Attr("dtype: {float, double}")
+    .Attr("num_replicas: int >= 1")
+    .Attr("nesterov: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Local SGD's exchange for variable `var_name`: with z the central model's
+value and v the outer velocity, delta = z - the mean of the replicas'
+copies; v' = momentum * v + delta; new_central = z - rate * (delta +
+momentum * v' if nesterov else v'); then v = keep * v' and every replica's
+copy is set to new_central, in one pass over the elements.
+)doc");
+
 REGISTER_OP("TensorBowStackReplicas")
     .Output("value: dtype")
     .Attr("var_name: string")

@@ -1,0 +1,116 @@
+"""Local SGD with an outer optimizer (DiLoCo), and post-local SGD.
+
+Every replica trains alone, on its own shards, with the user's optimizer.
+After every `period`-th training run the replicas' moves since the last
+exchange are averaged into a pseudo-gradient, the central model takes one
+step of an outer SGD (with momentum or Nesterov's) on it, and every
+replica restarts from the new central model; its own optimizer slots are
+kept. During the first `warmup_waves` training runs the replicas are
+averaged after every run instead (post-local SGD's synchronous start).
+DESIGN.md, "Local SGD", has the update rule.
+"""
+import tensorflow as tf
+
+from tensorbow import ops as tb_ops
+from tensorbow.algorithms import base
+from tensorbow.rewrite import graph_util
+
+_FLOAT_TYPES = (tf.float32, tf.float64)  # TensorBowLocalSgdExchange's
+
+
+class _State(object):
+
+  def __init__(self, name, var_op, dtype, velocity):
+    self.name = name
+    self.var_op = var_op
+    self.dtype = dtype
+    self.velocity = velocity  # resource handle: the outer momentum
+
+
+class LocalSGD(base.Algorithm):
+  """Local SGD: replicas exchange every `period` training runs.
+
+  Args:
+    period: training runs between exchanges (H), an int >= 1.
+    outer_learning_rate: the outer step's rate, > 0. With 1 and no outer
+      momentum an exchange is plain model averaging.
+    outer_momentum: the outer step's momentum, in [0, 1).
+    nesterov: Nesterov's momentum for the outer step (DiLoCo: rate 0.7,
+      momentum 0.9, Nesterov).
+    warmup_waves: training runs at the start averaged after each one,
+      without the outer step: with SGD or momentum SGD as the user's
+      optimizer that is synchronous SGD (post-local SGD).
+
+  Raises:
+    ValueError: for an argument out of range.
+  """
+
+  name = "local_sgd"
+
+  def __init__(self, period=8, outer_learning_rate=1.0, outer_momentum=0.0,
+               nesterov=False, warmup_waves=0):
+    if isinstance(period, bool) or int(period) != period or period < 1:
+      raise ValueError(f"period must be an int >= 1, got {period!r}")
+    if not outer_learning_rate > 0:
+      raise ValueError("outer_learning_rate must be > 0, got "
+                       f"{outer_learning_rate!r}")
+    if not 0 <= outer_momentum < 1:
+      raise ValueError("outer_momentum must be in [0, 1), got "
+                       f"{outer_momentum!r}")
+    if (isinstance(warmup_waves, bool) or int(warmup_waves) != warmup_waves
+        or warmup_waves < 0):
+      raise ValueError(f"warmup_waves must be an int >= 0, got "
+                       f"{warmup_waves!r}")
+    self.period = int(period)
+    self.outer_learning_rate = float(outer_learning_rate)
+    self.outer_momentum = float(outer_momentum)
+    self.nesterov = bool(nesterov)
+    self.warmup_waves = int(warmup_waves)
+
+  def variable_state(self, builder, var_op):
+    dtype, shape = graph_util.dtype_and_shape(var_op)
+    if dtype not in _FLOAT_TYPES:
+      raise tf.errors.UnimplementedError(
+          None, var_op, "TensorBow's local SGD averages float32 and float64 "
+          f"model variables; '{var_op.name}' is {dtype.name}")
+    return _State(var_op.name, var_op, dtype, graph_util.resource(
+        f"{builder.prefix}/local_sgd/{var_op.name}/velocity", dtype, shape))
+
+  def apply_nodes(self, builder, state, node, var, group, aux):
+    del builder, state, var, group, aux
+    return [node]  # a replica steps alone between exchanges
+
+  def fuses_outer(self, has_state):
+    del has_state
+    return True
+
+  def seed_ops(self, builder, state, value):
+    del builder
+    return [tf.raw_ops.AssignVariableOp(resource=state.velocity,
+                                        value=tf.zeros_like(value))]
+
+  def merge_value(self, wave, sizes):
+    del sizes
+    if wave <= self.warmup_waves:
+      return [1.0, 0.0, 0.0]  # averaging: rate 1, no momentum kept
+    if (wave - self.warmup_waves) % self.period:
+      return None
+    return [self.outer_learning_rate, self.outer_momentum, 1.0]
+
+  def merge_ops(self, builder, states, value):
+    """The exchange, fed [outer rate, outer momentum, 1 to keep the
+    velocity or 0 (averaging)]: one TensorBowLocalSgdExchange a variable
+    (DESIGN.md, "Local SGD"), its result assigned to the central model."""
+    ops = []
+    for s in states:
+      rate, momentum, keep = tf.unstack(tf.cast(value, s.dtype), num=3)
+      new = tb_ops.library().tensor_bow_local_sgd_exchange(
+          graph_util.read(s.var_op), s.velocity, rate, momentum, keep,
+          nesterov=self.nesterov,
+          **builder.variable_replicas(s.var_op).attrs())
+      ops.append(graph_util.assign(s.var_op, new))
+    return ops
+
+  def state_parts(self, builder, state):
+    del builder
+    return [(f"{state.name}/local_sgd/velocity", state.velocity)]

@@ -1,0 +1,194 @@
+"""Local SGD with an outer optimizer (tensorbow/algorithms/local_sgd.py)
+against its NumPy reference (DESIGN.md, "Local SGD").
+
+4 replicas on 2 stream groups (the default on 2 cores), uneven shards
+(18 rows over 4 replicas), resource and reference variables, SGD and
+momentum as the user's optimizer; periods 1, 3 and 4, the outer step
+plain, with momentum and with Nesterov's, and a synchronous warm-up;
+exact resume from a checkpoint.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tensorbow as tb
+
+import graphs
+import references
+
+tf1 = tf.compat.v1
+LR, MOMENTUM, REPLICAS, WAVES = 0.1, 0.9, 4, 9
+RNG = np.random.RandomState(5)
+BATCHES = [(RNG.randn(18, 3).astype(np.float32),
+            RNG.randn(18, 1).astype(np.float32)) for _ in range(WAVES)]
+OPTIMIZERS = {
+    "sgd": (lambda: tf1.train.GradientDescentOptimizer(LR), None),
+    "momentum": (lambda: tf1.train.MomentumOptimizer(LR, MOMENTUM),
+                 MOMENTUM),
+}
+
+
+def local_sgd(params, batches, replicas, lr, momentum, period, outer_lr,
+              outer_momentum, nesterov, warmup):
+  """DESIGN.md's local SGD in float64 on least squares.
+
+  Returns:
+    Per wave: (central params, the loss fetched (shard-weighted mean)).
+  """
+  z = [np.asarray(p, np.float64) for p in params]
+  velocity = [np.zeros_like(p) for p in z]
+  models = [[p.copy() for p in z] for _ in range(replicas)]
+  accums = [[np.zeros_like(p) for p in z] for _ in range(replicas)]
+  out = []
+  for wave, (x, y) in enumerate(batches, 1):
+    shards = zip(np.array_split(np.asarray(x, np.float64), replicas),
+                 np.array_split(np.asarray(y, np.float64), replicas))
+    losses = []
+    for j, (xs, ys) in enumerate(shards):
+      grads, loss = references.least_squares(models[j], xs, ys)
+      losses.append((loss, len(xs)))
+      for k, g in enumerate(grads):
+        if momentum is None:
+          step = lr * g
+        else:
+          accums[j][k] = momentum * accums[j][k] + g
+          step = lr * accums[j][k]
+        models[j][k] = models[j][k] - step
+    if wave <= warmup:
+      rate, mu, keep = 1.0, 0.0, 0.0
+    elif (wave - warmup) % period == 0:
+      rate, mu, keep = outer_lr, outer_momentum, 1.0
+    else:
+      rate = None
+    if rate is not None:
+      for k in range(len(z)):
+        delta = z[k] - np.mean([m[k] for m in models], axis=0)
+        v = mu * velocity[k] + delta
+        step = delta + mu * v if nesterov else v
+        z[k] = z[k] - rate * step
+        velocity[k] = keep * v
+      models = [[p.copy() for p in z] for _ in range(replicas)]
+    out.append(([p.copy() for p in z],
+                sum(l * n for l, n in losses) / sum(n for _, n in losses)))
+  return out
+
+
+def _train(model, algorithm, batches=BATCHES):
+  with tb.TensorBowSession(graph=model.graph, replicas=REPLICAS,
+                           algorithm=algorithm) as sess:
+    sess.run(model.init)
+    losses = [sess.run([model.loss, model.train], {model.x: x, model.y: y})[0]
+              for x, y in batches]
+    return losses, sess.run([model.w, model.b])
+
+
+OUTER = {
+    "average": dict(outer_learning_rate=1.0),
+    "momentum": dict(outer_learning_rate=0.7, outer_momentum=0.9),
+    "nesterov": dict(outer_learning_rate=0.7, outer_momentum=0.9,
+                     nesterov=True),
+}
+
+
+@pytest.mark.parametrize("use_resource", [True, False],
+                         ids=["resource", "ref"])
+@pytest.mark.parametrize("period,outer,warmup", [
+    (1, "average", 0), (3, "nesterov", 0), (4, "momentum", 0),
+    (3, "nesterov", 2)])
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_local_sgd_trains_as_the_numpy_reference(optimizer, period, outer,
+                                                 warmup, use_resource):
+  make, momentum = OPTIMIZERS[optimizer]
+  model = graphs.build(make, use_resource)
+  algorithm = tb.algorithms.LocalSGD(period=period, warmup_waves=warmup,
+                                     **OUTER[outer])
+  losses, params = _train(model, algorithm)
+  options = dict(outer_lr=1.0, outer_momentum=0.0, nesterov=False)
+  options.update({k.replace("outer_learning_rate", "outer_lr"): v
+                  for k, v in OUTER[outer].items()})
+  expected = local_sgd([graphs.W0, graphs.B0], BATCHES, REPLICAS, LR,
+                       momentum, period, warmup=warmup, **options)
+  for (_, loss), got in zip(expected, losses):
+    np.testing.assert_allclose(got, loss, rtol=1e-5)
+  for got, want in zip(params, expected[-1][0]):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_local_sgd_warm_up_is_synchronous_sgd():
+  """Averaged after every run, replicas of momentum SGD train as one
+  model on the whole batch (TensorFlow's session, 18 rows a step) as
+  long as the shards are even."""
+  make, _ = OPTIMIZERS["momentum"]
+  batches = [(x[:16], y[:16]) for x, y in BATCHES[:4]]
+  model = graphs.build(make)
+  _, params = _train(model, tb.algorithms.LocalSGD(period=5,
+                                                   warmup_waves=4), batches)
+  model = graphs.build(make)
+  with tf1.Session(graph=model.graph) as sess:
+    sess.run(model.init)
+    for x, y in batches:
+      sess.run(model.train, {model.x: x, model.y: y})
+    want = sess.run([model.w, model.b])
+  for got, w in zip(params, want):
+    np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+
+
+def test_local_sgd_by_name_averages_every_eighth_run():
+  assert tb.algorithms.by_name("local_sgd") == tb.algorithms.LocalSGD(8)
+  model = graphs.build(OPTIMIZERS["sgd"][0])
+  losses, params = _train(model, "local_sgd", BATCHES[:8])
+  expected = local_sgd([graphs.W0, graphs.B0], BATCHES[:8], REPLICAS, LR,
+                       None, 8, 1.0, 0.0, False, 0)
+  for got, want in zip(params, expected[-1][0]):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(period=0), "period"), (dict(period=2.5), "period"),
+    (dict(outer_learning_rate=0.0), "outer_learning_rate"),
+    (dict(outer_momentum=1.0), "outer_momentum"),
+    (dict(warmup_waves=-1), "warmup_waves")])
+def test_local_sgd_rejects_arguments_out_of_range(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    tb.algorithms.LocalSGD(**kwargs)
+
+
+def _saved(optimizer, use_resource):
+  model = graphs.build(OPTIMIZERS[optimizer][0], use_resource)
+  with model.graph.as_default():
+    saver = tf1.train.Saver()
+  return model, saver
+
+
+@pytest.mark.parametrize("use_resource", [True, False],
+                         ids=["resource", "ref"])
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_local_sgd_resumes_exactly_from_a_checkpoint(tmp_path, optimizer,
+                                                     use_resource):
+  """Saved at run 5 of exchanges every 3 (after two with Nesterov's
+  momentum), restored into a new session: the outer velocity and the run
+  within the period come back, and the next 4 runs (an exchange at run 6
+  and 9) equal those of the session that went on."""
+  path = str(tmp_path / "model.ckpt")
+  algorithm = tb.algorithms.LocalSGD(period=3, **OUTER["nesterov"])
+  model, saver = _saved(optimizer, use_resource)
+  with tb.TensorBowSession(graph=model.graph, replicas=REPLICAS,
+                           algorithm=algorithm) as sess:
+    sess.run(model.init)
+    for x, y in BATCHES[:5]:
+      sess.run(model.train, {model.x: x, model.y: y})
+    saver.save(sess, path)
+    went_on = [sess.run([model.loss, model.train],
+                        {model.x: x, model.y: y})[0] for x, y in BATCHES[5:]]
+    went_on.append(sess.run([model.w, model.b]))
+  model, saver = _saved(optimizer, use_resource)
+  with tb.TensorBowSession(graph=model.graph, replicas=REPLICAS,
+                           algorithm=algorithm) as sess:
+    saver.restore(sess, path)
+    resumed = [sess.run([model.loss, model.train],
+                        {model.x: x, model.y: y})[0] for x, y in BATCHES[5:]]
+    resumed.append(sess.run([model.w, model.b]))
+  for got, want in zip(resumed[:-1], went_on[:-1]):
+    assert got == want
+  for got, want in zip(resumed[-1], went_on[-1]):
+    np.testing.assert_array_equal(got, want)
