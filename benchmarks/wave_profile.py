@@ -33,10 +33,16 @@ from benchmarks.lenet_throughput import Config
 
 
 def _algorithm(spec):
-  """An algorithm of `spec`: a name, or easgd:P for EASGD every P runs."""
+  """An algorithm of `spec`: a name, or easgd:P (EASGD every P runs) or
+  local_sgd:P (local SGD every P runs, DiLoCo's outer step)."""
   import tensorbow as tb  # pylint: disable=g-import-not-at-top
   name, _, period = spec.partition(":")
-  return tb.algorithms.EASGD(period=int(period)) if period else name
+  if not period:
+    return name
+  if name == "local_sgd":
+    return tb.algorithms.LocalSGD(int(period), outer_learning_rate=0.7,
+                                  outer_momentum=0.9, nesterov=True)
+  return tb.algorithms.by_name(name, period=int(period))
 
 
 class Profiled(object):
@@ -100,7 +106,8 @@ def main():
   parser.add_argument("--replicas", type=int, default=2)
   parser.add_argument("--tf_batch", type=int, default=32)
   parser.add_argument("--algorithm", default="none,sma,easgd",
-                      help="comma-separated; easgd:P is EASGD every P runs")
+                      help="comma-separated; easgd:P and local_sgd:P "
+                      "exchange every P runs")
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--seconds", type=float, default=3.0)
   parser.add_argument("--tf_mode", choices=("graph", "v1"), default="v1")
