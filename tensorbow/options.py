@@ -67,7 +67,7 @@ def _check_devices(replicas, algorithm, nonfinite, workers, devices):
   if replicas < devices:
     raise ValueError(f"{devices} devices need at least as many replicas, got "
                      f"replicas={replicas}")
-  if not algorithm.spans_workers:
+  if not algorithm.spans_devices:
     raise ValueError(f"algorithm {algorithm.name!r} cannot keep replicas on "
                      "several devices together")
   if nonfinite == "skip":

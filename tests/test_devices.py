@@ -180,7 +180,6 @@ def test_writes_and_checkpoints_between_waves_as_on_one_device(
     (dict(devices=DEVICES, nonfinite="skip"), "nonfinite='skip'"),
     (dict(devices=DEVICES, algorithm="asgd"), "'asgd' cannot keep"),
     (dict(devices=DEVICES, algorithm="none"), "'none' cannot keep"),
-    (dict(devices=DEVICES, algorithm="local_sgd"), "'local_sgd' cannot keep"),
 ])
 def test_devices_that_cannot_hold_the_replicas_are_refused(options, message):
   m = build(_optimizer("sgd"))

@@ -192,3 +192,31 @@ def test_local_sgd_resumes_exactly_from_a_checkpoint(tmp_path, optimizer,
     assert got == want
   for got, want in zip(resumed[-1], went_on[-1]):
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("use_resource", [True, False],
+                         ids=["resource", "ref"])
+def test_local_sgd_over_two_devices_is_local_sgd_of_all_replicas(
+    use_resource):
+  """Two logical CPU devices of two replicas each: the exchange averages
+  all four, whatever device trained them."""
+  make, momentum = OPTIMIZERS["momentum"]
+  model = graphs.build(make, use_resource)
+  with tb.TensorBowSession(
+      graph=model.graph, replicas=REPLICAS,
+      config=tf1.ConfigProto(device_count={"CPU": 2}),
+      devices=["/cpu:0", "/cpu:1"],
+      algorithm=tb.algorithms.LocalSGD(period=2, **OUTER["nesterov"])) as sess:
+    sess.run(model.init)
+    losses = [sess.run([model.loss, model.train], {model.x: x, model.y: y})[0]
+              for x, y in BATCHES[:5]]
+    params = sess.run([model.w, model.b])
+    groups = {(t.replica, t.stream_group) for t in sess.task_timings()
+              if t.replica >= 0}
+  assert groups == {(0, 0), (1, 0), (2, 1), (3, 1)}
+  expected = local_sgd([graphs.W0, graphs.B0], BATCHES[:5], REPLICAS, LR,
+                       momentum, 2, 0.7, 0.9, True, 0)
+  for (_, loss), got in zip(expected, losses):
+    np.testing.assert_allclose(got, loss, rtol=1e-5)
+  for got, want in zip(params, expected[-1][0]):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

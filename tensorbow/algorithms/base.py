@@ -30,10 +30,13 @@ class Algorithm(object):
   # The replicas' tasks train the central model itself: nothing is
   # replicated, and each task's step lands as soon as the task finishes.
   shares_model = False
-  # The central models of several workers (or devices) can be kept equal
-  # after each wave (worker_sync, device_sync); an algorithm that cannot
-  # refuses a cluster and devices=.
+  # The central models of several workers can be kept equal after each
+  # wave (worker_sync); an algorithm that cannot refuses a cluster.
   spans_workers = False
+  # Replicas spread over several devices (devices=) can be kept together
+  # (device_sync, or an exchange that reads every replica); an algorithm
+  # that cannot refuses devices=.
+  spans_devices = False
   # A training run's batch is cut into chunks that the replicas take as
   # they come free (runtime.Runtime.run_pool), each chunk one whole step of
   # its replica; the Trainer keeps the algorithm's `schedule` and merges

@@ -46,6 +46,8 @@ class LocalSGD(base.Algorithm):
   """
 
   name = "local_sgd"
+  # The exchange reads every replica's copy wherever it trained.
+  spans_devices = True
 
   def __init__(self, period=8, outer_learning_rate=1.0, outer_momentum=0.0,
                nesterov=False, warmup_waves=0):

@@ -127,6 +127,7 @@ class SMA(base.Algorithm):
 
   name = "sma"
   spans_workers = True
+  spans_devices = True
 
   def __init__(self, alpha=None, central_momentum=0.9):
     if alpha is not None and not 0.0 < float(alpha) <= 1.0:

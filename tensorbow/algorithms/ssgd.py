@@ -21,6 +21,7 @@ class SSGD(base.Algorithm):
   name = "ssgd"
   model_from_replica = True
   spans_workers = True
+  spans_devices = True
   replicas_equal = True
 
   def check_nonfinite(self, nonfinite):
