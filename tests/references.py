@@ -14,6 +14,15 @@ def least_squares(params, xs, ys):
   return grads, 0.5 * float(np.mean(r ** 2))
 
 
+def sgd_step(param, accum, grad, lr, momentum=None):
+  """(param, accum) after one step of SGD, or of momentum SGD (TF1's
+  MomentumOptimizer) with `momentum` set."""
+  if momentum is None:
+    return param - lr * grad, accum
+  accum = momentum * accum + grad
+  return param - lr * accum, accum
+
+
 def sma(params, batches, replicas, alpha, mu, lr, momentum=None,
         nesterov=False, adagrad=False, algorithm="sma"):
   """SMA (DESIGN.md) in float64 over `batches`, one (x, y) per wave.

@@ -151,12 +151,8 @@ def reference(batch_size, mega_batch, momentum, theta, delta, replicas):
       rows.append(end - begin)
       lr = LR * sizes[j] / batch_size
       for k, g in enumerate(grads):
-        if momentum is None:
-          step = lr * g
-        else:
-          accums[j][k] = momentum * accums[j][k] + g
-          step = lr * accums[j][k]
-        models[j][k] = models[j][k] - step
+        models[j][k], accums[j][k] = references.sgd_step(
+            models[j][k], accums[j][k], g, lr, momentum)
       counts[j] += 1
       begin, turn = end, turn + 1
     if run % mega_batch == 0:

@@ -48,12 +48,8 @@ def local_sgd(params, batches, replicas, lr, momentum, period, outer_lr,
       grads, loss = references.least_squares(models[j], xs, ys)
       losses.append((loss, len(xs)))
       for k, g in enumerate(grads):
-        if momentum is None:
-          step = lr * g
-        else:
-          accums[j][k] = momentum * accums[j][k] + g
-          step = lr * accums[j][k]
-        models[j][k] = models[j][k] - step
+        models[j][k], accums[j][k] = references.sgd_step(
+            models[j][k], accums[j][k], g, lr, momentum)
     if wave <= warmup:
       rate, mu, keep = 1.0, 0.0, 0.0
     elif (wave - warmup) % period == 0:
