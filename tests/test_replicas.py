@@ -168,8 +168,11 @@ def test_checkpoint_state_is_read_back_only_with_its_config(tmp_path):
   config = {"replicas": 2, "algorithm": "sma", "alpha": 0.5,
             "central_momentum": 0.9}
   arrays = {"w/replica_0": W0, "w/replica_1": W0 * 2}
-  checkpoint.save(prefix, config, arrays)
+  checkpoint.save(prefix, config, arrays, waves=7)
   got = checkpoint.load(prefix, dict(config))
+  # The count of training runs comes back apart from the replicas' state.
+  assert checkpoint.pop_waves(got, 0) == 7
+  assert checkpoint.pop_waves(got, 3) == 3
   assert sorted(got) == sorted(arrays)
   for k, v in arrays.items():
     np.testing.assert_array_equal(got[k], v)
