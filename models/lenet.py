@@ -17,6 +17,7 @@ report's MNIST runs); `--data=synthetic` needs no files.
 
 import tensorflow as tf
 
+from models import script
 from models import training as training_loop
 
 MODEL_NAME = "lenet"
@@ -73,4 +74,4 @@ def build(image_shape, num_classes, learning_rate):
 
 
 if __name__ == "__main__":
-  training_loop.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)

@@ -15,6 +15,7 @@ Fashion-MNIST is the default data set; `--data=synthetic` needs no files.
 import numpy as np
 import tensorflow as tf
 
+from models import script
 from models import training as training_loop
 
 MODEL_NAME = "logistic_regression"
@@ -53,4 +54,4 @@ def build(image_shape, num_classes, learning_rate):
 
 
 if __name__ == "__main__":
-  training_loop.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)

@@ -31,6 +31,7 @@ flags shared by the reference models (`models/training.py`):
 
 import tensorflow as tf
 
+from models import script
 from models import training as training_loop
 
 MODEL_NAME = "resnet32"
@@ -184,4 +185,4 @@ def build(image_shape, num_classes, learning_rate, shortcut="A",
 
 
 if __name__ == "__main__":
-  training_loop.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)

@@ -5,9 +5,10 @@ The scripts `models/logistic_regression.py`, `models/mlp.py`,
 (placeholders, variables, an optimizer's train op) and hand it to this
 module, which does the rest the same way for all of them:
 
-- the command line (`define_flags`): which session (`tf.compat.v1.Session`
-  or `tensorbow.TensorBowSession`), how many replicas, the batch size per
-  replica, the data set, when to stop, where to log;
+- the run's `Config`: which session (`tf.compat.v1.Session` or
+  `tensorbow.TensorBowSession`), how many replicas, the batch size per
+  replica, the data set, when to stop, where to log (the command line that
+  sets it is `models/script.py`);
 - the session (`build_session`) and the batches: a TensorBow step feeds
   `batch_size * replicas` rows, so each replica trains on `batch_size` rows,
   the batch size the user chose for accuracy;
@@ -40,11 +41,10 @@ import sys
 import time
 import types
 
-from absl import app
-from absl import flags
 import tensorflow as tf
 
 from models import data as tb_data
+from models import progress as tb_progress
 from tensorbow.session import TensorBowSession
 
 SESSIONS = ("tf", "tensorbow")
@@ -57,10 +57,6 @@ EVAL_CHUNK = 1000
 # With a target accuracy, evaluate this many times per epoch, so the run
 # stops soon after the target is reached.
 EVALS_PER_EPOCH_WITH_TARGET = 4
-# Without a TTY, a plain progress line at most this often (seconds).
-LOG_EVERY_SECONDS = 10.0
-# On a TTY, redraw the progress bar at most this often (seconds).
-BAR_EVERY_SECONDS = 0.2
 
 # The keys of every JSON-lines record (the final one adds "event": "final"
 # and "stop_reason").
@@ -75,7 +71,8 @@ Config = collections.namedtuple("Config", [
 Config.__new__.__defaults__ = (
     "tensorbow", 2, "sma", 32, 0.01, 1, None, None, "synthetic", None,
     "/tmp/tensorbow_logs", 0, None, None, None, None)
-Config.__doc__ = """What one training run does; the fields mirror the flags.
+Config.__doc__ = """What one training run does; the fields mirror the flags
+(models/script.py).
 
 Attributes:
   session: "tf" (tf.compat.v1.Session) or "tensorbow" (TensorBowSession).
@@ -146,91 +143,6 @@ def model(x, y, training, logits, loss, train_op, **extra):
 # ---- Flags ------------------------------------------------------------------
 
 
-def define_flags(**defaults):
-  """Defines the command-line flags of the model scripts (once per process).
-
-  Args:
-    **defaults: per-script defaults overriding `Config`'s, by field name
-      (e.g. `learning_rate=0.1, data="cifar10"`).
-
-  Raises:
-    ValueError: a default names no flag.
-  """
-  unknown = set(defaults) - set(Config._fields)
-  if unknown:
-    raise ValueError(f"no such flags: {sorted(unknown)}")
-  values = Config()._replace(**defaults)
-  if "session" in flags.FLAGS:
-    # Already defined (a second script's module in the same process): only
-    # move the defaults.
-    for name, value in values._asdict().items():
-      flags.FLAGS.set_default(name, value)
-    return
-  flags.DEFINE_enum("session", values.session, SESSIONS,
-                    "tf: tf.compat.v1.Session; tensorbow: TensorBowSession.")
-  flags.DEFINE_integer("replicas", values.replicas,
-                       "TensorBow replicas (ignored with --session=tf).",
-                       lower_bound=1)
-  flags.DEFINE_enum("algorithm", values.algorithm, ALGORITHMS,
-                    "TensorBow's algorithm: sma (synchronous model "
-                    "averaging) or none (independent replicas).")
-  flags.DEFINE_integer("batch_size", values.batch_size,
-                       "Rows per replica per step; a TensorBow step feeds "
-                       "batch_size * replicas rows.", lower_bound=1)
-  flags.DEFINE_float("learning_rate", values.learning_rate,
-                     "The optimizer's learning rate.")
-  flags.DEFINE_integer("epochs", values.epochs,
-                       "Stop after this many epochs.", lower_bound=0)
-  flags.DEFINE_integer("max_steps", values.max_steps,
-                       "Stop after this many steps (default: no limit).",
-                       lower_bound=0)
-  flags.DEFINE_float("target_accuracy", values.target_accuracy,
-                     "Stop once the test accuracy reaches this (evaluating "
-                     f"{EVALS_PER_EPOCH_WITH_TARGET} times per epoch).",
-                     lower_bound=0.0, upper_bound=1.0)
-  flags.DEFINE_enum("data", values.data, DATA_SETS, "The data set.")
-  flags.DEFINE_string("data_dir", values.data_dir,
-                      "The data set's folder (default: fashion_mnist's "
-                      "Debian location; mnist and cifar10 need it).")
-  if "log_dir" in flags.FLAGS:
-    # absl.logging defines --log_dir ("directory to write logfiles into");
-    # this loop's logs go there too, so the flag is shared, not redefined.
-    flags.FLAGS.set_default("log_dir", values.log_dir)
-    flags.FLAGS["log_dir"].help = (
-        "Where the JSON-lines log and TensorBoard events go (and absl's log "
-        "files, if enabled).")
-    flags.declare_key_flag("log_dir")
-  else:
-    flags.DEFINE_string("log_dir", values.log_dir,
-                        "Where the JSON-lines log and TensorBoard events go.")
-  flags.DEFINE_integer("seed", values.seed,
-                       "Seeds the weights, the shuffling and synthetic data.",
-                       lower_bound=0)
-  flags.DEFINE_integer("train_size", values.train_size,
-                       "Keep only the first N training examples (synthetic: "
-                       "generate N).", lower_bound=1)
-  flags.DEFINE_integer("test_size", values.test_size,
-                       "Keep only the first N test examples (synthetic: "
-                       "generate N).", lower_bound=1)
-  flags.DEFINE_integer("evals_per_epoch", values.evals_per_epoch,
-                       "Evaluate N times an epoch (default: once, or "
-                       f"{EVALS_PER_EPOCH_WITH_TARGET} times with "
-                       "--target_accuracy).", lower_bound=1)
-  flags.DEFINE_float("max_seconds", values.max_seconds,
-                     "Stop after this many seconds of wall time.",
-                     lower_bound=0.0)
-
-
-def config_from_flags(flag_values=None):
-  """The `Config` that parsed flags describe (`flags.FLAGS` by default)."""
-  flag_values = flags.FLAGS if flag_values is None else flag_values
-  return Config(**{name: getattr(flag_values, name)
-                   for name in Config._fields})
-
-
-# ---- Sessions ---------------------------------------------------------------
-
-
 def build_session(session, replicas, algorithm, graph):
   """A session over `graph`: plain TensorFlow or TensorBow.
 
@@ -292,56 +204,6 @@ def load_data(config, synthetic_image_shape=None):
 
 
 # ---- Progress ---------------------------------------------------------------
-
-
-class _Progress(object):
-  """A carriage-return progress bar on a TTY, plain log lines otherwise."""
-
-  def __init__(self, stream, steps_per_epoch, epochs, verbose):
-    self._stream = stream
-    self._tty = verbose and hasattr(stream, "isatty") and stream.isatty()
-    self._verbose = verbose
-    self._steps_per_epoch = steps_per_epoch
-    self._epochs = epochs
-    self._last = -math.inf
-    self._bar_shown = False
-
-  def step(self, step, images_per_sec, loss):
-    """Reports progress after `step` steps (rate-limited); loss: a mean."""
-    if not self._verbose:
-      return
-    now = time.monotonic()
-    if now - self._last < (BAR_EVERY_SECONDS if self._tty else
-                           LOG_EVERY_SECONDS):
-      return
-    self._last = now
-    epoch, in_epoch = divmod(step, self._steps_per_epoch)
-    status = (f"step {step} | {images_per_sec:8.1f} img/s | "
-              f"loss {loss:.4f}")
-    if self._tty:
-      width = 20
-      done = int(width * in_epoch / self._steps_per_epoch)
-      of = f"/{self._epochs}" if self._epochs is not None else ""
-      self._stream.write(f"\repoch {epoch + 1}{of} "
-                         f"[{'#' * done}{'.' * (width - done)}] {status}"
-                         "\x1b[K")
-      self._bar_shown = True
-    else:
-      self._stream.write(f"epoch {step / self._steps_per_epoch:.2f}: "
-                         f"{status}\n")
-    self._stream.flush()
-
-  def line(self, text):
-    """Writes a line of its own (below the bar, which is redrawn later)."""
-    if not self._verbose:
-      return
-    if self._bar_shown:
-      self._stream.write("\r\x1b[K")
-      self._bar_shown = False
-    self._stream.write(text + "\n")
-    self._stream.flush()
-    if self._tty:
-      self._last = -math.inf  # Redraw the bar at the next step.
 
 
 # ---- Training ---------------------------------------------------------------
@@ -469,7 +331,8 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
                           config.algorithm if isinstance(config.algorithm, str)
                           else repr(config.algorithm)),
             "model": model_name}
-  progress = _Progress(stream, steps_per_epoch, config.epochs, verbose)
+  progress = tb_progress.Progress(stream, steps_per_epoch, config.epochs,
+                                  verbose)
   progress.line(
       f"{model_name} on {config.data}: {num_train} training and "
       f"{len(dataset.test_images)} test images; session {config.session}, "
@@ -589,62 +452,20 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
           "adaptive_history": history}
 
 
-def run_script(build, model_name, synthetic_image_shape, defaults):
-  """The `__main__` of a model script: graph mode, the flags, absl's app.
-
-  Args:
-    build: the script's `build(image_shape, num_classes, learning_rate)`.
-    model_name: names the run.
-    synthetic_image_shape: the image shape of --data=synthetic.
-    defaults: the script's flag defaults (see `define_flags`).
-  """
-  tf.compat.v1.disable_eager_execution()
-  define_flags(**defaults)
-  # The script's --help lists these flags as its own.
-  for flag in flags.FLAGS.get_flags_for_module(__name__):
-    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-  app.run(lambda argv: main(argv, build, model_name, synthetic_image_shape))
-
-
-def main(argv, build, model_name, synthetic_image_shape):
-  """The body of a model script's `main(argv)` (under `absl.app.run`).
-
-  Args:
-    argv: the arguments absl left over; there must be none.
-    build: the script's `build(image_shape, num_classes, learning_rate)`.
-    model_name: names the run.
-    synthetic_image_shape: the image shape of --data=synthetic.
-
-  Raises:
-    absl.app.UsageError: positional arguments.
-    SystemExit: the data set cannot be loaded (the message says why,
-      without a traceback).
-  """
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  config = config_from_flags()
-  try:
-    dataset = load_data(config, synthetic_image_shape)
-  except (ValueError, OSError) as e:
-    # A missing --data_dir or file is the user's to fix, not a crash.
-    sys.exit(f"{model_name}: cannot load {config.data}: {e}")
-  run(build, model_name, synthetic_image_shape, config, dataset)
-
-
-def run(build, model_name, synthetic_image_shape, config=None, dataset=None):
+def run(build, model_name, synthetic_image_shape, config, dataset=None):
   """What a model script's `main` does: load, build, train.
 
   Args:
     build: the script's `build(image_shape, num_classes, learning_rate)`.
     model_name: names the run.
     synthetic_image_shape: the image shape of --data=synthetic.
-    config: a `Config`; None reads the parsed flags.
+    config: a `Config` (`models.script.config_from_flags` reads one from
+      the command line).
     dataset: the `models.data.Dataset`; None loads what `config` names.
 
   Returns:
     `train`'s dict.
   """
-  config = config_from_flags() if config is None else config
   if dataset is None:
     dataset = load_data(config, synthetic_image_shape)
   graph = tf.Graph()
