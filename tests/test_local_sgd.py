@@ -135,6 +135,8 @@ def test_local_sgd_by_name_averages_every_eighth_run():
   losses, params = _train(model, "local_sgd", BATCHES[:8])
   expected = local_sgd([graphs.W0, graphs.B0], BATCHES[:8], REPLICAS, LR,
                        None, 8, 1.0, 0.0, False, 0)
+  for (_, loss), got in zip(expected, losses):
+    np.testing.assert_allclose(got, loss, rtol=1e-5)
   for got, want in zip(params, expected[-1][0]):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -216,3 +218,57 @@ def test_local_sgd_over_two_devices_is_local_sgd_of_all_replicas(
     np.testing.assert_allclose(got, loss, rtol=1e-5)
   for got, want in zip(params, expected[-1][0]):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fast", ["0", "all"])
+def test_local_sgd_with_fused_dense_updates_trains_as_the_numpy_reference(
+    monkeypatch, fast):
+  """The replicas' apply ops are copied as they are, including the dense
+  updates that take their gradient as factors (fast kernels "all")."""
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", fast)
+  make, momentum = OPTIMIZERS["momentum"]
+  model = graphs.build(make)
+  algorithm = tb.algorithms.LocalSGD(period=3, **OUTER["nesterov"])
+  with tb.TensorBowSession(graph=model.graph, replicas=REPLICAS,
+                           algorithm=algorithm) as sess:
+    sess.run(model.init)
+    losses = [sess.run([model.loss, model.train], {model.x: x, model.y: y})[0]
+              for x, y in BATCHES]
+    params = sess.run([model.w, model.b])
+    types = {op.type for op in sess.execution_graph.get_operations()}
+  assert any("Outer" in t for t in types) == (fast == "all"), types
+  expected = local_sgd([graphs.W0, graphs.B0], BATCHES, REPLICAS, LR,
+                       momentum, 3, 0.7, 0.9, True, 0)
+  for (_, loss), got in zip(expected, losses):
+    np.testing.assert_allclose(got, loss, rtol=1e-5)
+  for got, want in zip(params, expected[-1][0]):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fast", ["default", "0"])
+@pytest.mark.parametrize("use_resource", [True, False],
+                         ids=["resource", "ref"])
+def test_local_sgd_at_one_replica_equals_tf_session(monkeypatch, use_resource,
+                                                   fast):
+  """L = 1 trains the user's own variables: tf.compat.v1.Session's steps,
+  with no exchange; bit-equal on TensorFlow's kernels, to rounding on the
+  default (timed) ones, as the idiom corpus holds every algorithm."""
+  if fast == "0":
+    monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "0")
+  make, _ = OPTIMIZERS["momentum"]
+  got = []
+  for session in ("tensorbow", "tf"):
+    model = graphs.build(make, use_resource)
+    sess = (tb.TensorBowSession(graph=model.graph, replicas=1,
+                                algorithm=tb.algorithms.LocalSGD(period=2))
+            if session == "tensorbow" else tf1.Session(graph=model.graph))
+    with sess:
+      sess.run(model.init)
+      losses = [sess.run([model.loss, model.train],
+                         {model.x: x, model.y: y})[0] for x, y in BATCHES]
+      got.append((losses, sess.run([model.w, model.b])))
+  (tb_losses, tb_params), (tf_losses, tf_params) = got
+  tol = dict(rtol=0, atol=0) if fast == "0" else dict(rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(tb_losses, tf_losses, **tol)
+  for a, b in zip(tb_params, tf_params):
+    np.testing.assert_allclose(a, b, **tol)

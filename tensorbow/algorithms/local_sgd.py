@@ -20,8 +20,7 @@ _FLOAT_TYPES = (tf.float32, tf.float64)  # TensorBowLocalSgdExchange's
 
 class _State(object):
 
-  def __init__(self, name, var_op, dtype, velocity):
-    self.name = name
+  def __init__(self, var_op, dtype, velocity):
     self.var_op = var_op
     self.dtype = dtype
     self.velocity = velocity  # resource handle: the outer momentum
@@ -75,7 +74,7 @@ class LocalSGD(base.Algorithm):
       raise tf.errors.UnimplementedError(
           None, var_op, "TensorBow's local SGD averages float32 and float64 "
           f"model variables; '{var_op.name}' is {dtype.name}")
-    return _State(var_op.name, var_op, dtype, graph_util.resource(
+    return _State(var_op, dtype, graph_util.resource(
         f"{builder.prefix}/local_sgd/{var_op.name}/velocity", dtype, shape))
 
   def apply_nodes(self, builder, state, node, var, group, aux):
@@ -115,4 +114,4 @@ class LocalSGD(base.Algorithm):
 
   def state_parts(self, builder, state):
     del builder
-    return [(f"{state.name}/local_sgd/velocity", state.velocity)]
+    return [(f"{state.var_op.name}/local_sgd/velocity", state.velocity)]
