@@ -3,6 +3,8 @@
 The timer is replaced so that the outcome is known: whichever kernel it
 says is faster is the one in the replicas' copies, the choice is listed
 and cached per shape, and training gives the same values either way."""
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -29,13 +31,12 @@ def _build():
   return graph, x, y, w, train, init
 
 
-def _train(monkeypatch, tmp_path, faster):
-  """Trains with a timer saying `faster` ("tf" or "tensorbow") wins;
-  returns (weights, kernel choices, op types of the copies, timer
-  calls)."""
-  calls = []
+def _timers(faster, calls):
+  """(timer, outer timer) saying `faster` ("tf" or "tensorbow") wins,
+  each call noted in `calls`."""
 
   def timer(graph_def, fetch, values):
+    del values
     calls.append(fetch)
     uses_tensorbow = any(n.op.startswith("TensorBow") for n in graph_def.node)
     return 1.0 if uses_tensorbow == (faster == "tf") else 0.5
@@ -45,6 +46,15 @@ def _train(monkeypatch, tmp_path, faster):
     calls.append(op_type)
     return 1.0 if fused == (faster == "tf") else 0.5
 
+  return timer, outer_timer
+
+
+def _train(monkeypatch, tmp_path, faster, timers=None):
+  """Trains with a timer saying `faster` ("tf" or "tensorbow") wins (or
+  with `timers`); returns (weights, kernel choices, op types of the
+  copies, timer calls)."""
+  calls = []
+  timer, outer_timer = timers or _timers(faster, calls)
   monkeypatch.setattr(kernel_choice, "_timed", timer)
   monkeypatch.setattr(kernel_choice, "_timed_outer", outer_timer)
   monkeypatch.setenv("TENSORBOW_CACHE_DIR", str(tmp_path))
@@ -95,6 +105,29 @@ def test_choices_are_cached_per_machine_and_shape(monkeypatch, tmp_path):
   assert calls == []
   assert [c["substitute"] for c in again] == [c["substitute"] for c in first]
   assert (tmp_path / "kernel_choices.json").exists()
+
+
+def test_a_rivals_timing_written_first_is_the_one_used(monkeypatch,
+                                                      tmp_path):
+  """Two processes (two workers of a job) time the same shapes at once:
+  the one that writes first is the one both use, and neither drops what
+  the other wrote."""
+  _train(monkeypatch, tmp_path / "rival", "tf")
+  rival = json.loads((tmp_path / "rival" / "kernel_choices.json").read_text())
+  rival[next(iter(rival))]["another shape"] = {"tf": 1.0, "tensorbow": 2.0}
+  ours = tmp_path / "ours"
+
+  def rival_writes_while(timed):
+    def timed_beside_a_rival(*args):
+      ours.mkdir(exist_ok=True)
+      (ours / "kernel_choices.json").write_text(json.dumps(rival))
+      return timed(*args)
+    return timed_beside_a_rival
+
+  timers = [rival_writes_while(t) for t in _timers("tensorbow", [])]
+  _, choices, _, _ = _train(monkeypatch, ours, "tensorbow", timers)
+  assert choices and not any(c["substitute"] for c in choices)
+  assert json.loads((ours / "kernel_choices.json").read_text()) == rival
 
 
 def test_real_timings_are_positive(tmp_path, monkeypatch):

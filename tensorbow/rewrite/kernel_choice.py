@@ -9,6 +9,7 @@ kept. Choices are cached per machine (CPU, TensorFlow version, oneDNN
 setting) and shape in a JSON file (TENSORBOW_CACHE_DIR, by default
 ~/.cache/tensorbow), logged at DEBUG and listed by `choices`.
 """
+import fcntl
 import json
 import logging
 import os
@@ -180,8 +181,7 @@ class Chooser(object):
                                    own.name + ":0", values)})
       if entry is None:
         return False
-      cache.setdefault(self._machine, {})[key] = entry
-      self._save(cache)
+      entry = self._record(key, entry)
     return self._decide(op, op.type, shapes, entry)
 
   def keep_outer(self, op, matmul):
@@ -206,8 +206,7 @@ class Chooser(object):
           nesterov) for fused in ("tf", "tensorbow")})
       if entry is None:
         return False
-      cache.setdefault(self._machine, {})[key] = entry
-      self._save(cache)
+      entry = self._record(key, entry)
     return self._decide(op, f"{op.type}(MatMul)", shapes, entry)
 
   def _measure(self, op, time_both):
@@ -267,16 +266,31 @@ class Chooser(object):
     except (OSError, ValueError):
       return {}
 
-  def _save(self, cache):
+  def _record(self, key, entry):
+    """Caches `entry` (timings) for `key` unless another process cached
+    one first; returns the entry in force.
+
+    Every TensorBow process of this user shares the file, the workers of
+    one job among them: a choice is added under a lock to the file as it
+    is then, and the first timing written for a shape is the one every
+    process uses, so two processes never train one shape with different
+    kernels (and lose bit-reproducibility) because both timed it.
+    """
     if self._path is None:
-      return
+      return entry
     try:
       os.makedirs(os.path.dirname(self._path), exist_ok=True)
-      with open(self._path + ".tmp", "w") as f:
-        json.dump(cache, f)
-      os.replace(self._path + ".tmp", self._path)
+      with open(self._path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
+        cache = self._load()
+        entry = cache.setdefault(self._machine, {}).setdefault(key, entry)
+        scratch = f"{self._path}.{os.getpid()}.tmp"
+        with open(scratch, "w") as f:
+          json.dump(cache, f)
+        os.replace(scratch, self._path)
     except OSError:
       pass  # an unwritable cache only costs timing again
+    return entry
 
 
 def _attrs(op):
