@@ -1,6 +1,7 @@
 """The replicas' state between waves: which variables have replicas, their
-seeding, the synchronisation and refresh that follow a wave, what an
-algorithm runs around one, and the state a checkpoint or a snapshot holds.
+seeding, the synchronisation and refresh that follow a wave, and the state
+a checkpoint or a snapshot holds. What an algorithm runs around a wave
+over that state is its `runs` (algorithm_runs.py).
 
 A `ReplicaState` lives as long as one setting of L. The copier
 (rewrite/replicate.py) registers each variable it replicates, at plan
@@ -12,6 +13,7 @@ grow with the number of runs.
 import numpy as np
 import tensorflow as tf
 
+from tensorbow import algorithm_runs
 from tensorbow.rewrite import graph_util
 
 
@@ -38,9 +40,9 @@ class ReplicaState(object):
     self._seeds = {}  # replicated variable op name -> seed op
     self._pending_seed = set()  # replicated variables to seed before training
     self._pending_replicas = set()  # replicas to seed before training
-    # (ops, value) of the latest wave run known to have run, and of the
-    # one wave_run returned last.
-    self._prepared = self._preparing = None
+    # The runs the algorithm makes around a wave, over these states.
+    self.runs = algorithm_runs.AlgorithmRuns(builder, algorithm,
+                                             self._states, self._state_key)
 
   @property
   def in_use(self):
@@ -188,103 +190,6 @@ class ReplicaState(object):
       self._pending_seed.update(n for n in names if n in self._seeds)
 
   # ---- Around a wave -------------------------------------------------------
-
-  def participants_run(self, skipped, remaining):
-    """(fetches, feed_dict) leaving replicas `skipped` out of the next
-    wave's synchronisation, `remaining` taking part; None if the algorithm
-    has nothing to do for it."""
-    names = tuple(sorted(self._states))
-
-    def build():
-      count = tf.compat.v1.placeholder(tf.int32, [], name="participants")
-      replicas = tf.compat.v1.placeholder(tf.int32, [None],
-                                          name="skipped_replicas")
-      ops = self._algorithm.skip_ops(
-          self._builder, [self._states[n] for n in names], count, replicas)
-      return count, replicas, ops
-
-    count, replicas, ops = self._builder.once(
-        "participants", self._state_key(names), build)
-    if not ops:
-      return None
-    return ops, {count: remaining,
-                 replicas: np.array(sorted(skipped), np.int32)}
-
-  def wave_run(self, wave, sizes):
-    """(fetches, feed_dict) preparing training run `wave` (counted from 1),
-    whose replicas' shards have `sizes` rows, or None if the algorithm has
-    nothing to do for it or the last run `prepared` set the same value."""
-    value = self._algorithm.wave_value(wave, sizes)
-    run = self._algorithm_run("wave", value, self._algorithm.wave_ops)
-    done = (self._prepared is not None and run is not None and
-            self._prepared[0] is run[0] and self._prepared[1] == value)
-    self._preparing = None if done or run is None else (run[0], value)
-    return None if done else run
-
-  def prepared(self):
-    """The run wave_run returned last has run: its ops hold its value."""
-    if self._preparing is not None:
-      self._prepared, self._preparing = self._preparing, None
-
-  def merge_run(self, wave, sizes):
-    """(fetches, feed_dict) to run after training run `wave`, or None."""
-    return self._algorithm_run(
-        "merge", self._algorithm.merge_value(wave, sizes),
-        self._algorithm.merge_ops)
-
-  def scale_run(self, factors):
-    """(fetches, feed_dict) setting a pooled algorithm's per-replica
-    learning-rate factors, or None."""
-    return self._algorithm_run("scale", factors, self._algorithm.scale_ops)
-
-  def merge_weighted_run(self, weights):
-    """(fetches, feed_dict) of a pooled algorithm's merge with `weights`
-    (one per replica), or None."""
-    return self._algorithm_run("merge", weights, self._algorithm.merge_ops)
-
-  def drift_tensor(self):
-    """A pooled algorithm's tensor its schedule's merge reads, or None."""
-    if not self._states:
-      return None
-    names = tuple(sorted(self._states))
-    return self._builder.once(
-        "drift", self._state_key(names),
-        lambda: self._algorithm.drift_tensor(
-            self._builder, [self._states[n] for n in names]))
-
-  def _algorithm_run(self, purpose, value, make_ops):
-    if value is None or not self._states:
-      return None
-    names = tuple(sorted(self._states))
-
-    def build():
-      fed = tf.compat.v1.placeholder(tf.float64, None,
-                                     name=f"{purpose}_value")
-      return fed, make_ops(self._builder,
-                           [self._states[n] for n in names], fed)
-
-    fed, ops = self._builder.once(purpose, self._state_key(names), build)
-    return (ops, {fed: value}) if ops else None
-
-  def worker_sync(self):
-    """(op run before a wave, [tensor each worker adds to the sum after
-    it], [placeholder fed each sum], op applying the sums) keeping the
-    central models of a cluster's workers equal, or None."""
-    names = tuple(sorted(self._states))
-
-    def build():
-      parts = [self._algorithm.worker_sync(self._builder, self._states[n])
-               for n in names]
-      parts = [p for p in parts if p is not None]
-      if not parts:
-        return None
-      before, added, apply = zip(*parts)
-      sums = [tf.compat.v1.placeholder(t.dtype, t.shape) for t in added]
-      return (tf.group(*before, name="worker_base"), list(added), sums,
-              tf.group(*[a(s) for a, s in zip(apply, sums)],
-                       name="worker_sum"))
-
-    return self._builder.once("worker_sync", self._state_key(names), build)
 
   def model_bytes(self):
     """The bytes of the replicated model variables."""

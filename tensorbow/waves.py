@@ -228,16 +228,16 @@ class Trainer(object):
         if self._reducer is not None:
           self._take_chief_model()
         self._seed_replicas()
-        prepare = self._state.wave_run(self._waves + 1, sizes)
-        sync = self._reducer and self._state.worker_sync()
+        prepare = self._state.runs.wave_run(self._waves + 1, sizes)
+        sync = self._reducer and self._state.runs.worker_sync()
         if sync:  # the workers' common base, in the same run
           prepare = (([sync[0]] + list(prepare[0]), prepare[1])
                      if prepare is not None else ([sync[0]], {}))
         if prepare is not None:
           self._session.run(*prepare)
-          self._state.prepared()
+          self._state.runs.prepared()
         factors = self._schedule.factors() if self._schedule else None
-        scale = factors is not None and self._state.scale_run(factors)
+        scale = factors is not None and self._state.runs.scale_run(factors)
         if scale:
           self._session.run(*scale)
       # Before the wave: an interrupt after it must still leave the
@@ -271,7 +271,7 @@ class Trainer(object):
           self._after_pool_wave(updates)
       synced = (self._reducer.seconds if self._reducer else 0.0) - synced
       if self._builder.placement is not None and plan.sync_call >= 0:
-        synced += self._device_sum_seconds()
+        synced += self._runtime.last_sync_seconds()
       self._timing[0] += 1
       self._timing[1] += time.perf_counter() - start - synced
       self._timing[2] += synced
@@ -337,31 +337,25 @@ class Trainer(object):
     one per update); at the end of its period the replicas merge."""
     if not self._schedule.record(replicas):
       return
-    drift = self._state.drift_tensor()
+    drift = self._state.runs.drift_tensor()
     weights = self._schedule.merge(
         self._session.run(drift) if drift is not None else np.zeros([0]))
-    merge = self._state.merge_weighted_run(weights)
+    merge = self._state.runs.merge_weighted_run(weights)
     if merge is not None:
       self._session.run(*merge)
 
   def _after_wave(self, sizes):
     """The algorithm's work after a completed wave: a merge, the workers'
     sums."""
-    merge = self._state.merge_run(self._waves, sizes)
+    merge = self._state.runs.merge_run(self._waves, sizes)
     if merge is not None:
       self._session.run(*merge)
-    sync = self._reducer and self._state.worker_sync()
+    sync = self._reducer and self._state.runs.worker_sync()
     if sync:
       _, added, sums, apply = sync
       totals = self._reducer.sum(self._session.run(added),
                                  f"wave {self._waves}")
       self._session.run(apply, dict(zip(sums, totals)))
-
-  def _device_sum_seconds(self):
-    """The seconds the latest wave's sum across devices took (its
-    synchronisation task)."""
-    last = self._runtime.task_timings(last=1)
-    return last[0].end - last[0].start if last and last[0].replica < 0 else 0.0
 
   def _take_chief_model(self):
     """Before a cluster's wave, the central model of the variables due to
@@ -495,6 +489,6 @@ class Trainer(object):
     update, `remaining` taking part."""
     if remaining == 0 or not skipped or not self._state.in_use:
       return
-    run = self._state.participants_run(skipped, remaining)
+    run = self._state.runs.participants_run(skipped, remaining)
     if run is not None:
       self._session.run(*run)

@@ -71,7 +71,8 @@ class _Runtime(object):
 
 
 class _State(object):
-  """Replica state that records what the wave asks of it."""
+  """Replica state, and its algorithm's runs, that record what the wave
+  asks of them."""
 
   in_use = True
 
@@ -79,6 +80,7 @@ class _State(object):
     self.skipped = None
     self.reseeded = []
     self.factors, self.merged = [], []
+    self.runs = self  # it records the algorithm's runs (AlgorithmRuns) too
 
   def seed_run(self):
     return None

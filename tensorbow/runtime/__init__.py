@@ -233,6 +233,12 @@ class Runtime(object):
       return []
     return [TaskTiming(*t) for t in self._impl.task_timings(last or 0)]
 
+  def last_sync_seconds(self):
+    """The seconds the latest wave's synchronisation task (the sum across
+    devices) took, or 0 if its last task was a replica's."""
+    last = self.task_timings(last=1)
+    return last[0].end - last[0].start if last and last[0].replica < 0 else 0.0
+
   def clear_task_timings(self):
     if self.started:
       self._impl.clear_task_timings()

@@ -1,0 +1,130 @@
+"""The runs an algorithm makes around a wave: before it (the wave's value,
+the participants, a pooled algorithm's factors), after it (the merge) and,
+on a cluster, the sums over the workers.
+
+One `AlgorithmRuns` belongs to a `replicas.ReplicaState` and lives as long
+as it (one setting of L); it reads the algorithm's per-variable states
+that the replica state keeps. Each run is (fetches, feed_dict), its ops made
+once (`Builder.once`); the trainer (waves.py) runs them.
+"""
+import numpy as np
+import tensorflow as tf
+
+
+class AlgorithmRuns(object):
+  """The runs of `algorithm` around a wave.
+
+  Args:
+    builder: the setting's `rewrite.builder.Builder`.
+    algorithm: the session's `algorithms.Algorithm`, resolved for L.
+    states: {model variable op name: the algorithm's state}, kept (and
+      grown) by the replica state.
+    state_key: what the states of variable names depend on, for
+      `Builder.once` (`ReplicaState._state_key`).
+  """
+
+  def __init__(self, builder, algorithm, states, state_key):
+    self._builder = builder
+    self._algorithm = algorithm
+    self._states = states
+    self._state_key = state_key
+    # (ops, value) of the latest wave run known to have run, and of the
+    # one wave_run returned last.
+    self._prepared = self._preparing = None
+
+  def participants_run(self, skipped, remaining):
+    """(fetches, feed_dict) leaving replicas `skipped` out of the next
+    wave's synchronisation, `remaining` taking part; None if the algorithm
+    has nothing to do for it."""
+    names = tuple(sorted(self._states))
+
+    def build():
+      count = tf.compat.v1.placeholder(tf.int32, [], name="participants")
+      replicas = tf.compat.v1.placeholder(tf.int32, [None],
+                                          name="skipped_replicas")
+      ops = self._algorithm.skip_ops(
+          self._builder, [self._states[n] for n in names], count, replicas)
+      return count, replicas, ops
+
+    count, replicas, ops = self._builder.once(
+        "participants", self._state_key(names), build)
+    if not ops:
+      return None
+    return ops, {count: remaining,
+                 replicas: np.array(sorted(skipped), np.int32)}
+
+  def wave_run(self, wave, sizes):
+    """(fetches, feed_dict) preparing training run `wave` (counted from 1),
+    whose replicas' shards have `sizes` rows, or None if the algorithm has
+    nothing to do for it or the last run `prepared` set the same value."""
+    value = self._algorithm.wave_value(wave, sizes)
+    run = self._algorithm_run("wave", value, self._algorithm.wave_ops)
+    done = (self._prepared is not None and run is not None and
+            self._prepared[0] is run[0] and self._prepared[1] == value)
+    self._preparing = None if done or run is None else (run[0], value)
+    return None if done else run
+
+  def prepared(self):
+    """The run wave_run returned last has run: its ops hold its value."""
+    if self._preparing is not None:
+      self._prepared, self._preparing = self._preparing, None
+
+  def merge_run(self, wave, sizes):
+    """(fetches, feed_dict) to run after training run `wave`, or None."""
+    return self._algorithm_run(
+        "merge", self._algorithm.merge_value(wave, sizes),
+        self._algorithm.merge_ops)
+
+  def scale_run(self, factors):
+    """(fetches, feed_dict) setting a pooled algorithm's per-replica
+    learning-rate factors, or None."""
+    return self._algorithm_run("scale", factors, self._algorithm.scale_ops)
+
+  def merge_weighted_run(self, weights):
+    """(fetches, feed_dict) of a pooled algorithm's merge with `weights`
+    (one per replica), or None."""
+    return self._algorithm_run("merge", weights, self._algorithm.merge_ops)
+
+  def drift_tensor(self):
+    """A pooled algorithm's tensor its schedule's merge reads, or None."""
+    if not self._states:
+      return None
+    names = tuple(sorted(self._states))
+    return self._builder.once(
+        "drift", self._state_key(names),
+        lambda: self._algorithm.drift_tensor(
+            self._builder, [self._states[n] for n in names]))
+
+  def _algorithm_run(self, purpose, value, make_ops):
+    if value is None or not self._states:
+      return None
+    names = tuple(sorted(self._states))
+
+    def build():
+      fed = tf.compat.v1.placeholder(tf.float64, None,
+                                     name=f"{purpose}_value")
+      return fed, make_ops(self._builder,
+                           [self._states[n] for n in names], fed)
+
+    fed, ops = self._builder.once(purpose, self._state_key(names), build)
+    return (ops, {fed: value}) if ops else None
+
+  def worker_sync(self):
+    """(op run before a wave, [tensor each worker adds to the sum after
+    it], [placeholder fed each sum], op applying the sums) keeping the
+    central models of a cluster's workers equal, or None."""
+    names = tuple(sorted(self._states))
+
+    def build():
+      parts = [self._algorithm.worker_sync(self._builder, self._states[n])
+               for n in names]
+      parts = [p for p in parts if p is not None]
+      if not parts:
+        return None
+      before, added, apply = zip(*parts)
+      sums = [tf.compat.v1.placeholder(t.dtype, t.shape) for t in added]
+      return (tf.group(*before, name="worker_base"), list(added), sums,
+              tf.group(*[a(s) for a, s in zip(apply, sums)],
+                       name="worker_sum"))
+
+    return self._builder.once("worker_sync", self._state_key(names), build)
