@@ -1,4 +1,5 @@
-"""NumPy references shared by the tests: DESIGN.md's SMA on least squares."""
+"""NumPy references shared by the tests: DESIGN.md's SMA and local SGD on
+least squares."""
 import numpy as np
 
 
@@ -192,3 +193,45 @@ def sma_central(central, central_prev, corrections, mu):
   for c in corrections[1:]:
     total = total + c
   return central + total + mu * (central - central_prev)
+
+
+def local_sgd(params, batches, replicas, lr, momentum, period, outer_lr,
+              outer_momentum, nesterov, warmup):
+  """DESIGN.md's local SGD in float64 on least squares, `replicas`
+  replicas each taking its np.array_split shard of each (x, y) batch.
+
+  Returns:
+    Per wave: (central params, the loss fetched (shard-weighted mean)).
+  """
+  z = [np.asarray(p, np.float64) for p in params]
+  velocity = [np.zeros_like(p) for p in z]
+  models = [[p.copy() for p in z] for _ in range(replicas)]
+  accums = [[np.zeros_like(p) for p in z] for _ in range(replicas)]
+  out = []
+  for wave, (x, y) in enumerate(batches, 1):
+    shards = zip(np.array_split(np.asarray(x, np.float64), replicas),
+                 np.array_split(np.asarray(y, np.float64), replicas))
+    losses = []
+    for j, (xs, ys) in enumerate(shards):
+      grads, loss = least_squares(models[j], xs, ys)
+      losses.append((loss, len(xs)))
+      for k, g in enumerate(grads):
+        models[j][k], accums[j][k] = sgd_step(
+            models[j][k], accums[j][k], g, lr, momentum)
+    if wave <= warmup:
+      rate, mu, keep = 1.0, 0.0, 0.0
+    elif (wave - warmup) % period == 0:
+      rate, mu, keep = outer_lr, outer_momentum, 1.0
+    else:
+      rate = None
+    if rate is not None:
+      for k in range(len(z)):
+        delta = z[k] - np.mean([m[k] for m in models], axis=0)
+        v = mu * velocity[k] + delta
+        step = delta + mu * v if nesterov else v
+        z[k] = z[k] - rate * step
+        velocity[k] = keep * v
+      models = [[p.copy() for p in z] for _ in range(replicas)]
+    out.append(([p.copy() for p in z],
+                sum(l * n for l, n in losses) / sum(n for _, n in losses)))
+  return out

@@ -28,47 +28,6 @@ OPTIMIZERS = {
 }
 
 
-def local_sgd(params, batches, replicas, lr, momentum, period, outer_lr,
-              outer_momentum, nesterov, warmup):
-  """DESIGN.md's local SGD in float64 on least squares.
-
-  Returns:
-    Per wave: (central params, the loss fetched (shard-weighted mean)).
-  """
-  z = [np.asarray(p, np.float64) for p in params]
-  velocity = [np.zeros_like(p) for p in z]
-  models = [[p.copy() for p in z] for _ in range(replicas)]
-  accums = [[np.zeros_like(p) for p in z] for _ in range(replicas)]
-  out = []
-  for wave, (x, y) in enumerate(batches, 1):
-    shards = zip(np.array_split(np.asarray(x, np.float64), replicas),
-                 np.array_split(np.asarray(y, np.float64), replicas))
-    losses = []
-    for j, (xs, ys) in enumerate(shards):
-      grads, loss = references.least_squares(models[j], xs, ys)
-      losses.append((loss, len(xs)))
-      for k, g in enumerate(grads):
-        models[j][k], accums[j][k] = references.sgd_step(
-            models[j][k], accums[j][k], g, lr, momentum)
-    if wave <= warmup:
-      rate, mu, keep = 1.0, 0.0, 0.0
-    elif (wave - warmup) % period == 0:
-      rate, mu, keep = outer_lr, outer_momentum, 1.0
-    else:
-      rate = None
-    if rate is not None:
-      for k in range(len(z)):
-        delta = z[k] - np.mean([m[k] for m in models], axis=0)
-        v = mu * velocity[k] + delta
-        step = delta + mu * v if nesterov else v
-        z[k] = z[k] - rate * step
-        velocity[k] = keep * v
-      models = [[p.copy() for p in z] for _ in range(replicas)]
-    out.append(([p.copy() for p in z],
-                sum(l * n for l, n in losses) / sum(n for _, n in losses)))
-  return out
-
-
 def _train(model, algorithm, batches=BATCHES):
   with tb.TensorBowSession(graph=model.graph, replicas=REPLICAS,
                            algorithm=algorithm) as sess:
@@ -102,8 +61,9 @@ def test_local_sgd_trains_as_the_numpy_reference(optimizer, period, outer,
   options = dict(outer_lr=1.0, outer_momentum=0.0, nesterov=False)
   options.update({k.replace("outer_learning_rate", "outer_lr"): v
                   for k, v in OUTER[outer].items()})
-  expected = local_sgd([graphs.W0, graphs.B0], BATCHES, REPLICAS, LR,
-                       momentum, period, warmup=warmup, **options)
+  expected = references.local_sgd(
+      [graphs.W0, graphs.B0], BATCHES, REPLICAS, LR, momentum, period,
+      warmup=warmup, **options)
   for (_, loss), got in zip(expected, losses):
     np.testing.assert_allclose(got, loss, rtol=1e-5)
   for got, want in zip(params, expected[-1][0]):
@@ -133,8 +93,9 @@ def test_local_sgd_by_name_averages_every_eighth_run():
   assert tb.algorithms.by_name("local_sgd") == tb.algorithms.LocalSGD(8)
   model = graphs.build(OPTIMIZERS["sgd"][0])
   losses, params = _train(model, "local_sgd", BATCHES[:8])
-  expected = local_sgd([graphs.W0, graphs.B0], BATCHES[:8], REPLICAS, LR,
-                       None, 8, 1.0, 0.0, False, 0)
+  expected = references.local_sgd(
+      [graphs.W0, graphs.B0], BATCHES[:8], REPLICAS, LR, None, 8, 1.0, 0.0,
+      False, 0)
   for (_, loss), got in zip(expected, losses):
     np.testing.assert_allclose(got, loss, rtol=1e-5)
   for got, want in zip(params, expected[-1][0]):
@@ -212,8 +173,9 @@ def test_local_sgd_over_two_devices_is_local_sgd_of_all_replicas(
     groups = {(t.replica, t.stream_group) for t in sess.task_timings()
               if t.replica >= 0}
   assert groups == {(0, 0), (1, 0), (2, 1), (3, 1)}
-  expected = local_sgd([graphs.W0, graphs.B0], BATCHES[:5], REPLICAS, LR,
-                       momentum, 2, 0.7, 0.9, True, 0)
+  expected = references.local_sgd(
+      [graphs.W0, graphs.B0], BATCHES[:5], REPLICAS, LR, momentum, 2, 0.7,
+      0.9, True, 0)
   for (_, loss), got in zip(expected, losses):
     np.testing.assert_allclose(got, loss, rtol=1e-5)
   for got, want in zip(params, expected[-1][0]):
@@ -237,8 +199,9 @@ def test_local_sgd_with_fused_dense_updates_trains_as_the_numpy_reference(
     params = sess.run([model.w, model.b])
     types = {op.type for op in sess.execution_graph.get_operations()}
   assert any("Outer" in t for t in types) == (fast == "all"), types
-  expected = local_sgd([graphs.W0, graphs.B0], BATCHES, REPLICAS, LR,
-                       momentum, 3, 0.7, 0.9, True, 0)
+  expected = references.local_sgd(
+      [graphs.W0, graphs.B0], BATCHES, REPLICAS, LR, momentum, 3, 0.7, 0.9,
+      True, 0)
   for (_, loss), got in zip(expected, losses):
     np.testing.assert_allclose(got, loss, rtol=1e-5)
   for got, want in zip(params, expected[-1][0]):
