@@ -111,8 +111,9 @@ class AlgorithmRuns(object):
 
   def worker_sync(self):
     """(op run before a wave, [tensor each worker adds to the sum after
-    it], [placeholder fed each sum], op applying the sums) keeping the
-    central models of a cluster's workers equal, or None."""
+    it], [placeholder fed each sum], op applying the sums, its other feeds
+    (none)) keeping the central models of a cluster's workers equal, or
+    None."""
     names = tuple(sorted(self._states))
 
     def build():
@@ -125,6 +126,37 @@ class AlgorithmRuns(object):
       sums = [tf.compat.v1.placeholder(t.dtype, t.shape) for t in added]
       return (tf.group(*before, name="worker_base"), list(added), sums,
               tf.group(*[a(s) for a, s in zip(apply, sums)],
-                       name="worker_sum"))
+                       name="worker_sum"), {})
 
     return self._builder.once("worker_sync", self._state_key(names), build)
+
+  def worker_merge_run(self, wave, sizes):
+    """On a cluster, the merge after training run `wave` spanning every
+    worker's replicas: ([tensor each worker adds to the sum], [placeholder
+    fed each sum], op applying them, its other feeds), or None: no merge
+    this wave, or the algorithm merges each worker alone (merge_run)."""
+    value = self._algorithm.merge_value(wave, sizes)
+    names = tuple(sorted(self._states))
+
+    def build():
+      parts = [self._algorithm.worker_merge(self._builder, self._states[n])
+               for n in names]
+      parts = [p for p in parts if p is not None]
+      if not parts:
+        return None
+      # The workers' replica counts are summed beside the tensors.
+      added = [a for a, _ in parts] + [self._builder.constant(
+          float(self._builder.num_replicas), tf.float64)]
+      sums = [tf.compat.v1.placeholder(tf.float64, a.shape) for a in added]
+      fed = tf.compat.v1.placeholder(tf.float64, None,
+                                     name="worker_merge_value")
+      return added, sums, fed, tf.group(
+          *[apply(s, sums[-1], fed) for (_, apply), s in zip(parts, sums)],
+          name="worker_merge")
+
+    built = (self._builder.once("worker_merge", self._state_key(names), build)
+             if value is not None else None)
+    if built is None:
+      return None
+    added, sums, fed, op = built
+    return added, sums, op, {fed: value}

@@ -345,17 +345,19 @@ class Trainer(object):
       self._session.run(*merge)
 
   def _after_wave(self, sizes):
-    """The algorithm's work after a completed wave: a merge, the workers'
+    """The algorithm's work after a completed wave: a merge (on a cluster,
+    over every worker's replicas where the algorithm can), the workers'
     sums."""
-    merge = self._state.runs.merge_run(self._waves, sizes)
+    runs = self._state.runs
+    spanning = self._reducer and runs.worker_merge_run(self._waves, sizes)
+    merge = None if spanning else runs.merge_run(self._waves, sizes)
     if merge is not None:
       self._session.run(*merge)
-    sync = self._reducer and self._state.runs.worker_sync()
-    if sync:
-      _, added, sums, apply = sync
+    sync = self._reducer and runs.worker_sync()
+    for added, sums, apply, fed in filter(None, [spanning, sync and sync[1:]]):
       totals = self._reducer.sum(self._session.run(added),
                                  f"wave {self._waves}")
-      self._session.run(apply, dict(zip(sums, totals)))
+      self._session.run(apply, {**fed, **dict(zip(sums, totals))})
 
   def _take_chief_model(self):
     """Before a cluster's wave, the central model of the variables due to

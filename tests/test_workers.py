@@ -68,6 +68,8 @@ opt = {{"sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer({lr}),
        "adam": lambda: tf.compat.v1.train.AdamOptimizer({lr})}}[optimizer]()
 train = opt.minimize(loss)
 env = os.environ
+if "LOCAL_SGD" in env:  # LocalSGD's arguments, as JSON
+  algorithm = tb.algorithms.LocalSGD(**json.loads(env["LOCAL_SGD"]))
 saver = tf.compat.v1.train.Saver()
 first = int(env.get("FIRST", 0))
 with tb.TensorBowSession(replicas=int(env.get("REPLICAS", 2)),
@@ -384,6 +386,28 @@ def test_easgd_over_two_workers_is_easgd_of_four(tmp_path,
   expected = references.sma([W0, B0], list(zip(XS, YS)), 4, 0.9 / 4, 0.0,
                              LR)[-1][0]
   _assert_centrals(centrals, expected)
+
+
+@pytest.mark.parametrize("optimizer, resource, fast_kernels", [
+    ("sgd", False, "1"),
+    pytest.param("momentum", True, "0", marks=pytest.mark.slow),
+    pytest.param("momentum", False, "0", marks=pytest.mark.slow),
+])
+def test_local_sgd_over_two_workers_is_local_sgd_of_four(
+    tmp_path, tf_mode_statement, optimizer, resource, fast_kernels):
+  """One period for both levels: averaging after wave 1 (the warm-up),
+  Nesterov's outer step after waves 3, 5 and 7 over all four replicas,
+  and wave 8 a period cut short."""
+  arguments = dict(period=2, outer_learning_rate=0.7, outer_momentum=0.9,
+                   nesterov=True, warmup_waves=1)
+  script, data = _worker_script(tmp_path, tf_mode_statement, waves=8)
+  _, centrals = _run_job(tmp_path, script, data, optimizer, resource,
+                         "local_sgd", LOCAL_SGD=json.dumps(arguments),
+                         TENSORBOW_FAST_KERNELS=fast_kernels)
+  expected = references.local_sgd(
+      [W0, B0], list(zip(XS, YS)) * 2, 4, LR,
+      0.9 if optimizer == "momentum" else None, 2, 0.7, 0.9, True, 1)
+  _assert_centrals(centrals, expected[-1][0])
 
 
 @pytest.mark.parametrize("optimizer, resource", [

@@ -180,6 +180,16 @@ class Algorithm(object):
     del builder, state
     return None
 
+  def worker_merge(self, builder, state):
+    """On a cluster, what takes the place of `merge_ops` for the variable
+    of `state`, so that one merge spans every worker's replicas: (the
+    float64 tensor this worker adds to the sum over the workers, a
+    function from (a tensor of that sum, the sum of the workers' replica
+    counts, the merge value) to the op applying it), or None: each worker
+    merges its own replicas with `merge_ops`."""
+    del builder, state
+    return None
+
   def device_sync(self, builder, state):
     """With the replicas on several devices (builder.placement), the op
     that makes every device's copy of `state`'s variable, and the variable,

@@ -47,6 +47,9 @@ class LocalSGD(base.Algorithm):
   name = "local_sgd"
   # The exchange reads every replica's copy wherever it trained.
   spans_devices = True
+  # On a cluster the exchange's mean spans every worker's replicas
+  # (worker_merge); between exchanges nothing crosses the workers.
+  spans_workers = True
 
   def __init__(self, period=8, outer_learning_rate=1.0, outer_momentum=0.0,
                nesterov=False, warmup_waves=0):
@@ -111,6 +114,29 @@ class LocalSGD(base.Algorithm):
           **builder.variable_replicas(s.var_op).attrs())
       ops.append(graph_util.assign(s.var_op, new))
     return ops
+
+  def worker_merge(self, builder, state):
+    """The exchange over a cluster: each worker adds the sum of its
+    replicas' copies; from the mean over every worker's replicas, each
+    worker (holding the same z and v) takes the same outer step and
+    restarts its own replicas from the result."""
+    copies = builder.variable_replicas(state.var_op)
+    local_sum = (tf.cast(copies.mean(builder.constant(0, tf.int32)),
+                         tf.float64) * builder.num_replicas)
+
+    def apply(total, count, value):
+      rate, momentum, keep = tf.unstack(tf.cast(value, state.dtype), num=3)
+      z = graph_util.read(state.var_op)
+      delta = z - tf.cast(total / count, state.dtype)
+      v = momentum * tf.raw_ops.ReadVariableOp(resource=state.velocity,
+                                               dtype=state.dtype) + delta
+      new = z - rate * (delta + momentum * v if self.nesterov else v)
+      return tf.group(
+          tf.raw_ops.AssignVariableOp(resource=state.velocity, value=keep * v),
+          graph_util.assign(state.var_op, new),
+          copies.set(new, builder.all_replicas()))
+
+    return local_sum, apply
 
   def state_parts(self, builder, state):
     del builder
