@@ -4,7 +4,7 @@ guidelines, GaDei's bandwidth rule).
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.scaling \
         [--models lenet,resnet32] [--workers 1,2,4 | --devices 1,2,4] \
-        [--waves 30] [--repeats 3]
+        [--algorithms sma,local_sgd:8] [--waves 30] [--repeats 3]
 
 With `--devices`, each count D is one process of D logical CPU devices
 (`TensorBowSession(devices=...)`), `--replicas` replicas on each, and its
@@ -23,7 +23,9 @@ the lemma with T_C and t_O = T_O / W as measured at W, i.e. (1 + r_W) /
 (1 + W r_W) with r_W = T_O / (W T_C). The prediction is Lemma 3.1's
 alpha(W) with r fitted at the smallest W > 1: it holds if t_O / T_C stays
 put as W grows. It prints a Markdown table, with the model's alpha for 8
-and 64 members at that r.
+and 64 members at that r. Each algorithm of `--algorithms` (`local_sgd:H`
+is local SGD exchanging every H waves) is measured at every W, all of
+them interleaved in each repeat.
 """
 import argparse
 import io
@@ -38,6 +40,15 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = {"lenet": (28, 28, 1), "resnet32": (32, 32, 3)}
+
+
+def algorithm(spec):
+  """The session's algorithm for `spec`: a name, or local_sgd:H."""
+  import tensorbow as tb  # pylint: disable=g-import-not-at-top
+  name, _, period = spec.partition(":")
+  if name == "local_sgd" and period:
+    return tb.algorithms.LocalSGD(period=int(period))
+  return name
 
 
 def worker(args):
@@ -55,9 +66,11 @@ def worker(args):
     sess = tb.TensorBowSession(
         replicas=args.replicas * devices,
         config=tf.compat.v1.ConfigProto(device_count={"CPU": devices}),
-        devices=[f"/cpu:{d}" for d in range(devices)])
+        devices=[f"/cpu:{d}" for d in range(devices)],
+        algorithm=algorithm(args.algorithm))
   else:
-    sess = tb.TensorBowSession(replicas=args.replicas)
+    sess = tb.TensorBowSession(replicas=args.replicas,
+                               algorithm=algorithm(args.algorithm))
   rows = args.replicas * args.batch_size * args.num_workers * devices
   rng = np.random.RandomState(0)
   images = rng.rand(rows, *shape).astype(np.float32)
@@ -85,29 +98,31 @@ def worker(args):
   sess.close()
 
 
-def _command(args, model, workers, devices=1):
+def _command(args, model, workers, devices=1, spec="sma"):
   return [sys.executable, "-m", "benchmarks.scaling", "--worker",
-          "--model", model, "--num_workers", str(workers),
+          "--model", model, "--algorithm", spec,
+          "--num_workers", str(workers),
           "--num_devices", str(devices),
           "--replicas", str(args.replicas),
           "--batch_size", str(args.batch_size), "--waves", str(args.waves),
           "--warmup", str(args.warmup)]
 
 
-def measure(args, model, workers, devices=1):
+def measure(args, model, workers, devices=1, spec="sma"):
   """Per worker, its TIMING dict."""
   from tensorbow import launch  # pylint: disable=g-import-not-at-top
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
   if workers == 1:
     env.pop("TF_CONFIG", None)
     env["TF_NUM_INTRAOP_THREADS"] = "1"
-    text = subprocess.run(_command(args, model, 1, devices), env=env,
+    text = subprocess.run(_command(args, model, 1, devices, spec), env=env,
                           cwd=ROOT,
                           capture_output=True, text=True,
                           check=True).stdout
   else:
     out = io.StringIO()
-    status = launch.run_workers(_command(args, model, workers), workers,
+    status = launch.run_workers(_command(args, model, workers, spec=spec),
+                                workers,
                                 threads=1, out=out, environ=env)
     text = out.getvalue()
     if status != 0:
@@ -123,6 +138,9 @@ def main(argv=None):
   parser.add_argument("--devices", default="",
                       help="device counts of one process, instead of "
                       "workers")
+  parser.add_argument("--algorithms", default="sma",
+                      help="comma list: a name, or local_sgd:H (local SGD "
+                      "exchanging every H waves)")
   parser.add_argument("--replicas", type=int, default=2)
   parser.add_argument("--batch_size", type=int, default=4,
                       help="rows per replica")
@@ -134,6 +152,7 @@ def main(argv=None):
   parser.add_argument("--worker", action="store_true",
                       help=argparse.SUPPRESS)
   parser.add_argument("--model", help=argparse.SUPPRESS)
+  parser.add_argument("--algorithm", default="sma", help=argparse.SUPPRESS)
   parser.add_argument("--num_workers", type=int, default=1,
                       help=argparse.SUPPRESS)
   parser.add_argument("--num_devices", type=int, default=1,
@@ -149,37 +168,44 @@ def main(argv=None):
         f"{os.cpu_count()} cores; {args.replicas} replicas x "
         f"{args.batch_size} rows per {member}, {args.waves} waves timed, "
         f"median of {args.repeats}")
-  print(f"| model | {'D' if over_devices else 'W'} | wave ms | T_C ms | "
-        "T_O ms | r_W | t(1)/t(W) | "
+  print(f"| model | algorithm | {'D' if over_devices else 'W'} | wave ms | "
+        "T_C ms | T_O ms | r_W | t(1)/t(W) | "
         "sync efficiency at r_W | predicted alpha(W) at r | "
         "GaDei B_w MB/s |")
-  print("|---|---|---|---|---|---|---|---|---|---|")
+  print("|---|---|---|---|---|---|---|---|---|---|---|")
+  specs = args.algorithms.split(",")
   for model in args.models.split(","):
-    runs = {w: [] for w in counts}
+    runs = {(a, w): [] for a in specs for w in counts}
     for _ in range(args.repeats):
-      for w in counts:
-        timings = (measure(args, model, 1, w) if over_devices else
-                   measure(args, model, w))
-        runs[w].append(max(timings, key=lambda t: t["wave"]))
-    rows = {w: sorted(r, key=lambda t: t["wave"])[len(r) // 2]
-            for w, r in runs.items()}
-    base = rows[counts[0]]["wave"]
-    fitted = [w for w in counts if w > 1]
-    r = (rows[fitted[0]]["t_o"] / (fitted[0] * rows[fitted[0]]["t_c"])
-         if fitted else 0.0)
-    for w in counts:
-      t = rows[w]
-      own_r = t["t_o"] / (w * t["t_c"]) if w > 1 else 0.0
-      predicted = (1 + r) / (1 + w * r)
-      bandwidth = 2 * t["model_bytes"] / t["wave"] / 1e6
-      print(f"| {model} | {w} | {1e3 * t['wave']:.1f} | "
-            f"{1e3 * t['t_c']:.1f} | {1e3 * t['t_o']:.2f} | {own_r:.4f} | "
-            f"{base / t['wave']:.3f} | {(1 + own_r) / (1 + w * own_r):.3f} | "
-            f"{predicted:.3f} | {bandwidth:.2f} |")
-    for g in (8, 64):
-      print(f"| {model} | {g} (model) | | | | | | | "
-            f"{(1 + r) / (1 + g * r):.3f} | |")
+      for a, w in runs:
+        timings = (measure(args, model, 1, w, a) if over_devices else
+                   measure(args, model, w, spec=a))
+        runs[(a, w)].append(max(timings, key=lambda t: t["wave"]))
+    for a in specs:
+      _print_rows(model, a, counts,
+                  {w: sorted(runs[(a, w)], key=lambda t: t["wave"])[
+                      args.repeats // 2] for w in counts})
 
+
+def _print_rows(model, spec, counts, rows):
+  """The table's rows of `model` under algorithm `spec`, from the median
+  TIMING of each count of `counts`."""
+  base = rows[counts[0]]["wave"]
+  fitted = [w for w in counts if w > 1]
+  r = (rows[fitted[0]]["t_o"] / (fitted[0] * rows[fitted[0]]["t_c"])
+       if fitted else 0.0)
+  for w in counts:
+    t = rows[w]
+    own_r = t["t_o"] / (w * t["t_c"]) if w > 1 else 0.0
+    predicted = (1 + r) / (1 + w * r)
+    bandwidth = 2 * t["model_bytes"] / t["wave"] / 1e6
+    print(f"| {model} | {spec} | {w} | {1e3 * t['wave']:.1f} | "
+          f"{1e3 * t['t_c']:.1f} | {1e3 * t['t_o']:.2f} | {own_r:.4f} | "
+          f"{base / t['wave']:.3f} | {(1 + own_r) / (1 + w * own_r):.3f} | "
+          f"{predicted:.3f} | {bandwidth:.2f} |")
+  for g in (8, 64):
+    print(f"| {model} | {spec} | {g} (model) | | | | | | | "
+          f"{(1 + r) / (1 + g * r):.3f} | |")
 
 if __name__ == "__main__":
   main()
