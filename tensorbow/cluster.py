@@ -221,6 +221,18 @@ class Reducer(object):
         offset += n
     return out
 
+  def from_chief(self, values, what):
+    """{name: the chief's value} of `values` ({name: this worker's array}),
+    for the arrays of numbers; `what` names the step for an error. The
+    collective sums numbers only: other values stay each worker's."""
+    names = sorted(n for n, v in values.items()
+                   if np.asarray(v).dtype.kind in "fiuc")
+    if not names:
+      return {}
+    mine = [values[n] if self._cluster.is_chief else
+            np.zeros_like(values[n]) for n in names]
+    return dict(zip(names, self.sum(mine, what)))
+
   def _sum_op(self, dtype, size):
     key = (np.dtype(dtype).str, size)
     if key not in self._sums:

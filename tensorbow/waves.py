@@ -364,20 +364,11 @@ class Trainer(object):
     be seeded becomes the chief's on every worker: each worker's script
     initialises (or writes) them on its own."""
     names, tensors = self._state.central_tensors(self._state.pending_seed())
-    if not names:
-      return
-    values = self._session.run(tensors)
-    # The collective sums numbers only; other variables stay each worker's.
-    numbers = {n: v for n, v in zip(names, values)
-               if np.asarray(v).dtype.kind in "fiuc"}
-    if not numbers:
-      return
-    names = sorted(numbers)
-    values = [numbers[n] if self._cluster.is_chief
-              else np.zeros_like(numbers[n]) for n in names]
-    values = self._reducer.sum(
-        values, f"the chief's model before wave {self._waves + 1}")
-    self._session.run(*self._state.set_central_run(dict(zip(names, values))))
+    chief = names and self._reducer.from_chief(
+        dict(zip(names, self._session.run(tensors))),
+        f"the chief's model before wave {self._waves + 1}")
+    if chief:
+      self._session.run(*self._state.set_central_run(chief))
 
   def _whole_wave(self, plan, per_replica, options, run_metadata):
     """A wave of tasks that compute and write in one TensorFlow run."""
