@@ -26,6 +26,16 @@ plan and TensorFlow's first run, as trying another setting does again.
    intra-op pool is one per process in TensorFlow, fixed by the first
    session: it cannot be split between tasks.)
 
+Every comparison is of goodput, not throughput: the median rows per
+second times the median statistical efficiency of those rows (Pollux's
+measure, from AdaptDL). Where the replicas split the user's batch, every
+L trains the same rows a run and the efficiency is 1. Where each replica
+takes its own element of an input pipeline (b rows), L replicas train
+L b rows a run, and rows at a larger batch teach less: the efficiency is
+(phi + b) / (phi + L b), phi the gradient noise scale, measured from the
+replicas' own gradients of each wave (`NoiseScale`). An L that trains
+more rows a second but less per row is left.
+
 Then it settles. A run with a different batch size starts the search
 again from the current setting. Each decision is one log line and a
 record in `decisions`; a change of setting refreshes the central model
@@ -62,12 +72,92 @@ def process_memory():
 
 Decision = collections.namedtuple(
     "Decision", ["run", "replicas", "stream_groups", "inline", "rows",
-                 "rows_per_second", "next", "reason"])
+                 "rows_per_second", "next", "reason", "efficiency",
+                 "noise_scale", "goodput"])
 Decision.__doc__ = """One decision of the tuner: at training run `run`, the
 setting measured (L, stream groups, whether a task's ops ran on its own
 thread), the batch rows, the throughput measured (None if not measured),
-the setting `next` (L, stream groups or None for the default, inline) and
-why."""
+the setting `next` (L, stream groups or None for the default, inline),
+why, and what the throughput was weighed by: the statistical efficiency
+(median), the gradient noise scale it came from (None where the rows were
+a split batch) and their product with the throughput, the goodput."""
+
+
+class NoiseScale(object):
+  """The gradient noise scale B_simple = tr(Sigma) / |G|^2 (McCandlish et
+  al., "An Empirical Model of Large-Batch Training"), from waves of
+  replicas that each computed a gradient on its own rows.
+
+  With `small` the mean over the replicas of |g_r|^2 at b rows each and
+  `big` = |mean_r g_r|^2 at B = L b rows, E|g_b|^2 = |G|^2 + tr(Sigma) / b
+  gives unbiased |G|^2 = (B big - b small) / (B - b) and tr(Sigma) =
+  (small - big) / (1/b - 1/B). Each is averaged over the waves before the
+  ratio is taken, as the paper does: a single wave's |G|^2 can be
+  negative.
+  """
+
+  def __init__(self, max_samples=64):
+    self._square = self._trace = 0.0
+    self.samples = 0
+    self.max_samples = max_samples
+
+  @property
+  def wanted(self):
+    """Whether more waves are worth their cost: reading every replica's
+    gradients takes a pass over them per replica."""
+    return self.samples < self.max_samples
+
+  def add_kept(self, runtime, plan, sizes):
+    """Adds the wave `runtime` holds between its phases (waves.py), of
+    training-run plan `plan` (planner.Plan), its replicas having trained
+    on `sizes` rows: only where each replica took its own element of an
+    input pipeline, at equal rows, and the gradients can be read.
+    """
+    if not (self.wanted and plan.gradients and len(sizes) > 1 and
+            plan.batch_feed >= 0 and plan.elements[plan.batch_feed] and
+            len(set(sizes)) == 1 and sizes[0] > 0):
+      return
+    gradients = []
+    try:
+      for r in range(len(sizes)):
+        kept = runtime.kept_sums([float(q == r) for q in range(len(sizes))])
+        gradients.append(np.concatenate([kept[k] for k in plan.gradients]))
+    except ValueError:  # other kept tensors differ in shape: no sample
+      return
+    self.add(gradients, sizes[0])
+
+  def add(self, gradients, rows):
+    """Adds a wave: `gradients` per replica (arrays: its gradients,
+    flattened and joined), taken on `rows` rows each (equal)."""
+    replicas = len(gradients)
+    if replicas < 2 or rows < 1:
+      raise ValueError(f"a noise scale needs two replicas or more with rows, "
+                       f"got {replicas} of {rows} rows")
+    small = float(np.mean([np.dot(g, g) for g in gradients]))
+    mean = np.mean(gradients, axis=0)
+    big = float(np.dot(mean, mean))
+    b, whole = float(rows), float(rows * replicas)
+    self._square += (whole * big - b * small) / (whole - b)
+    self._trace += (small - big) / (1 / b - 1 / whole)
+    self.samples += 1
+
+  def value(self):
+    """B_simple in rows, inf where the waves so far see no signal over the
+    noise (|G|^2 <= 0), or None before any wave."""
+    if not self.samples:
+      return None
+    if self._square <= 0:
+      return float("inf")
+    return max(self._trace, 0.0) / self._square
+
+
+def efficiency(noise_scale, rows, replicas):
+  """The statistical efficiency of training at `replicas` x `rows` rows a
+  step rather than `rows`, per row (Pollux): (phi + rows) / (phi +
+  replicas rows), phi the noise scale (inf: 1)."""
+  if noise_scale == float("inf"):
+    return 1.0
+  return (noise_scale + rows) / (noise_scale + replicas * rows)
 
 
 def _threads(inline):
@@ -105,6 +195,8 @@ class AutoTuner(object):
     self._rows = rows  # the batch size being tuned for
     self._resident = {}  # L -> resident bytes when L was measured
     self._samples = []  # throughputs at the current setting
+    self._efficiencies = []  # and their rows' statistical efficiency
+    self._noise_scale = None  # the latest noise scale they came from
     self._measured = 0.0  # seconds of its runs after the warm-up
     self._first_run = None  # seconds of the search's first run
     self._trained = 0.0  # seconds of training runs since the search began
@@ -116,12 +208,14 @@ class AutoTuner(object):
     return self._phase == "settled"
 
   def observe(self, replicas, groups, rows, seconds, inline=False,
-              batch=None):
+              batch=None, efficiency=None, noise_scale=None):
     """Records a training run of `rows` rows at `replicas` replicas on
     `groups` stream groups, its ops on the tasks' threads if `inline`, that
     took `seconds`; returns (L, stream groups or None, inline) for the next
     run, or None to keep them. `batch`: the rows of each replica's own
     element of an input pipeline (None: the run's batch was split).
+    `efficiency`: the statistical efficiency of the run's rows (None: 1),
+    from gradient noise scale `noise_scale` if given.
     """
     setting = (replicas, groups, inline)
     self._runs += 1
@@ -136,6 +230,8 @@ class AutoTuner(object):
     if self.settled:
       return None
     self._samples.append(rows / max(seconds, 1e-9))
+    self._efficiencies.append(1.0 if efficiency is None else efficiency)
+    self._noise_scale = noise_scale
     if len(self._samples) > self.warmup:
       self._measured += seconds
     if self._first_run is None:
@@ -148,42 +244,51 @@ class AutoTuner(object):
       return None
     if self._measured < self.min_seconds and not (
         len(self._samples) == first and self._best is not None and
-        np.median(self._samples[self.warmup:]) <
-        self.reject * self._best[-1]):
+        self._measurement()[-1] < self.reject * self._best[-1]):
       return None
-    throughput = float(np.median(self._samples[self.warmup:]))
-    self._samples, self._measured = [], 0.0
+    measured = self._measurement()
+    self._samples, self._efficiencies, self._measured = [], [], 0.0
     if self._phase == "replicas":
       self._resident[replicas], self._available = self._memory()
-      return self._next_replicas(setting, rows, throughput)
+      return self._next_replicas(setting, rows, measured)
     if self._phase == "groups":
-      return self._next_groups(setting, rows, throughput)
-    return self._next_threads(setting, rows, throughput)
+      return self._next_groups(setting, rows, measured)
+    return self._next_threads(setting, rows, measured)
 
-  def _next_replicas(self, setting, rows, throughput):
+  def _measurement(self):
+    """(rows/s, statistical efficiency, noise scale, goodput) of the runs
+    measured at the current setting: the medians after the warm-up."""
+    throughput = float(np.median(self._samples[self.warmup:]))
+    efficiency = float(np.median(self._efficiencies[self.warmup:]))
+    return (throughput, efficiency, self._noise_scale,
+            throughput * efficiency)
+
+  def _next_replicas(self, setting, rows, measured):
     replicas, _, inline = setting
     limit = (min(self.max_replicas, max(1, rows)) if self._split
              else self.max_replicas)
-    if self._best is None or throughput >= self.gain * self._best[-1]:
+    goodput = measured[-1]
+    if self._best is None or goodput >= self.gain * self._best[-1]:
       first = self._best is None
-      self._best = setting + (throughput,)
+      self._best = setting + (goodput,)
       reason = (self._memory_short(replicas) if replicas < limit else
                 f"{limit} is the most replicas")
       if reason is None:
         return self._decide(
-            setting, rows, throughput, (replicas + 1, None, inline),
+            setting, rows, measured, (replicas + 1, None, inline),
             "first measurement" if first else
-            f"at least {self.gain:g}x the best so far: adding a replica")
+            f"goodput at least {self.gain:g}x the best so far: adding a "
+            "replica")
     else:
-      reason = (f"under {self.gain:g}x L={self._best[0]}'s "
+      reason = (f"goodput under {self.gain:g}x L={self._best[0]}'s "
                 f"{self._best[-1]:.0f} rows/s")
     best_l, best_groups, best_inline, _ = self._best
     self._untried = [g for g in range(1, min(best_l, self.cores) + 1)
                      if g != best_groups]
     if not self._untried:
-      return self._try_threads(setting, rows, throughput, reason)
+      return self._try_threads(setting, rows, measured, reason)
     self._phase = "groups"
-    return self._decide(setting, rows, throughput,
+    return self._decide(setting, rows, measured,
                         (best_l, self._untried.pop(0), best_inline),
                         reason + f": L={best_l}, trying stream groups")
 
@@ -200,45 +305,51 @@ class AutoTuner(object):
             f"{self._available / 2**20:.0f} MB available (under "
             f"{self.memory_margin:g}x)")
 
-  def _next_groups(self, setting, rows, throughput):
-    if throughput >= self.gain_groups * self._best[-1]:
-      self._best = setting + (throughput,)
+  def _next_groups(self, setting, rows, measured):
+    if measured[-1] >= self.gain_groups * self._best[-1]:
+      self._best = setting + (measured[-1],)
     if self._untried:
       best_l, _, best_inline, _ = self._best
-      return self._decide(setting, rows, throughput,
+      return self._decide(setting, rows, measured,
                           (best_l, self._untried.pop(0), best_inline),
                           "trying stream groups")
-    return self._try_threads(setting, rows, throughput,
+    return self._try_threads(setting, rows, measured,
                              f"{self._best[1]} stream groups")
 
-  def _try_threads(self, setting, rows, throughput, reason):
+  def _try_threads(self, setting, rows, measured, reason):
     """At the best L and stream groups, tries the other way of running a
     task's ops: on TensorFlow's inter-op pool, or all on the task's own
     thread (which saves a hand-over per op where ops are small)."""
     best_l, best_groups, best_inline, _ = self._best
     self._phase = "threads"
     return self._decide(
-        setting, rows, throughput, (best_l, best_groups, not best_inline),
+        setting, rows, measured, (best_l, best_groups, not best_inline),
         f"{reason}: L={best_l} on {best_groups} stream groups, trying "
         f"{_threads(not best_inline)}")
 
-  def _next_threads(self, setting, rows, throughput):
-    if throughput >= self.gain_groups * self._best[-1]:
-      self._best = setting + (throughput,)
+  def _next_threads(self, setting, rows, measured):
+    if measured[-1] >= self.gain_groups * self._best[-1]:
+      self._best = setting + (measured[-1],)
     self._phase = "settled"
     best_l, best_groups, best_inline, best = self._best
     return self._decide(
-        setting, rows, throughput, (best_l, best_groups, best_inline),
+        setting, rows, measured, (best_l, best_groups, best_inline),
         f"settled at L={best_l} on {best_groups} stream groups, "
-        f"{_threads(best_inline)} ({best:.0f} rows/s)")
+        f"{_threads(best_inline)} (goodput {best:.0f} rows/s)")
 
-  def _decide(self, setting, rows, throughput, following, reason):
+  def _decide(self, setting, rows, measured, following, reason):
+    """Records a decision; `measured` as _measurement gives it, or None."""
+    throughput, efficiency, noise, goodput = measured or (None,) * 4
     self.decisions.append(Decision(self._runs, *setting, rows, throughput,
-                                   following, reason))
+                                   following, reason, efficiency, noise,
+                                   goodput))
     logging.getLogger("tensorbow").info(
         "TensorBow auto-tuner, run %d: L=%d on %d stream groups%s, %s rows, "
-        "%s rows/s -> %s (%s)", self._runs, setting[0], setting[1],
+        "%s rows/s x efficiency %s = goodput %s -> %s (%s)", self._runs,
+        setting[0], setting[1],
         ", ops on the task's thread" if setting[2] else "", rows,
-        "-" if throughput is None else f"{throughput:.0f}", following,
-        reason)
+        "-" if throughput is None else f"{throughput:.0f}",
+        "-" if efficiency is None else f"{efficiency:.3f}" + (
+            "" if noise is None else f" (noise scale {noise:.1f} rows)"),
+        "-" if goodput is None else f"{goodput:.0f}", following, reason)
     return following

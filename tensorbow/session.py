@@ -94,6 +94,8 @@ class TensorBowSession(compat.SessionInterface):
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)
     self._tuner = autotune.AutoTuner() if replicas == options.AUTO else None
+    # What the tuner weighs an input pipeline's rows by, from the waves.
+    self._noise = autotune.NoiseScale() if self._tuner is not None else None
     self._graph = compat.session_graph(graph)
     checkpoint.follow_saver_retention()
     # TensorBow's ops go into a graph of the session's own (execution.py).
@@ -167,7 +169,7 @@ class TensorBowSession(compat.SessionInterface):
       self._trainer = waves.Trainer(
           self._session, settings, self._planner, self._runtime, builder,
           state, self._graph, self._lock, self._check_open, self._cluster,
-          self._reducer, self._inputs)
+          self._reducer, self._inputs, self._noise)
 
   # ---- SessionInterface ----------------------------------------------------
 
@@ -331,10 +333,16 @@ class TensorBowSession(compat.SessionInterface):
     seconds = time.perf_counter() - start
     current = (self.replicas, self._runtime.num_stream_groups,
                self._runtime.inline)
+    # Each replica's own element of `batch` rows: L b rows a run, weighed
+    # by their statistical efficiency (autotune.py).
+    batch = (trainer.last_batch if trainer.last_batch != trainer.last_rows
+             else None)
+    noise = self._noise.value() if batch is not None else None
     following = self._tuner.observe(
-        *current[:2], trainer.last_rows, seconds, current[2],
-        batch=(trainer.last_batch if trainer.last_batch != trainer.last_rows
-               else None))
+        *current[:2], trainer.last_rows, seconds, current[2], batch=batch,
+        efficiency=(None if noise is None else
+                    autotune.efficiency(noise, batch, current[0])),
+        noise_scale=noise)
     if following is not None and following != current:
       self.retune(*following)
     return result

@@ -42,11 +42,13 @@ class Trainer(object):
       run's elements from its input pipeline (and pulls the next wave's
       while this one computes); None: one of its own that pulls only
       when a wave asks.
+    noise: the session's `autotune.NoiseScale`, given the replicas'
+      gradients of the waves it wants (replicas="auto"); None: no sample.
   """
 
   def __init__(self, session, settings, plans, runtime, builder, replicas,
                user_graph, lock, check_open, cluster=None, reducer=None,
-               inputs=None):
+               inputs=None, noise=None):
     self._session = session
     self._replicas = settings.replicas
     self._algorithm = settings.algorithm
@@ -71,6 +73,7 @@ class Trainer(object):
     self.last_rows = 0  # the rows the latest training run trained on
     self.last_batch = 0  # the batch size its graph was built for
     self._inputs = inputs or prefetch.Prefetcher(session, ahead=False)
+    self._noise = noise
 
   @property
   def plans(self):
@@ -211,6 +214,9 @@ class Trainer(object):
           0 if plan.batch_feed < 0 else
           len(values[plan.batch_feed][0]) if plan.elements[plan.batch_feed]
           else len(values[plan.batch_feed]))
+      if plan.batch_feed < 0 and route.pulled:  # one replica's element
+        self.last_rows = self.last_batch = next(
+            (len(v) for v in taken[0] if np.ndim(v)), 0)
       # An empty batch is no pool's: replica 0 trains on it alone.
       pooled = (self._algorithm.pooled and self._state.in_use and
                 plan.batch_feed >= 0 and not plan.elements[plan.batch_feed]
@@ -428,6 +434,8 @@ class Trainer(object):
       # Rows weigh; an empty batch is replica 0's alone.
       weights = sizes[:len(per_replica)]
       weights = weights if any(weights) else [1] + weights[1:]
+      if self._noise is not None:
+        self._noise.add_kept(runtime, plan, weights)
       if self._reducer is None:
         self._algorithm.before_commit(runtime, weights)
       else:

@@ -169,7 +169,8 @@ def test_runs_ops_on_the_tasks_threads_when_that_is_faster():
   assert decisions[-2].next == (1, 1, True) and "trying ops on the task's " \
       "thread" in decisions[-2].reason
   assert decisions[-1].rows_per_second == pytest.approx(150)
-  assert "ops on the task's thread (150 rows/s)" in decisions[-1].reason
+  assert "ops on the task's thread (goodput 150 rows/s)" in (
+      decisions[-1].reason)
   # Under gain_groups (1.05x) better: the inter-op pool stays.
   setting, _ = _search({(1, 1): 100, (2, 2): 60}, inline_gain=1.04)
   assert setting == (1, 1, False)
@@ -292,3 +293,133 @@ def test_elements_of_a_fixed_batch_are_not_a_new_batch_size():
   assert tuner.observe(2, 1, 4, 0.1, batch=2) == (3, None, False)
   assert tuner.observe(3, 1, 6, 0.1, batch=2) == (4, None, False)
   assert not any("batch size changed" in d.reason for d in tuner.decisions)
+
+
+def _search_goodput(throughputs, efficiencies):
+  """The tuner fed runs of throughput throughputs[L] whose rows have
+  statistical efficiency efficiencies[L] (a stand-in for what a session
+  measures), one stream group a replica up to 2 cores; (setting, its
+  decisions)."""
+  setting = (1, 1, False)
+  tuner = autotune.AutoTuner(warmup=1, measure=3, cores=2)
+  for _ in range(500):
+    l, g, inline = setting
+    # Each replica its own element of 16 rows: 16 L rows a run.
+    following = tuner.observe(
+        l, g, 16 * l, 16 * l / throughputs[l], inline,
+        batch=16 if l > 1 else None, efficiency=efficiencies[l],
+        noise_scale=8.0)
+    if following is not None:
+      l, g, inline = following
+      setting = (l, g if g is not None else min(l, 2), inline)
+    if tuner.settled:
+      break
+  return setting, tuner.decisions
+
+
+def test_leaves_a_setting_whose_goodput_is_below_one_replicas():
+  # L = 2 trains 1.5x the rows a second of L = 1, but its rows teach 0.6x
+  # as much: goodput 90 against 100. It goes back to L = 1.
+  setting, decisions = _search_goodput({1: 100.0, 2: 150.0, 3: 150.0},
+                                       {1: 1.0, 2: 0.6, 3: 0.5})
+  assert setting[0] == 1
+  at_two = decisions[1]
+  assert at_two.replicas == 2 and at_two.next[0] == 1
+  assert at_two.rows_per_second == pytest.approx(150.0)
+  assert at_two.efficiency == pytest.approx(0.6)
+  assert at_two.goodput == pytest.approx(90.0)
+  assert at_two.noise_scale == 8.0
+  assert "goodput under 1.1x L=1's 100 rows/s" in at_two.reason
+  # On throughput alone (efficiency 1) L = 2 would have been kept.
+  setting, _ = _search_goodput({1: 100.0, 2: 150.0, 3: 150.0},
+                               {1: 1.0, 2: 1.0, 3: 1.0})
+  assert setting[0] == 2
+
+
+def test_noise_scale_is_trace_over_squared_gradient_norm():
+  # Per-example gradients G + noise of covariance diag(s^2): B_simple =
+  # sum(s^2) / |G|^2 = 20 / 5 = 4 rows.
+  rng = np.random.RandomState(3)
+  g, s = np.array([1.0, 2.0, 0.0, 0.0]), np.sqrt([5.0, 5.0, 5.0, 5.0])
+  noise = autotune.NoiseScale(max_samples=4000)
+  for _ in range(4000):
+    examples = g + s * rng.randn(4, 8, 4)  # 4 replicas x 8 rows
+    noise.add(list(examples.mean(axis=1)), 8)
+  assert noise.value() == pytest.approx(4.0, rel=0.05)
+  assert not noise.wanted
+  with pytest.raises(ValueError, match="two replicas or more"):
+    noise.add([g], 8)
+  pure_noise = autotune.NoiseScale()
+  pure_noise.add([np.array([1.0]), np.array([-1.0])], 4)  # mean 0
+  assert pure_noise.value() == float("inf")
+  assert autotune.NoiseScale().value() is None
+
+
+def test_efficiency_is_pollux_s():
+  assert autotune.efficiency(8.0, 8, 2) == pytest.approx(16 / 24)
+  assert autotune.efficiency(8.0, 8, 1) == 1.0
+  assert autotune.efficiency(float("inf"), 8, 4) == 1.0
+
+
+def test_auto_weighs_an_input_pipelines_rows_by_the_noise_scale(monkeypatch):
+  """Each replica takes its own element of a tf.data pipeline: from the
+  first wave at L = 2 on, the tuner is given the replicas' gradients, at
+  the weights L = 1's runs left, and their noise scale's efficiency."""
+  monkeypatch.setattr(autotune, "MIN_SECONDS", 0.0)
+  monkeypatch.setattr(autotune, "PATIENCE", 0.0)
+  # TensorFlow's kernels: with TensorBow's, w's step may take its gradient
+  # as an outer product's factors, and only b's gradient is then read.
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "0")
+  samples = []
+  add = autotune.NoiseScale.add
+
+  def recorded(noise, gradients, rows):
+    samples.append(([np.array(g) for g in gradients], rows))
+    add(noise, gradients, rows)
+
+  monkeypatch.setattr(autotune.NoiseScale, "add", recorded)
+  rng = np.random.RandomState(8)
+  xs = rng.randn(400, 3).astype(np.float32)
+  ys = rng.randn(400, 1).astype(np.float32)
+  with tf.Graph().as_default():
+    x, y = tf1.data.make_one_shot_iterator(
+        tf.data.Dataset.from_tensor_slices((xs, ys)).batch(
+            4, drop_remainder=True)).get_next()
+    w = tf1.get_variable("w", initializer=graphs.W0)
+    b = tf1.get_variable("b", initializer=graphs.B0)
+    loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+    train = _gd().minimize(loss)
+    with tb.TensorBowSession(replicas="auto") as sess:
+      sess.run(tf1.global_variables_initializer())
+      for _ in range(30):
+        sess.run(train)
+      decisions = sess.tuning_decisions()
+  first = decisions[0]
+  assert first.replicas == 1 and first.next[0] == 2
+  assert first.efficiency == 1.0 and first.noise_scale is None
+  # L = 1's runs are plain SGD on the elements in order; the first wave
+  # at L = 2 starts both replicas from where they left the model.
+  params = [graphs.W0.astype(np.float64), graphs.B0.astype(np.float64)]
+  for e in range(first.run):
+    grads, _ = references.least_squares(params, xs[4 * e:4 * e + 4],
+                                        ys[4 * e:4 * e + 4])
+    params = [p - LR * g for p, g in zip(params, grads)]
+  gradients, rows = samples[0]
+  assert rows == 4 and len(gradients) == 2
+  for r, got in enumerate(gradients):
+    e = first.run + r  # replica r's element
+    grads, _ = references.least_squares(params, xs[4 * e:4 * e + 4],
+                                        ys[4 * e:4 * e + 4])
+    want = np.concatenate([g.ravel() for g in grads])
+    assert (np.allclose(got, want, rtol=1e-4, atol=1e-5) or
+            np.allclose(got, np.roll(want, 1), rtol=1e-4, atol=1e-5)), (
+                got, want)
+  # L = 2 was weighed by its efficiency, and left or kept by its goodput.
+  at_two = decisions[1]
+  assert at_two.replicas == 2 and at_two.noise_scale is not None
+  assert 0 < at_two.efficiency <= 1
+  if at_two.noise_scale < float("inf"):
+    assert at_two.efficiency < 1
+  assert at_two.goodput == pytest.approx(
+      at_two.rows_per_second * at_two.efficiency)
+  assert (at_two.next[0] == 1) == (at_two.goodput < 1.1 * first.goodput)

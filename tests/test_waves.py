@@ -193,7 +193,8 @@ def _wave(replicas, nonfinite="propagate", algorithm=None, bad=()):
       by_group=True, calls=[0], sync_call=-1, sync_calls=None,
       central_fetches=[], echoed=[], per_example=(True, False),
       atomic=phases.Split([0, 1], [], [0], [], [], False),
-      commit_calls=[1], described=["doubled:0", "loss:0"], snapshot=None)
+      commit_calls=[1], described=["doubled:0", "loss:0"], snapshot=None,
+      gradients=[])
   runtime, state = _Runtime(bad), _State()
   settings = options.Settings(replicas, algorithm or base.Algorithm(),
                               nonfinite, 1, False)
