@@ -287,7 +287,10 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
     A dict: "test_accuracy" (the final evaluation), "epochs" (epochs done,
     a float), "steps", "images_seen", "wall_time", "stop_reason",
     "log_path" (the JSON-lines file), "tensorboard_dir", "adaptive_history"
-    (TensorBowSession.adaptive_history(); [] for TensorFlow).
+    (TensorBowSession.adaptive_history(); [] for TensorFlow),
+    "images_per_sec" (training images per second of all the training
+    runs' time, evaluations excluded) and "final_replicas" (the L the
+    session ended at: what replicas="auto" chose; 1 for TensorFlow).
 
   Raises:
     ValueError: the batch does not fit the training set, or nothing bounds
@@ -352,6 +355,7 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
       images_seen = 0
       train_seconds = 0.0  # since the previous record
       images_since = 0
+      all_train_seconds = 0.0
       loss_sum, loss_count = 0.0, 0  # since the previous record
       record = None
       stop_reason = None
@@ -404,6 +408,7 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
         images_seen += len(x)
         images_since += len(x)
         train_seconds += t1 - t0
+        all_train_seconds += t1 - t0
         loss = float(loss)
         loss_sum += loss
         loss_count += 1
@@ -438,8 +443,9 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
       final = dict(record, event="final", stop_reason=stop_reason)
       log.write(json.dumps(final) + "\n")
   finally:
-    history = (sess.adaptive_history()
-               if isinstance(sess, TensorBowSession) else [])
+    tensorbow = isinstance(sess, TensorBowSession)
+    history = sess.adaptive_history() if tensorbow else []
+    final_replicas = sess.replicas if tensorbow else 1
     sess.close()
     writer.close()
   progress.line(f"stopped ({stop_reason}) after {step} steps, "
@@ -449,7 +455,9 @@ def train(model, dataset, config, model_name, verbose=True, stream=None):
           "steps": step, "images_seen": images_seen,
           "wall_time": final["wall_time"], "stop_reason": stop_reason,
           "log_path": log_path, "tensorboard_dir": tensorboard_dir,
-          "adaptive_history": history}
+          "adaptive_history": history, "final_replicas": final_replicas,
+          "images_per_sec": (images_seen / all_train_seconds
+                             if all_train_seconds > 0 else None)}
 
 
 def run(build, model_name, synthetic_image_shape, config, dataset=None):

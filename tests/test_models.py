@@ -20,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 import tensorbow as tb
+from examples import demo
 from models import data as tb_data
 from models import training
 
@@ -191,6 +192,10 @@ def test_train_stops_and_logs(tmp_path):
   assert records[-1]["test_accuracy"] == result["test_accuracy"]
   assert all(r["images_seen"] == 16 * r["step"] for r in records)
   assert glob.glob(os.path.join(result["tensorboard_dir"], "events.out.*"))
+  assert result["final_replicas"] == REPLICAS
+  # Training time alone: within the wall time, which adds evaluations.
+  assert 0 < result["images_seen"] / result["images_per_sec"] <= (
+      result["wall_time"])
 
   # A target already met at the first evaluation (a quarter epoch) stops it.
   config = config._replace(session="tf", target_accuracy=0.0, max_steps=None)
@@ -198,6 +203,7 @@ def test_train_stops_and_logs(tmp_path):
                           verbose=False)
   assert result["stop_reason"] == "target_accuracy"
   assert result["steps"] == 40 // 4  # 320 / 8 = 40 steps an epoch.
+  assert result["final_replicas"] == 1
 
 
 def test_train_evaluates_as_often_as_asked_and_takes_auto(tmp_path):
@@ -215,6 +221,7 @@ def test_train_evaluates_as_often_as_asked_and_takes_auto(tmp_path):
   assert [r["step"] for r in records[:-1]] == list(range(2, 41, 2))
   assert all(r["images_seen"] == 16 * r["step"] for r in records)
   assert records[0]["replicas"] == "auto"
+  assert result["final_replicas"] in range(1, 17)  # what auto chose
 
 
 def test_train_stops_after_max_seconds(tmp_path):
@@ -255,3 +262,21 @@ def test_lenet_script(tmp_path):
   # 256 rows / 16 a step = 16 steps: one evaluation, then the final line.
   assert records[-1]["stop_reason"] == "epochs"
   assert records[-1]["step"] == 16 and records[-1]["epoch"] == 1.0
+
+
+def test_the_main_jobs_medians_count_a_miss_unless_every_seed_reached():
+  def result(wall, reached=True):
+    return {"wall_time": wall, "epochs": wall / 10, "test_accuracy": 0.9,
+            "images_per_sec": 1000.0 / wall, "final_replicas": 1,
+            "stop_reason": "target_accuracy" if reached else "epochs",
+            "log_path": f"seed_{wall}.jsonl"}
+
+  summary = demo.medians([result(10.0), result(40.0), result(12.0)])
+  assert summary["wall_time"] == 12.0  # the median, not the mean (20.67)
+  assert summary["epochs"] == 1.2 and summary["images_per_sec"] == 100.0
+  assert summary["stop_reason"] == "target_accuracy"
+  assert summary["log_path"] == "seed_10.0.jsonl"  # the first seed's
+  missed = demo.medians([result(10.0), result(11.0, reached=False),
+                         result(12.0)])
+  assert missed["wall_time"] == 11.0
+  assert missed["stop_reason"] == "not every seed reached the target"
