@@ -1,6 +1,6 @@
 """Builds TensorBow: the SMA op library and the runtime extension.
 
-Compile and link flags come from `tf.sysconfig` (DESIGN.md section 5), so
+Compile and link flags come from `tf.sysconfig` (DESIGN.md, "Builds"), so
 the build matches the installed TensorFlow wheel; the runtime links the C
 API from libtensorflow_cc.so.2, beside libtensorflow_framework.so.2.
 pyproject.toml declares TensorFlow and pybind11 as build requirements, so

@@ -9,7 +9,8 @@ bandwidth. This times, on float32 buffers of `--floats` elements:
 * TF's `ResourceApplyMomentum` (reads var, accum, grad; writes var, accum);
 * TensorBow's `TensorBowResourceApplySmaMomentumWithCentral` as the first
   and last replica of a wave (reads var, accum, grad, z, z_prev; writes var,
-  accum, next; then swaps buffers): the SMA step of DESIGN.md section 3.
+  accum, next; then swaps buffers): the SMA step of DESIGN.md, "Synchronous
+  model averaging".
 
 and prints each one's ms and GB/s (bytes it must move / time). The default
 size, 4x LeNet's fc1, puts every working set well beyond the L3 cache, as

@@ -8,7 +8,7 @@ waves, interleaved (`--repeats` rounds of `--waves` waves each), and the
 op times (start to end on the op's thread) of replica 0, whose run
 metadata TensorBowSession returns, are summed per wave. Replicas do the
 same work, and SMA changes only the apply ops (the step fused with the
-correction and the central update, DESIGN.md section 3), so
+correction and the central update, DESIGN.md, "Synchronous model averaging"), so
 
   SMA work = (apply ops' time with sma - with none) / all ops' time with none
 

@@ -17,7 +17,7 @@ updated by assign ops in `tf.compat.v1.GraphKeys.UPDATE_OPS`, which the
 train op depends on. `training` (a boolean placeholder, default False)
 chooses the batch's statistics (training) or the moving ones (evaluation)
 with `tf.cond`. Under TensorBow the moving statistics are per replica and
-the user-named ones their mean (DESIGN.md section 2.5).
+the user-named ones their mean (DESIGN.md, "State").
 
 Optimizer: momentum SGD (0.9) with L2 weight decay 1e-4 on the
 convolution and fc kernels, as in the paper. `main` trains with the loop and

@@ -143,7 +143,7 @@ def contiguous(array):
 
 
 def merge(values, sizes, per_example):
-  """Merges one fetch's per-replica values (DESIGN.md section 2.4).
+  """Merges one fetch's per-replica values (DESIGN.md, "Fetches are merged").
 
   Args:
     values: the fetch's value per replica, in replica order.

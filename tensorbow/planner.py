@@ -44,7 +44,7 @@ Plan = collections.namedtuple("Plan", [
     "echoed",  # (fetch position, feed position) of fetches of fed tensors
                # (a pipeline's element): the whole value fed
     "per_example",  # per fetch: are its replicas' values concatenated
-                    # (DESIGN.md 2.4, rewrite/per_example.py)?
+                    # (DESIGN.md, "Fetches are merged", rewrite/per_example.py)?
     "atomic",  # a phases.Split of every replica's task, or None: run whole
     "commit_calls",  # as calls: runtime call id of the commit
     "described",  # per computed fetch then internal tensor: what it is
@@ -74,7 +74,8 @@ class Planner(object):
     self._exec = execution
     self._replicas = settings.replicas
     # One replica training the user's own variables is plain training
-    # (DESIGN.md 2.7); a cluster's worker replicates even one.
+    # (DESIGN.md, "L = 1 is plain training"); a cluster's worker replicates even
+    # one.
     self._plain = settings.replicas == 1 and builder.shares_variables
     self._algorithm = settings.algorithm
     self._nonfinite = settings.nonfinite
@@ -139,8 +140,9 @@ class Planner(object):
     batch_names = [t.name for t, b, e in zip(fed, batch, elements)
                    if b or e]
     if self._plain:
-      # One replica is plain training (DESIGN.md 2.7): the user's own graph,
-      # or a copy of it training the same variables with faster kernels.
+      # One replica is plain training (DESIGN.md, "L = 1 is plain training"):
+      # the user's own graph, or a copy of it training the same variables with
+      # faster kernels.
       info = _plain_copy_info(ops, batch_names, trainable)
       if info is None:
         # As TensorFlow runs it; split in two only to check for

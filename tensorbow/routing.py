@@ -156,8 +156,9 @@ class Router(object):
 
   def _warn_hand_written(self, ops, fed_names):
     """Warns, once per set of variables, of a plain run that writes
-    trainable variables from a gradient: a training step written by hand,
-    which TensorBow can only run as TensorFlow does (DESIGN.md 2.2)."""
+    trainable variables from a gradient: a training step written by hand, which
+    TensorBow can only run as TensorFlow does (DESIGN.md, "Two kinds of
+    run")."""
     names = analysis.gradient_writes(
         ops, fed_names, analysis.trainable_variable_ops(self._graph))
     if not names or frozenset(names) in self._warned:

@@ -1,4 +1,4 @@
-"""`TensorBowSession`: the user's entry point (DESIGN.md section 2).
+"""`TensorBowSession`: the user's entry point (DESIGN.md, "What a user gets").
 
 A drop-in for `tf.compat.v1.Session`. Each `run` is routed: a *plain run*
 goes, by name, to an ordinary `tf.compat.v1.Session` over the execution
@@ -304,8 +304,8 @@ class TensorBowSession(compat.SessionInterface):
   def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
     """Runs `fetches` as `tf.compat.v1.Session.run` does.
 
-    A training run trains every replica on its shard of the batch feeds,
-    then synchronises; fetched values are merged (DESIGN.md section 2.4).
+    A training run trains every replica on its shard of the batch feeds, then
+    synchronises; fetched values are merged (DESIGN.md, "Fetches are merged").
 
     Raises:
       tf.errors.InvalidArgumentError: batch feeds of different sizes, or

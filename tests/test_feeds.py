@@ -1,9 +1,9 @@
 """A training run's feeds and fetches (tensorbow/feeds.py), below the session.
 
-Fed values are checked as `tf.compat.v1.Session.run` checks them, batch
-feeds split in `numpy.array_split` order (DESIGN.md section 2.3) and each
-fetch's per-replica values merged (section 2.4); every case is compared
-with NumPy or with TensorFlow's own session.
+Fed values are checked as `tf.compat.v1.Session.run` checks them, batch feeds
+split in `numpy.array_split` order (DESIGN.md, "Batch feeds are split") and each
+fetch's per-replica values merged (DESIGN.md, "Fetches are merged"); every case
+is compared with NumPy or with TensorFlow's own session.
 """
 import collections
 
@@ -25,7 +25,7 @@ def _plan(tensors, replicas, elements=()):
   """A plan feeding `tensors`; those in `elements` take an element each.
 
   A batch feed is one of rank >= 1 with an unknown first dimension
-  (DESIGN.md section 2.3), unless it takes elements.
+  (DESIGN.md, "Batch feeds are split"), unless it takes elements.
   """
   element_names = {t.name for t in elements}
   is_element = [t.name in element_names for t in tensors]

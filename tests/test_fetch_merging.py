@@ -1,4 +1,5 @@
-"""Fetch merging in training runs (DESIGN.md 2.4), through the session.
+"""Fetch merging in training runs (DESIGN.md, "Fetches are merged"), through the
+session.
 
 A softmax classifier whose weight is [4, 10], trained at L = 4 on 16 rows:
 the weight's gradient has the shards' first dimension (4) by coincidence

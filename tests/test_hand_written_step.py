@@ -1,6 +1,6 @@
 """A training step written by hand (tf.gradients and assign_sub, no
-Optimizer) is a plain run (DESIGN.md 2.2): it runs as TensorFlow does and
-warns, once per set of variables, that it is not replicated."""
+Optimizer) is a plain run (DESIGN.md, "Two kinds of run"): it runs as TensorFlow
+does and warns, once per set of variables, that it is not replicated."""
 import numpy as np
 import pytest
 import tensorflow as tf

@@ -1,4 +1,5 @@
-"""Training runs whose batch comes from an input pipeline (DESIGN.md 2.4).
+"""Training runs whose batch comes from an input pipeline (DESIGN.md, "Input
+pipelines").
 
 A `tf.data` iterator's `get_next()` or a queue's dequeue in a training run
 is taken before the wave: an element of unknown batch size is split across
@@ -137,7 +138,7 @@ def test_queue_dequeue_trains_as_the_fed_batches_would():
 
 def ids_model(x, y, ids):
   """`model`, plus a per-example fetch recording the rows each replica
-  trained on (merged in replica order, DESIGN.md 2.4)."""
+  trained on (merged in replica order, DESIGN.md, "Input pipelines")."""
   w, loss, train = model(x, y)
   return w, loss, train, tf.identity(ids)
 

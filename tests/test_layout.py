@@ -185,3 +185,49 @@ def test_no_package_file_is_over_500_lines():
   long = [(path, text.count("\n")) for path, text in _python_files()
           if path.startswith("tensorbow" + os.sep) and text.count("\n") > 500]
   assert not long, long
+
+
+def _design_names():
+  """What docs/DESIGN.md can be cited by: its headings and the bold
+  lead-ins of its paragraphs ("**Fetches are merged.**")."""
+  text = open(os.path.join(ROOT, "docs", "DESIGN.md")).read()
+  names = set(re.findall(r"^#+ (.+?)\s*$", text, re.M))
+  # "Two levels: devices and workers" is cited as "Two levels" too.
+  names |= {n.split(":")[0] for n in names}
+  names |= {n.rstrip(".") for n in re.findall(r"\*\*([^*]+?)\*\*", text)}
+  return {" ".join(n.split()) for n in names}
+
+
+def _design_citations(text):
+  """The names cited as DESIGN.md's: `DESIGN.md, "Name"` or `DESIGN.md's X
+  ("Name")`, and any "section N"."""
+  flat = " ".join(re.sub(r"\n\s*(#|//)", " ", text).split())
+  cited = re.findall(r'DESIGN\.md(?:, |\'s [^(")]{0,20}\()"([^"]+)"', flat)
+  numbered = re.findall(r"DESIGN\.md,? (?:section )?\d+(?:\.\d+)*\b", flat)
+  return cited, numbered
+
+
+def test_design_citations_name_what_docs_design_holds():
+  names = _design_names()
+  wrong = []
+  for folder in ("tensorbow", "models", "benchmarks", "examples", "tests",
+                 "cc", "scripts"):
+    for root, _, files in os.walk(os.path.join(ROOT, folder)):
+      for name in files:
+        path = os.path.join(root, name)
+        if (name.endswith((".py", ".cc", ".h", ".sh")) and
+            path != os.path.abspath(__file__)):
+          cited, numbered = _design_citations(open(path).read())
+          wrong += [(os.path.relpath(path, ROOT), c) for c in cited
+                    if c not in names] + [
+                        (os.path.relpath(path, ROOT), n) for n in numbered]
+  assert not wrong, wrong
+
+
+def test_the_design_citation_check_sees_a_wrong_one():
+  cited, numbered = _design_citations(
+      'merged (DESIGN.md, "Fetches\n  are merged"); see DESIGN.md 2.4 and '
+      'DESIGN.md\'s SMA ("Synchronous model averaging")')
+  assert cited == ["Fetches are merged", "Synchronous model averaging"]
+  assert numbered == ["DESIGN.md 2.4"]
+  assert "Fetches are merged" in _design_names()

@@ -1,4 +1,5 @@
-"""A batch with fewer rows than replicas (DESIGN.md 2.3, feed sharding).
+"""A batch with fewer rows than replicas (DESIGN.md, "Batch feeds are split",
+feed sharding).
 
 An epoch's last batch may have fewer rows than L: it trains replicas 0,
 1, ... one row each, the others sit the wave out (unchanged) and the

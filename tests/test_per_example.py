@@ -1,9 +1,9 @@
 """Which fetches are per-example (tensorbow/rewrite/per_example.py).
 
-The decision the plan keeps for fetch merging (DESIGN.md 2.4): by the
-graph's shapes and data flow, never by a coincidence of sizes. Each graph
-here has a tensor whose first dimension happens to equal the batch a run
-would feed, so a size test would get it wrong.
+The decision the plan keeps for fetch merging (DESIGN.md, "Fetches are merged"):
+by the graph's shapes and data flow, never by a coincidence of sizes. Each graph
+here has a tensor whose first dimension happens to equal the batch a run would
+feed, so a size test would get it wrong.
 """
 import numpy as np
 import tensorflow as tf

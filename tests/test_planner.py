@@ -212,9 +212,9 @@ def test_a_tf1_conditional_in_the_backward_pass_runs_before_the_commit(
 
 @pytest.mark.parametrize("nonfinite", ["propagate", "raise"])
 def test_one_replica_with_a_kernel_copy_runs_as_tensorflow(nonfinite):
-  """With one replica a training run is TensorFlow's single run (DESIGN.md
-  2.7), also when a copy with faster kernels is trained; only a check for
-  non-finite values splits it in two."""
+  """With one replica a training run is TensorFlow's single run (DESIGN.md,
+  "L = 1 is plain training"), also when a copy with faster kernels is
+  trained; only a check for non-finite values splits it in two."""
   graph, x, y, w, loss, train, init = _conditional_model(True)
   rng = np.random.RandomState(2)
   bx = rng.randn(5, 3).astype(np.float32)

@@ -1,4 +1,5 @@
-"""TF1 queue-runner programs under `tensorbow-run` (DESIGN.md 2.3).
+"""TF1 queue-runner programs under `tensorbow-run` (DESIGN.md, "Input
+pipelines").
 
 The script is written as TensorFlow's CIFAR-10 tutorial is: records read
 by a `FixedLengthRecordReader` in queue runners, `tf.train.shuffle_batch`

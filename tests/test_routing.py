@@ -1,7 +1,7 @@
 """How a run is routed (tensorbow/routing.py), below the session.
 
 A run whose fetches or targets depend on an optimizer's apply op is a
-training run, every other run a plain run (DESIGN.md section 2.2). Each
+training run, every other run a plain run (DESIGN.md, "Two kinds of run"). Each
 case is a small tf.compat.v1 graph, with reference and resource variables,
 and checks the exact classification: training or not, the variables
 written and read, the fed tensors and their values' order, the input

@@ -2,7 +2,7 @@
 
 The script trains least squares, loss = 0.5 * mean((x w + b - y)^2), with
 plain gradient descent, so the weights after SMA waves follow from the NumPy
-reference below (DESIGN.md section 3).
+reference below (DESIGN.md, "Synchronous model averaging").
 """
 import json
 import logging
@@ -160,8 +160,9 @@ def run_tensorbow(tmp_path, options, script, data, name="tb.json"):
 
 
 def sma_sgd_reference(replicas, alpha, mu, algorithm="sma", x=X, y=Y):
-  """DESIGN.md section 3 for gradient descent (tests/references.py);
-  returns the central (w, b) and the fetched loss of every wave."""
+  """DESIGN.md, "Synchronous model averaging" for gradient descent
+  (tests/references.py); returns the central (w, b) and the fetched loss of
+  every wave."""
   waves = references.sma([W0, B0], [(x, y)] * STEPS, replicas, alpha, mu, LR,
                          algorithm=algorithm)
   return waves[-1][0], [loss for _, loss, _, _ in waves]

@@ -24,8 +24,8 @@ Y = RNG.randn(10, 1).astype(np.float32)
 
 def sma_reference(waves, num_replicas, alpha, mu, lr, momentum=None,
                   nesterov=False, z=(W0, B0), adagrad=False, x=X, y=Y):
-  """DESIGN.md section 3 in NumPy (tests/references.py) on the batch
-  (x, y) every wave; returns per wave (z, fetched loss, replicas,
+  """DESIGN.md, "Synchronous model averaging" in NumPy (tests/references.py) on
+  the batch (x, y) every wave; returns per wave (z, fetched loss, replicas,
   accumulators)."""
   return references.sma(list(z), [(x, y)] * waves, num_replicas, alpha, mu,
                         lr, momentum, nesterov, adagrad)

@@ -1,13 +1,13 @@
 """The SMA ops fused with the central update (ResourceApplySma*WithCentral).
 
-L replicas' ops are run for several waves, concurrently (one TensorFlow run
-of all of them) and one after another in a shuffled order, and compared
-with a NumPy implementation of DESIGN.md section 3. The large shape spans
-several of the kernel's chunks, so replicas meet in the chunk locks and the
-buffer rotation at the end of a wave is checked on a split variable. The
-*OuterWithCentral forms take a dense layer's gradient as its factors x and
-dy; they are checked the same way with the gradient xᵀ·dy. Whatever order
-the replicas run in, the central model comes out the same to the bit.
+L replicas' ops are run for several waves, concurrently (one TensorFlow run of
+all of them) and one after another in a shuffled order, and compared with a
+NumPy implementation of DESIGN.md, "Synchronous model averaging". The large
+shape spans several of the kernel's chunks, so replicas meet in the chunk locks
+and the buffer rotation at the end of a wave is checked on a split variable. The
+*OuterWithCentral forms take a dense layer's gradient as its factors x and dy;
+they are checked the same way with the gradient xᵀ·dy. Whatever order the
+replicas run in, the central model comes out the same to the bit.
 """
 import numpy as np
 import pytest
@@ -129,7 +129,8 @@ class Wave(object):
 
 
 def reference_wave(optimizer, z, zp, ws, accums, grads, alpha=ALPHA, mu=MU):
-  """One wave of DESIGN.md section 3 in NumPy; returns the new state."""
+  """One wave of DESIGN.md, "Synchronous model averaging" in NumPy; returns the
+  new state."""
   corrections, new_ws, new_accums = [], [], []
   for w, a, g in zip(ws, accums, grads):
     c = alpha * (w - z)

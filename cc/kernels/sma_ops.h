@@ -4,9 +4,10 @@
 // specialisations live in sma_ops.cc; a CUDA build instantiates the same
 // templates for Eigen::GpuDevice in a .cu.cc file of its own.
 //
-// Notation (DESIGN.md section 3): w is a replica's copy of a model variable,
-// z the central model, alpha the correction factor, c the correction. The
-// arithmetic of one element, and its precision, is sma_step.h's.
+// Notation (DESIGN.md, "Synchronous model averaging"): w is a replica's copy
+// of a model variable, z the central model, alpha the correction factor, c
+// the correction. The arithmetic of one element, and its precision, is
+// sma_step.h's.
 #ifndef TENSORBOW_CC_KERNELS_SMA_OPS_H_
 #define TENSORBOW_CC_KERNELS_SMA_OPS_H_
 

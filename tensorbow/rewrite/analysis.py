@@ -1,11 +1,11 @@
 """Reads a user's graph: what a run executes, and what a training run writes.
 
 A run's *closure* is every operation TensorFlow executes for its fetches and
-targets. A run is a training run when its closure holds an optimizer's
-apply op. The variables written there are classified as DESIGN.md section 2
+targets. A run is a training run when its closure holds an optimizer's apply op.
+The variables written there are classified as DESIGN.md, "What a user gets"
 says: model variables (updated by an apply op, averaged by SMA), slots (the
-optimizer's other state), and other written variables (a global step,
-batch-norm moving statistics).
+optimizer's other state), and other written variables (a global step, batch-norm
+moving statistics).
 """
 import collections
 

@@ -1,4 +1,5 @@
-"""Which of a training run's fetches are per-example (DESIGN.md 2.4).
+"""Which of a training run's fetches are per-example (DESIGN.md, "Fetches are
+merged").
 
 A per-example tensor is one whose first dimension is the batch dimension of
 the run's batch sources (its batch feeds, or the pipeline elements the

@@ -16,14 +16,15 @@ takes its tests from `Corpus.tests()`:
     test_one_replica, test_reference_kernels, test_four_replicas = (
         CORPUS.tests())
 
-The tiers (DESIGN.md section 2):
+The tiers (DESIGN.md, "What a user gets"):
 * fast: at L = 1 with the default (fast) kernels, every fetched value after
   each run and every global variable at the end equal
   `tf.compat.v1.Session`'s on an identical graph with the same feeds;
 * slow: the same with `TENSORBOW_FAST_KERNELS=0`, and at L = 4 the central
-  model equals a per-replica reference of SMA (section 3) that
-  `tf.compat.v1.Session` computes: each replica's run on its shard from the
-  replica's own state, then SMA's central update.
+  model equals a per-replica reference of SMA (DESIGN.md, "Synchronous
+  model averaging") that `tf.compat.v1.Session` computes: each replica's
+  run on its shard from the replica's own state, then SMA's central
+  update.
 """
 import dataclasses
 import typing
@@ -40,8 +41,9 @@ REPLICAS = 4
 MU = 0.9  # SMA's default central momentum
 
 # Tolerances where TensorFlow and TensorBow may round differently: a fast
-# kernel fuses or reorders float operations (DESIGN.md 2.7: L = 1 equals TF
-# "to float tolerance"); the L = 4 reference rounds its SMA in NumPy.
+# kernel fuses or reorders float operations (DESIGN.md, "L = 1 is plain
+# training": L = 1 equals TF "to float tolerance"); the L = 4 reference
+# rounds its SMA in NumPy.
 RTOL, ATOL = 1e-6, 1e-7
 L4_RTOL, L4_ATOL = 1e-5, 1e-6
 
@@ -73,11 +75,12 @@ class Case:
   fetches: what every run fetches, or a function of the run index.
   feed: a feed_dict for every run, or a function of the run index.
   runs: how many runs.
-  plain: the indices of runs that are plain runs (DESIGN.md 2.2).
+  plain: the indices of runs that are plain runs (DESIGN.md, "Two kinds
+    of run").
   model: the names of the model variables for the L = 4 reference (default:
     the trainable variables).
   single: name parts of other variables a training run writes from values
-    that do not depend on a batch feed: one copy (DESIGN.md 2.5), which
+    that do not depend on a batch feed: one copy (DESIGN.md, "State"), which
     TensorBow takes from replica 0; the others are per replica, the
     central value their mean.
   step: for a run whose train op does more after the optimizer's step (a
@@ -300,8 +303,8 @@ def assert_one_replica_equals_tf(idiom, exact):
 
 
 def batch_feeds(feed):
-  """The feeds DESIGN.md 2.3 shards: placeholders of rank >= 1 whose first
-  dimension is unknown."""
+  """The feeds DESIGN.md, "Batch feeds are split" shards: placeholders of
+  rank >= 1 whose first dimension is unknown."""
   return [t for t in feed
           if t.shape.rank and tf.compat.dimension_value(t.shape[0]) is None]
 
@@ -318,11 +321,12 @@ def shard(feed, replicas):
 
 
 def sma_reference(idiom, replicas=REPLICAS, mu=MU):
-  """DESIGN.md section 3 run with `tf.compat.v1.Session`: each replica's
+  """DESIGN.md's SMA ("Synchronous model averaging") run with
+  `tf.compat.v1.Session`: each replica's
   run on its shard from its own state (model variables, slots, every other
   variable), then SMA's update of the model variables (alpha = 1/L); every
   other variable's central value is the replicas' mean, or replica 0's for
-  `Case.single` (section 2.5). A plain run runs on the central model,
+  `Case.single` (DESIGN.md, "State"). A plain run runs on the central model,
   whole, and re-seeds the replicas of the variables it wrote (2.6).
 
   Returns:
@@ -370,7 +374,7 @@ def sma_reference(idiom, replicas=REPLICAS, mu=MU):
       for r in range(replicas):
         if not sizes[r]:
           # A batch with fewer rows than replicas: this one sits the wave
-          # out (DESIGN.md 2.3), its state as it was.
+          # out (DESIGN.md, "Batch feeds are split"), its state as it was.
           stepped.append(dict(states[r]))
           continue
         load(states[r])
@@ -382,7 +386,8 @@ def sma_reference(idiom, replicas=REPLICAS, mu=MU):
       corrections = {}
       for n in names:
         if n in model and n in trained:
-          # The correction is part of the replica's update (section 3).
+          # The correction is part of the replica's update (DESIGN.md,
+          # "Synchronous model averaging").
           corrections[n] = [alpha * (states[r][n] - central[n])
                             for r in trains]
           for k, r in enumerate(trains):
