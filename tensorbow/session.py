@@ -212,6 +212,11 @@ class TensorBowSession(compat.SessionInterface):
     """What timing each substitute against TensorFlow's kernel chose."""
     return self._planner.kernel_choices()
 
+  def plans(self):
+    """{training-run signature: planner.Plan}: the plans of the training
+    runs planned at the current L, each made once."""
+    return dict(self._trainer.plans)
+
   def tuning_decisions(self):
     """replicas="auto"'s decisions so far (autotune.Decision)."""
     return list(self._tuner.decisions) if self._tuner else []

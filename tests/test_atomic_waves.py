@@ -261,7 +261,7 @@ def test_standard_optimizers_commit_without_a_snapshot(optimizer):
   m = Model(optimizer)
   with m.session() as sess:
     m.step(sess)
-    plans = list(sess._trainer.plans.values())  # pylint: disable=protected-access
+    plans = list(sess.plans().values())
   assert len(plans) == 1
   assert plans[0].atomic is not None and plans[0].snapshot is None
 

@@ -89,10 +89,10 @@ def test_inline_runs_a_tasks_ops_on_its_own_thread(inline):
     sess.retune(1, 1, not inline)
     sess.run(model.init)
     sess.run(train, {model.x: x, model.y: y})
-    planned = dict(sess._trainer.plans)  # pylint: disable=protected-access
+    planned = sess.plans()
     # Only the threads change: nothing is planned again.
     sess.retune(1, 1, inline)
-    plans = sess._trainer.plans  # pylint: disable=protected-access
+    plans = sess.plans()
     assert plans.keys() == planned.keys()
     assert all(plans[k] is p for k, p in planned.items())
     for _ in range(3):

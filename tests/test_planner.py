@@ -133,7 +133,7 @@ def test_the_backward_pass_behind_update_ops_runs_before_the_commit(
   with tb.TensorBowSession(graph=graph, replicas=3) as sess:
     sess.run(init)
     sess.run(train, feed)
-    (plan,) = sess._trainer.plans.values()  # pylint: disable=protected-access
+    (plan,) = sess.plans().values()
   assert plan.atomic is not None
   assert plan.atomic.internal
   for t in plan.atomic.internal:
@@ -198,7 +198,7 @@ def test_a_tf1_conditional_in_the_backward_pass_runs_before_the_commit(
     losses = [sess.run([train, loss], {x: bx, y: by})[1]
               for bx, by in batches]
     got = sess.run(w)
-    (plan,) = sess._trainer.plans.values()  # pylint: disable=protected-access
+    (plan,) = sess.plans().values()
   assert plan.atomic is not None
   assert plan.atomic.internal
   for t in plan.atomic.internal:
@@ -224,7 +224,7 @@ def test_one_replica_with_a_kernel_copy_runs_as_tensorflow(nonfinite):
     sess.run(init)
     sess.run(train, {x: bx, y: by})
     got = sess.run(w)
-    (plan,) = sess._trainer.plans.values()  # pylint: disable=protected-access
+    (plan,) = sess.plans().values()
     copied = any("/group_0/" in op.name
                  for op in sess.execution_graph.get_operations())
   assert copied, "no kernel copy: MatMul should have a substitute"

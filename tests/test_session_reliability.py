@@ -301,7 +301,7 @@ def test_concurrent_first_training_runs_plan_once(use_resource):
     for t in threads:
       t.join(120)
     assert not errors and len(losses) == 4
-    assert len(sess._trainer.plans) == 1  # pylint: disable=protected-access
+    assert len(sess.plans()) == 1
     expected = [ref_model.step(reference) for _ in range(4)]
     np.testing.assert_allclose(sorted(losses), sorted(expected), rtol=1e-6)
     np.testing.assert_allclose(sess.run(model.w), reference.run(ref_model.w),
