@@ -2,15 +2,17 @@
 `tensorbow-run`, side by side.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.real_scripts \
-        [--replicas auto] [--repeats 3] [SCRIPT...]
+        [--replicas auto[,1,...]] [--repeats 3] [SCRIPT...]
 
 The scripts are in benchmarks/real_scripts/ (an MLP, the "Deep MNIST" CNN,
 an autoencoder with summaries and a Saver, the CIFAR-10 tutorial's queue
 runners and MonitoredTrainingSession), each at its own batch size.
 Each repeat runs every script once as `python script.py` and once as
-`python -m tensorbow.run --replicas R script.py`, alternating, and times
-the whole process. Prints per script the median wall time of each, their
-ratio, and the final test accuracy and loss each script printed.
+`python -m tensorbow.run --replicas R script.py` for each R of
+`--replicas`, in turn, and times the whole process. Prints per script the
+median wall time of each, its ratio to TensorFlow's (and auto's to
+L = 1's when both are run), the final test accuracy and loss each printed
+(TensorFlow's first) and the L each auto run ended at.
 """
 import argparse
 import os
@@ -48,18 +50,22 @@ def run(command):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--replicas", default="auto")
+  parser.add_argument("--replicas", default="auto",
+                      help="comma list: each is run, e.g. auto,1")
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("scripts", nargs="*", default=list(DEFAULT))
   args = parser.parse_args(argv)
-  sessions = {
-      "tf": lambda script: [sys.executable, script],
-      "tensorbow": lambda script: [sys.executable, "-m", "tensorbow.run",
-                                   "--replicas", args.replicas, script],
-  }
-  print("| script | tf.Session (s) | tensorbow-run (s) | ratio | accuracy "
-        "tf / tb | loss tf / tb | L at the end |")
-  print("| --- | --- | --- | --- | --- | --- | --- |")
+  settings = args.replicas.split(",")
+  sessions = {"tf": lambda script: [sys.executable, script]}
+  for r in settings:
+    sessions[r] = (lambda r: lambda script: [
+        sys.executable, "-m", "tensorbow.run", "--replicas", r, script])(r)
+  print("| script | tf.Session (s) | " + " | ".join(
+      f"--replicas {r} (s) | ratio to tf" for r in settings) +
+        (" | auto / 1" if {"auto", "1"} <= set(settings) else "") +
+        " | accuracy | loss | L at the end |")
+  print("|" + " --- |" * (5 + 2 * len(settings) +
+                         ({"auto", "1"} <= set(settings))))
   for script in args.scripts:
     results = {name: [] for name in sessions}
     for _ in range(args.repeats):
@@ -67,13 +73,17 @@ def main(argv=None):
         results[name].append(run(command(script)))
     median = {name: [statistics.median(r[i] for r in runs)
                      for i in range(3)] for name, runs in results.items()}
-    tf_run, tb_run = median["tf"], median["tensorbow"]
-    chosen = ", ".join("-" if r[3] is None else str(r[3])
-                       for r in results["tensorbow"])
-    print(f"| {script} | {tf_run[0]:.1f} | {tb_run[0]:.1f} | "
-          f"{tb_run[0] / tf_run[0]:.2f} | {tf_run[1]:.4f} / {tb_run[1]:.4f} "
-          f"| {tf_run[2]:.4f} / {tb_run[2]:.4f} | {chosen} |", flush=True)
-
+    row = [script, f"{median['tf'][0]:.1f}"]
+    for r in settings:
+      row += [f"{median[r][0]:.1f}", f"{median[r][0] / median['tf'][0]:.2f}"]
+    if {"auto", "1"} <= set(settings):
+      row.append(f"{median['auto'][0] / median['1'][0]:.2f}")
+    row.append(" / ".join(f"{median[n][1]:.4f}" for n in sessions))
+    row.append(" / ".join(f"{median[n][2]:.4f}" for n in sessions))
+    row.append("; ".join(
+        f"{r}: " + ", ".join("-" if x[3] is None else str(x[3])
+                             for x in results[r]) for r in settings))
+    print("| " + " | ".join(row) + " |", flush=True)
 
 if __name__ == "__main__":
   main()
