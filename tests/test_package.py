@@ -83,3 +83,15 @@ def test_library_dir_without_libraries_says_so(tmp_path):
   assert (f"TensorBow's library _sma_ops*.so is missing from {tmp_path}"
           in result.stderr), result.stderr[-2000:]
   assert "$TENSORBOW_LIBRARY_DIR" in result.stderr
+
+
+def test_readme_is_an_index_with_the_two_commands():
+  with open(README) as f:
+    text = f.read()
+  assert text.count("\n") < 200
+  assert "bash scripts/main.sh" in text and "bash scripts/test.sh" in text
+  # It points at the design and the results, both in the repository.
+  root = os.path.dirname(README)
+  for path in ("docs/DESIGN.md", "benchmarks/RESULTS.md"):
+    assert path in text and os.path.exists(os.path.join(root, path))
+  assert "../" not in text  # never outside the repository
