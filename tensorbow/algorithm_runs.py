@@ -117,9 +117,7 @@ class AlgorithmRuns(object):
     names = tuple(sorted(self._states))
 
     def build():
-      parts = [self._algorithm.worker_sync(self._builder, self._states[n])
-               for n in names]
-      parts = [p for p in parts if p is not None]
+      parts = self._parts(self._algorithm.worker_sync, names)
       if not parts:
         return None
       before, added, apply = zip(*parts)
@@ -139,9 +137,7 @@ class AlgorithmRuns(object):
     names = tuple(sorted(self._states))
 
     def build():
-      parts = [self._algorithm.worker_merge(self._builder, self._states[n])
-               for n in names]
-      parts = [p for p in parts if p is not None]
+      parts = self._parts(self._algorithm.worker_merge, names)
       if not parts:
         return None
       # The workers' replica counts are summed beside the tensors.
@@ -160,3 +156,9 @@ class AlgorithmRuns(object):
       return None
     added, sums, fed, op = built
     return added, sums, op, {fed: value}
+
+  def _parts(self, hook, names):
+    """What per-variable `hook` gives for the states of `names`, less the
+    Nones."""
+    parts = [hook(self._builder, self._states[n]) for n in names]
+    return [p for p in parts if p is not None]
