@@ -142,9 +142,11 @@ class Planner(object):
     if self._plain:
       # One replica is plain training (DESIGN.md, "L = 1 is plain training"):
       # the user's own graph, or a copy of it training the same variables with
-      # faster kernels.
-      info = _plain_copy_info(ops, batch_names, trainable)
+      # faster kernels or reading its input's stand-ins.
+      info = _plain_copy_info(ops, batch_names, trainable,
+                              any(t.name in pulled for t in fed))
       if info is None:
+        _check_pulled_whole(ops, pulled)
         # As TensorFlow runs it; split in two only to check for
         # non-finite values before the writes.
         return self._task_plan(fed, batch, elements,
@@ -166,7 +168,9 @@ class Planner(object):
                if b and np.ndim(v)] +
               [len(v) for v, e in zip(values, elements) if e and np.ndim(v)])
       rep.chooser = kernel_choice.Chooser(max(rows[0], 1) if rows else 1)
-    rep.extend(info, fed_names)
+    stand_ins = {t.name: self._builder.input_stand_in(t) for t in fed
+                 if t.name in pulled}
+    rep.extend(info, fed_names, stand_ins)
     state = self._replica_state
     sync = state.sync_op(info)
     sync_call = (self._runtime.add_call([], [], [sync]) if sync is not None
@@ -208,8 +212,8 @@ class Planner(object):
     return self._task_plan(fed, batch, elements, tasks, sync_call,
                            central_fetches, self._builder.user_name, atomic,
                            info.written,
-                           [self._builder.replica_input] if by_group else []
-                           )._replace(**merged)
+                           [self._builder.replica_input] if by_group else [],
+                           stand_ins)._replace(**merged)
 
   def _per_example(self, fetches, fed, batch, elements):
     """Per fetch (of the user's graph), whether it is per-example: its
@@ -233,14 +237,16 @@ class Planner(object):
 
   def _task_plan(self, fed, batch, elements, tasks, sync_call,
                  central_fetches, user_name, atomic, written=None,
-                 replica_feed=()):
+                 replica_feed=(), stand_ins=None):
     """The plan of a wave of `tasks`, with each task split into its
     computation and its commit if `atomic`. `tasks` are per stream group
     (fetches, targets) fed `replica_feed`, the replica's index, if given;
-    else one per replica."""
+    else one per replica. The tasks read `stand_ins[name]` for fed
+    tensor `name`, where given, and are fed that."""
     by_group = bool(replica_feed)
     fed = list(fed)
-    call_feeds = fed + list(replica_feed)
+    call_feeds = [(stand_ins or {}).get(t.name, t)
+                  for t in fed] + list(replica_feed)
     fed_names = frozenset(t.name for t in call_feeds)
     splits = ([phases.split(f, t, fed_names) for f, t in tasks]
               if atomic else [None])
@@ -298,18 +304,54 @@ def _aligned(splits, user_name):
   return aligned
 
 
-def _plain_copy_info(ops, batch_names, trainable):
+def _plain_copy_info(ops, batch_names, trainable, pulls):
   """With one replica: the TrainingInfo of a copy worth making, or None.
 
-  A copy pays only where `substitutes` has a faster equivalent for one of its
-  ops; a graph TensorBow cannot copy runs as the user wrote it.
+  A copy pays where `substitutes` has a faster equivalent for one of its
+  ops, and is needed where the run `pulls` its input from a pipeline (the
+  copy reads stand-ins: Builder.input_stand_in); a graph TensorBow cannot
+  copy runs as the user wrote it.
   """
-  if not (substitutes.enabled() and any(substitutes.applies(op) for op in ops)):
+  if not (pulls or substitutes.enabled() and
+          any(substitutes.applies(op) for op in ops)):
     return None
   try:
     return analysis.analyse_training(ops, batch_names, trainable)
   except tf.errors.UnimplementedError:
     return None
+
+
+# Ops Grappler turns into constants that wait on their input's op.
+_SHAPE_OPS = frozenset(["Shape", "ShapeN", "Size", "Rank"])
+
+
+def _check_pulled_whole(ops, pulled):
+  """Refuses a training run of the user's own graph (`ops`, its closure)
+  that would be fed `pulled` tensors a shape op reads: fed, the pipeline's
+  op would run too and take an element more (Builder.input_stand_in).
+
+  Raises:
+    tf.errors.UnimplementedError: naming the shape op.
+  """
+  if not pulled:
+    return
+  by_name = {op.name: op for op in ops}
+  reached = set()
+  stack = [by_name[n.rsplit(":", 1)[0]] for n in pulled
+           if n.rsplit(":", 1)[0] in by_name]
+  while stack:
+    op = stack.pop()
+    for c in (c for t in op.outputs for c in t.consumers()):
+      if c.name in by_name and c.name not in reached:
+        if c.type in _SHAPE_OPS:
+          raise tf.errors.UnimplementedError(
+              None, None,
+              f"TensorBow cannot train this graph with one replica: it "
+              f"takes its batch from an input pipeline, op '{c.name}' reads "
+              "the batch's shape, and TensorBow cannot copy the graph to "
+              "feed it safely; feed the batch with feed_dict")
+        reached.add(c.name)
+        stack.append(c)
 
 
 def _described_internal(user_name, tensor):

@@ -219,6 +219,81 @@ def test_elements_left_at_the_end_begin_the_next_epoch():
   np.testing.assert_allclose(final, waves[-1][0], rtol=1e-5, atol=1e-6)
 
 
+def image_source(source):
+  """(runs to set it up, x, y): batches of BATCH rows of X80, Y80, each row
+  of X80 an image of 1 x 3 pixels, from a `tf.data` iterator or a queue."""
+  images = X80.reshape(-1, 1, 3, 1)
+  if source == "dataset":
+    dataset = tf.data.Dataset.from_tensor_slices((images, Y80)).batch(
+        BATCH, drop_remainder=True)
+    x, y = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    return [], x, y
+  queue = tf.queue.FIFOQueue(80, [tf.float32, tf.float32],
+                             shapes=[[1, 3, 1], [1]])
+  x, y = queue.dequeue_many(BATCH)
+  return [queue.enqueue_many((images, Y80)), queue.close()], x, y
+
+
+def train_convolution(source, make_session):
+  """(losses, final w as [3, 1]) of `model` written as a convolution over
+  `image_source(source)`, one epoch in a session `make_session()`."""
+  with tf.Graph().as_default():
+    setup, x, y = image_source(source)
+    w = tf.compat.v1.get_variable("w", initializer=W0.reshape(1, 3, 1, 1))
+    # The convolution's gradient takes the batch's shape (ShapeN), which
+    # Grappler makes a constant waiting on the op the batch comes from: fed
+    # the batch, a run still ran that op and took an element more.
+    out = tf.reshape(tf.nn.conv2d(x, w, [1, 1, 1, 1], "VALID"), [-1, 1])
+    loss = 0.5 * tf.reduce_mean(tf.square(out - y))
+    train = tf.compat.v1.train.GradientDescentOptimizer(LR).minimize(loss)
+    with make_session() as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      for op in setup:
+        sess.run(op)
+      return train_epoch(sess, loss, train, w), sess.run(w).reshape(3, 1)
+
+
+@pytest.mark.parametrize("source", ["dataset", "queue"])
+def test_one_replica_takes_the_elements_tensorflow_takes(source):
+  losses, final = train_convolution(
+      source, lambda: tensorbow.TensorBowSession(replicas=1))
+  expected, expected_final = train_convolution(source, tf.compat.v1.Session)
+  assert len(losses) == len(expected) == 10
+  np.testing.assert_allclose(losses, expected, rtol=1e-6)
+  np.testing.assert_allclose(final, expected_final, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("source", ["dataset", "queue"])
+def test_replicas_take_one_element_each_through_a_convolution(source):
+  losses, final = train_convolution(
+      source, lambda: tensorbow.TensorBowSession(replicas=2))
+  # 10 elements: 5 waves of 2, replica r on element r of its wave.
+  waves = sma([(X80[i:i + 16], Y80[i:i + 16]) for i in range(0, 80, 16)],
+              replicas=2)
+  assert len(losses) == len(waves) == 5
+  np.testing.assert_allclose(losses, [l for _, l in waves], rtol=1e-5)
+  np.testing.assert_allclose(final, waves[-1][0], rtol=1e-5, atol=1e-6)
+
+
+def test_one_replica_refuses_a_graph_it_cannot_copy_reading_the_shape():
+  # Two steps on one variable in one run: TensorBow cannot copy that graph,
+  # and the user's own graph fed its batch would take an element more.
+  with tf.Graph().as_default():
+    _, x, y = image_source("dataset")
+    w = tf.compat.v1.get_variable("w", initializer=W0.reshape(1, 3, 1, 1))
+    out = tf.reshape(tf.nn.conv2d(x, w, [1, 1, 1, 1], "VALID"), [-1, 1])
+    loss = 0.5 * tf.reduce_mean(tf.square(out - y))
+    sgd = tf.compat.v1.train.GradientDescentOptimizer(LR)
+    train = tf.group(sgd.minimize(loss), sgd.minimize(loss))
+    with tensorbow.TensorBowSession(replicas=1) as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      before = sess.run(w)
+      with pytest.raises(tf.errors.UnimplementedError,
+                         match="reads the batch's shape"):
+        sess.run(train)
+      np.testing.assert_array_equal(sess.run(w), before)
+
+
 def test_a_refused_run_keeps_the_elements_it_took():
   with tf.Graph().as_default():
     x, y, ids = tf.compat.v1.data.make_one_shot_iterator(

@@ -185,6 +185,19 @@ class Builder(object):
                                                  name="replica")
     return self._replica
 
+  def input_stand_in(self, tensor):
+    """The placeholder the copies read in place of `tensor`, an input
+    pipeline's output that training runs take before the wave and feed.
+
+    Fed, the pipeline's op would still run: Grappler turns a Shape of a
+    tensor of known shape into a constant that waits on the tensor's op,
+    and TensorFlow prunes what a fed op waits on, not the op itself. A
+    placeholder has nothing to wait on."""
+    return self.once("stand_in", tensor.name, lambda: (
+        tf.compat.v1.placeholder(tensor.dtype, tensor.shape,
+                                 name=f"input/{flat(tensor.op.name)}_"
+                                 f"{tensor.value_index}")))
+
   def replica_variable_node(self, node, op_type, replicated, aux):
     """The NodeDef of `replicated` resolved to the task's replica in a
     group's copy: `op_type` named and placed as `node`, reading the

@@ -70,13 +70,17 @@ class Copier(object):
     self._streams = builder.num_replicas > 1 or builder.first_replica > 0
     self._stream_states = {}  # random op name -> its Replicated state
     self._frames = {}  # op name -> its while frames (while_frames)
+    # Tensor name -> what every copy reads for it (Builder.input_stand_in).
+    self._stand_ins = {}
 
   def is_copied(self, name):
     return name in self._copied
 
-  def extend(self, info, fed_names):
-    """Copies what `info`'s closure needs into every group (idempotent)."""
+  def extend(self, info, fed_names, stand_ins=None):
+    """Copies what `info`'s closure needs into every group (idempotent);
+    the copies read `stand_ins[name]` for the tensor named `name`."""
     graph, builder = self._graph, self._builder
+    self._stand_ins.update(stand_ins or {})
     replicated = self._replicas.register(info)
     new_ops = []
     for op in info.ops:
@@ -119,7 +123,8 @@ class Copier(object):
     def external(name, index):
       key = f"{name}:{index}"
       if key not in input_map:
-        input_map[key] = self._group_tensor(name, index, group)
+        input_map[key] = (self._stand_ins[key] if key in self._stand_ins
+                          else self._group_tensor(name, index, group))
       return key
 
     def resolve(inp):
