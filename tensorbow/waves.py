@@ -214,11 +214,8 @@ class Trainer(object):
           0 if plan.batch_feed < 0 else
           len(values[plan.batch_feed][0]) if plan.elements[plan.batch_feed]
           else len(values[plan.batch_feed]))
-      # One replica's element of a tf.data pipeline, for the tuner. Not a
-      # queue's: a reader pipeline's queue runners stall at L > 1, not yet
-      # understood (docs/DESIGN.md, "Input pipelines").
-      if plan.batch_feed < 0 and route.pulled and not any(
-          t.op.type.startswith("Queue") for t in route.pulled):
+      # One replica's element of an input pipeline, for the tuner.
+      if plan.batch_feed < 0 and route.pulled:
         self.last_rows = self.last_batch = next(
             (len(v) for v in taken[0] if np.ndim(v)), 0)
       # An empty batch is no pool's: replica 0 trains on it alone.
