@@ -25,6 +25,9 @@ from tensorbow.rewrite import substitutes
 _CACHE_FILE = "kernel_choices.json"
 # Inputs of TF's ops that hold a shape, not data: derived from the output.
 _SIZE_INPUTS = {"Conv2DBackpropInput": 0, "Conv2DBackpropFilter": 1}
+# Elements of an op's inputs below which one evaluation is too short to
+# time alone: a session run's own cost (tens of microseconds) would weigh.
+_SMALL_INPUTS = 1 << 16
 
 
 def _machine():
@@ -41,22 +44,26 @@ def _machine():
           f"{os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default')}")
 
 
-def _timed(graph_def, fetch, values, copies=4, repeats=2, runs=3):
+def _timed(graph_def, fetch, values, copies=None, repeats=2, runs=3):
   """Seconds per evaluation of `fetch` in `graph_def`, whose inputs
   "input_<i>:0" are `values`: the least over `repeats` blocks of `runs`
   runs of `copies` copies. The inputs are variables, not constants, which
   TensorFlow would fold before the run; the copies spread the cost of a
   session run (two at a time on TensorFlow's inter-op threads, alike for
-  both kernels)."""
+  both kernels), which an op on large inputs does not need (None: 4 for
+  inputs under _SMALL_INPUTS elements, else 1)."""
+  if copies is None:
+    copies = 4 if sum(np.size(v) for v in values) < _SMALL_INPUTS else 1
   graph = tf.Graph()
+  feeds = {}
   with graph.as_default():
     outputs = []
     for k in range(copies):
       # Inputs of its own per copy: TensorFlow would merge copies of one
       # op on the same inputs.
-      reads = {f"input_{i}:0": tf.compat.v1.get_variable(
-          f"copy_{k}_input_{i}", initializer=value, use_resource=True,
-          trainable=False).read_value() for i, value in enumerate(values)}
+      reads = {f"input_{i}:0": _variable(f"copy_{k}_input_{i}", value,
+                                         feeds).read_value()
+               for i, value in enumerate(values)}
       outputs += tf.compat.v1.import_graph_def(
           graph_def, input_map=reads, return_elements=[fetch],
           name=f"copy_{k}")
@@ -64,7 +71,18 @@ def _timed(graph_def, fetch, values, copies=4, repeats=2, runs=3):
     # control dependency waits for.
     target = tf.add_n([tf.reduce_sum(out) for out in outputs])
     init = tf.compat.v1.global_variables_initializer()
-  return _best_seconds(graph, target, init, copies, repeats, runs)
+  return _best_seconds(graph, target, (init, feeds), copies, repeats, runs)
+
+
+def _variable(name, value, feeds):
+  """A resource variable initialised to `value` through a placeholder
+  (added to `feeds`): as a constant, a layer's weights made the graph
+  megabytes, which building and optimising it took a second to handle."""
+  initial = tf.compat.v1.placeholder(value.dtype, value.shape,
+                                     name=name + "_initial")
+  feeds[initial] = value
+  return tf.compat.v1.get_variable(name, initializer=initial,
+                                   use_resource=True, trainable=False)
 
 
 def _timed_outer(fused, op_type, a_shape, b_shape, dtype, nesterov, copies=4,
@@ -76,14 +94,14 @@ def _timed_outer(fused, op_type, a_shape, b_shape, dtype, nesterov, copies=4,
   graph = tf.Graph()
   rng = np.random.RandomState(0)
   momentum = "Momentum" in op_type
+  feeds = {}
   with graph.as_default():
     applies = []
     for k in range(copies):
 
       def variable(name, shape):
-        return tf.compat.v1.get_variable(
-            f"copy_{k}_{name}", initializer=rng.uniform(-1, 1, shape).astype(
-                dtype), use_resource=True, trainable=False)
+        return _variable(f"copy_{k}_{name}",
+                         rng.uniform(-1, 1, shape).astype(dtype), feeds)
 
       a, b = variable("a", a_shape), variable("b", b_shape)
       var = variable("var", [a_shape[1], b_shape[1]])
@@ -105,16 +123,17 @@ def _timed_outer(fused, op_type, a_shape, b_shape, dtype, nesterov, copies=4,
               var=var.handle, alpha=lr, delta=grad))
     target = tf.group(*applies)
     init = tf.compat.v1.global_variables_initializer()
-  return _best_seconds(graph, target, init, copies, repeats, runs)
+  return _best_seconds(graph, target, (init, feeds), copies, repeats, runs)
 
 
 def _best_seconds(graph, target, init, copies, repeats, runs):
+  """`init`: the initializer op and what it is fed."""
   # TensorFlow's own session, also under tensorbow-run, whose stand-in
   # would plan (and time kernels for) a run that writes.
   session = getattr(tf.compat.v1.Session, "tensorbow_original",
                     tf.compat.v1.Session)
   with session(graph=graph) as sess:
-    sess.run(init)
+    sess.run(*init)
     for _ in range(2):
       sess.run(target)
     best = float("inf")
