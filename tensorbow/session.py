@@ -9,7 +9,6 @@ then executed as a wave of learning tasks by the C++ runtime on the same
 TensorFlow session: batch feeds are sharded across the replicas, and the
 replicas' fetches merged.
 """
-import logging
 import threading
 import time
 
@@ -18,7 +17,6 @@ import tensorflow as tf
 from tensorbow import algorithms
 from tensorbow import autotune
 from tensorbow import checkpoint
-from tensorbow import cluster as tb_cluster
 from tensorbow import compat
 from tensorbow import devices as tb_devices
 from tensorbow import execution
@@ -28,6 +26,7 @@ from tensorbow import prefetch as tb_prefetch
 from tensorbow import replicas as tb_replicas
 from tensorbow import routing
 from tensorbow import runtime as tb_runtime
+from tensorbow import scaleout
 from tensorbow import scaling
 from tensorbow import waves
 from tensorbow.rewrite import analysis
@@ -56,8 +55,8 @@ class TensorBowSession(compat.SessionInterface):
       TensorFlow), "raise" (InvalidArgumentError, nothing committed) or
       "skip" (those replicas are left out of the wave's update and
       re-seeded from the central model, with a warning).
-    cluster_timeout: with a cluster of workers (`TF_CONFIG`), the seconds
-      a wave waits for the other workers before it fails.
+    cluster_timeout: with workers named by `TF_CONFIG`, the seconds a
+      wave waits for the other workers before it fails.
     devices: None or one device (TensorFlow places the model), or the
       devices to spread the replicas over, such as ["/cpu:0", "/cpu:1"]
       (with `ConfigProto(device_count={"CPU": 2})`): each keeps its own copy
@@ -72,8 +71,8 @@ class TensorBowSession(compat.SessionInterface):
   them: it trains `replicas` replicas on its own contiguous part of every
   batch, and each wave the algorithm ("sma", "easgd" or "ssgd") makes
   every worker's central model the one of all their replicas (DESIGN.md,
-  "Two levels"). The chief's (worker 0's) model is taken by every worker
-  before the first wave.
+  "Two levels"). Worker 0's model is taken by every worker before the
+  first wave.
 
   Raises:
     ValueError: for an argument out of range, or a TF_CONFIG this session
@@ -84,8 +83,8 @@ class TensorBowSession(compat.SessionInterface):
                algorithm="sma", alpha=None, central_momentum=0.9,
                nonfinite="propagate", cluster_timeout=60.0, devices=None,
                prefetch=True):
-    self._cluster = tb_cluster.from_environ()
-    self._workers = 1 if self._cluster is None else self._cluster.num_workers
+    self._scale = scaleout.from_environ(cluster_timeout)
+    self._workers = self._scale.workers
     devices = tb_devices.check(devices)
     options.check_options(replicas, algorithm, alpha, central_momentum,
                           nonfinite, self._workers, cluster_timeout,
@@ -121,8 +120,6 @@ class TensorBowSession(compat.SessionInterface):
     self._context = None
     self.counts = {"training_runs": 0}  # completed; outlives the session
     self._settings = self._runtime = self._planner = self._trainer = None
-    self._reducer = (tb_cluster.Reducer(self._cluster, cluster_timeout)
-                     if self._cluster is not None else None)
     self.retune(1 if self._tuner is not None else replicas)
 
   def retune(self, replicas, stream_groups=None, inline=False):
@@ -153,23 +150,23 @@ class TensorBowSession(compat.SessionInterface):
       self._runtime = tb_runtime.Runtime(
           self._session, groups, replicas, inline,
           placement and (placement.group_device, placement.replica_device))
-      # One replica trains the user's own variables, except on a cluster,
-      # where its central model is one of the workers' to be summed.
-      share = ((replicas == 1 and self._cluster is None) or
+      # One replica trains the user's own variables, unless its central
+      # model is one of several processes' (scaleout.py).
+      share = ((replicas == 1 and not self._scale.replicates_one()) or
                algorithm.shares_model)
       builder = tb_builder.Builder(
           self._exec.graph, replicas, groups, share,
           placement.group_names() if placement is not None else
           _cpu_devices(self._session) if groups > 1 and not share else None,
           placement,
-          self._cluster.index * replicas if self._cluster is not None else 0)
+          self._scale.index * replicas)
       state = tb_replicas.ReplicaState(builder, algorithm, share)
       self._planner = planner.Planner(self._session, self._exec, settings,
                                       self._runtime, builder, state)
       self._trainer = waves.Trainer(
           self._session, settings, self._planner, self._runtime, builder,
-          state, self._graph, self._lock, self._check_open, self._cluster,
-          self._reducer, self._inputs, self._noise)
+          state, self._graph, self._lock, self._check_open, self._scale,
+          self._inputs, self._noise)
 
   # ---- SessionInterface ----------------------------------------------------
 
@@ -193,9 +190,10 @@ class TensorBowSession(compat.SessionInterface):
     return self._session.sess_str
 
   @property
-  def cluster(self):
-    """This worker's `cluster.Cluster` (from TF_CONFIG), or None."""
-    return self._cluster
+  def scale_out(self):
+    """This process's `scaleout.ScaleOut`: how many processes train
+    together (`workers`), which this is (`index`)."""
+    return self._scale
 
   @property
   def replicas(self):
@@ -244,8 +242,7 @@ class TensorBowSession(compat.SessionInterface):
       self._runtime.close()
       self._session.close()  # cancels a pull waiting on an empty queue
       self._inputs.join()
-      if self._reducer is not None:
-        self._reducer.close()
+      self._scale.close()
 
   def _check_open(self):
     if self._closed:
@@ -372,13 +369,11 @@ class TensorBowSession(compat.SessionInterface):
     saver = checkpoint.saver_call(ops, dict(zip(route.fed, fed_values)),
                                   self.graph)
     if (saver is not None and saver[0] == "save" and
-        self._cluster is not None and not self._cluster.is_chief and
-        [t.dtype for t in handler.fetches()] == [tf.string]):
-      # The chief writes the checkpoint; this worker keeps its replicas'
-      # state beside it, and returns what the save returns: its path.
-      _log_once(f"TensorBow: worker {self._cluster.index} leaves "
-                "checkpoint writes to the chief (worker 0) and saves only "
-                "its replicas' state")
+        [t.dtype for t in handler.fetches()] == [tf.string] and
+        self._scale.leaves_save()):
+      # Another process writes the checkpoint; this one keeps its
+      # replicas' state beside it, and returns what the save returns: its
+      # path.
       self._trainer.after_saver(*saver)
       return handler.build_results(self, [saver[1].encode()])
     try:
@@ -435,15 +430,6 @@ class TensorBowSession(compat.SessionInterface):
     """Per stream group, the counters of the arena its tasks' staged feeds
     come from (runtime.Runtime.arena_stats); [] before a training run."""
     return self._runtime.arena_stats()
-
-
-_logged = set()
-
-
-def _log_once(message):
-  if message not in _logged:
-    _logged.add(message)
-    logging.getLogger("tensorbow").warning(message)
 
 
 def _cpu_devices(session):

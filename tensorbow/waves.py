@@ -18,6 +18,7 @@ from tensorbow import checkpoint
 from tensorbow import feeds
 from tensorbow import options as tb_options
 from tensorbow import prefetch
+from tensorbow import scaleout
 
 
 class Trainer(object):
@@ -35,9 +36,7 @@ class Trainer(object):
     user_graph: the user's `tf.Graph`.
     lock: the session's lock.
     check_open: raises if the session was closed.
-    cluster: this worker's `cluster.Cluster`, or None: one process.
-    reducer: with a cluster, the session's `cluster.Reducer` (sums over
-      the workers).
+    scale: the session's `scaleout.ScaleOut`: what crosses processes.
     inputs: the session's `prefetch.Prefetcher`, which takes a training
       run's elements from its input pipeline (and pulls the next wave's
       while this one computes); None: one of its own that pulls only
@@ -47,8 +46,8 @@ class Trainer(object):
   """
 
   def __init__(self, session, settings, plans, runtime, builder, replicas,
-               user_graph, lock, check_open, cluster=None, reducer=None,
-               inputs=None, noise=None):
+               user_graph, lock, check_open, scale=None, inputs=None,
+               noise=None):
     self._session = session
     self._replicas = settings.replicas
     self._algorithm = settings.algorithm
@@ -61,8 +60,7 @@ class Trainer(object):
     self._user_graph = user_graph
     self._lock = lock
     self._check_open = check_open
-    self._cluster = cluster
-    self._reducer = reducer
+    self._scale = scale or scaleout.Alone()
     self._needs_refresh = False
     self._loaded_state = None  # replica state restored with a checkpoint
     self._written_since_load = set()  # variables it no longer applies to
@@ -110,7 +108,7 @@ class Trainer(object):
   def after_saver(self, kind, prefix):
     """A Saver's "save" or "restore" of checkpoint `prefix` ran."""
     with self._lock:
-      worker = self._cluster.index if self._cluster else None
+      worker = self._scale.checkpoint_worker
       if kind == "save" and self._state.in_use:
         checkpoint.save(prefix, self.config(), self.replica_state(), worker,
                         waves=self._waves)
@@ -199,7 +197,7 @@ class Trainer(object):
         first = fed_values = fed_values + taken[0]
     with self._lock:
       start = time.perf_counter()
-      synced = self._reducer.seconds if self._reducer else 0.0
+      synced = self._scale.seconds
       try:
         self._check_open()
         plan, values = self._checked(route, fed_values, first)
@@ -232,11 +230,10 @@ class Trainer(object):
       elif self._schedule is not None:
         self._schedule.batch_sizes(sum(sizes))
       if self._state.in_use:
-        if self._reducer is not None:
-          self._take_chief_model()
+        self._scale.take_model(self._state, self._session, self._waves + 1)
         self._seed_replicas()
         prepare = self._state.runs.wave_run(self._waves + 1, sizes)
-        sync = self._reducer and self._state.runs.worker_sync()
+        sync = self._scale.worker_sync(self._state.runs)
         if sync:  # the workers' common base, in the same run
           prepare = (([sync[0]] + list(prepare[0]), prepare[1])
                      if prepare is not None else ([sync[0]], {}))
@@ -276,7 +273,7 @@ class Trainer(object):
         self._after_wave(sizes)
         if self._schedule is not None:
           self._after_pool_wave(updates)
-      synced = (self._reducer.seconds if self._reducer else 0.0) - synced
+      synced = self._scale.seconds - synced
       if self._builder.placement is not None and plan.sync_call >= 0:
         synced += self._runtime.last_sync_seconds()
       self._timing[0] += 1
@@ -314,15 +311,7 @@ class Trainer(object):
     """(plan, checked values) of a training run over `route` fed
     `fed_values`, `first` the values of one replica's element."""
     plan = self._plans.plan_for(route, first)
-    if self._reducer is None:
-      return plan, feeds.check(plan, fed_values, self._replicas)
-    values = feeds.check(plan, fed_values,
-                         self._replicas * self._cluster.num_workers)
-    if plan.batch_feed >= 0 and plan.batch[plan.batch_feed]:
-      self._cluster.check_rows(len(values[plan.batch_feed]), self._replicas,
-                               plan.names[plan.batch_feed])
-    return plan, feeds.worker_part(
-        plan, values, lambda rows: self._cluster.part(rows, self._replicas))
+    return plan, self._scale.checked(plan, fed_values, self._replicas)
 
   def _pool_wave(self, plan, values, batch_sizes, options):
     """A pooled algorithm's training run: the batch cut into chunks that
@@ -352,30 +341,15 @@ class Trainer(object):
       self._session.run(*merge)
 
   def _after_wave(self, sizes):
-    """The algorithm's work after a completed wave: a merge (on a cluster,
-    over every worker's replicas where the algorithm can), the workers'
-    sums."""
+    """The algorithm's work after a completed wave: a merge (over every
+    process's replicas where the algorithm can), then what keeps the
+    processes' central models equal."""
     runs = self._state.runs
-    spanning = self._reducer and runs.worker_merge_run(self._waves, sizes)
-    merge = None if spanning else runs.merge_run(self._waves, sizes)
-    if merge is not None:
-      self._session.run(*merge)
-    sync = self._reducer and runs.worker_sync()
-    for added, sums, apply, fed in filter(None, [spanning, sync and sync[1:]]):
-      totals = self._reducer.sum(self._session.run(added),
-                                 f"wave {self._waves}")
-      self._session.run(apply, {**fed, **dict(zip(sums, totals))})
-
-  def _take_chief_model(self):
-    """Before a cluster's wave, the central model of the variables due to
-    be seeded becomes the chief's on every worker: each worker's script
-    initialises (or writes) them on its own."""
-    names, tensors = self._state.central_tensors(self._state.pending_seed())
-    chief = names and self._reducer.from_chief(
-        dict(zip(names, self._session.run(tensors))),
-        f"the chief's model before wave {self._waves + 1}")
-    if chief:
-      self._session.run(*self._state.set_central_run(chief))
+    if not self._scale.merge(runs, self._session, self._waves, sizes):
+      merge = runs.merge_run(self._waves, sizes)
+      if merge is not None:
+        self._session.run(*merge)
+    self._scale.sync(runs, self._session, self._waves)
 
   def _whole_wave(self, plan, per_replica, options, run_metadata):
     """A wave of tasks that compute and write in one TensorFlow run."""
@@ -437,13 +411,12 @@ class Trainer(object):
       weights = weights if any(weights) else [1] + weights[1:]
       if self._noise is not None:
         self._noise.add_kept(runtime, plan, weights)
-      if self._reducer is None:
-        self._algorithm.before_commit(runtime, weights)
-      else:
-        wave = f"wave {self._waves + 1}"
-        self._algorithm.before_commit(
-            runtime, weights,
-            workers=lambda arrays: self._reducer.sum(arrays, wave))
+      # Summing over processes is given only where there are several
+      # (Algorithm.before_commit).
+      workers = self._scale.commit_sum(self._waves + 1)
+      self._algorithm.before_commit(
+          runtime, weights, **({} if workers is None else
+                               {"workers": workers}))
       self._leave_out(sat_out + bad, len(per_replica) - len(bad))
     except BaseException:
       # Nothing was written: the wave is dropped.

@@ -231,3 +231,25 @@ def test_the_design_citation_check_sees_a_wrong_one():
   assert cited == ["Fetches are merged", "Synchronous model averaging"]
   assert numbered == ["DESIGN.md 2.4"]
   assert "Fetches are merged" in _design_names()
+
+
+# What crosses processes sits behind one object (tensorbow/scaleout): the
+# training core names none of it. `cluster_timeout` is the session's public
+# option, given to that object.
+_SCALE_OUT_WORDS = re.compile(r"cluster|reducer|chief", re.I)
+
+
+def _scale_out_mentions(text):
+  return [line for line in text.splitlines()
+          if _SCALE_OUT_WORDS.search(line.replace("cluster_timeout", ""))]
+
+
+def test_the_training_core_names_no_cluster_reducer_or_chief():
+  for name in ("waves.py", "session.py"):
+    text = open(os.path.join(ROOT, "tensorbow", name)).read()
+    assert not _scale_out_mentions(text), (name, _scale_out_mentions(text))
+
+
+def test_the_scale_out_check_sees_one():
+  assert _scale_out_mentions("    totals = self._reducer.sum(arrays)")
+  assert not _scale_out_mentions("    cluster_timeout=60.0,")

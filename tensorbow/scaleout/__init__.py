@@ -1,0 +1,180 @@
+"""What crosses processes, behind one object the trainer calls at fixed
+points of a wave (docs/DESIGN.md, "Two levels").
+
+A session holds one `ScaleOut` for its life: `Alone` for one process,
+where every point is a no-op, or `Workers` for a worker of a `TF_CONFIG`
+cluster (`tensorbow.cluster`), which sums over the workers with its
+`Reducer`. The points, in a wave's order:
+
+- `checked`: a training run's fed values checked for L x workers
+  replicas, and this worker's part of a batch feed;
+- `take_model`: before the wave, the central model of the variables due
+  to be seeded becomes worker 0's on every worker;
+- `worker_sync`: the run that keeps the workers' central models equal,
+  joined to the wave's preparation, and summed after it;
+- `commit_sum`: what an algorithm sums over the workers between the
+  computation and the commit;
+- `merge`: after the wave, an algorithm's merge over every worker's
+  replicas in place of the worker's own;
+- `seconds`: the time spent summing, which the scaling model counts as
+  synchronisation.
+
+Around plain runs: `checkpoint_worker` names whose replica state a
+checkpoint holds, and `leaves_save` says a Saver's save is worker 0's to
+write. Nothing else in a session or a trainer knows of other processes;
+the elastic work extends this object.
+"""
+import logging
+
+from tensorbow import cluster as tb_cluster
+from tensorbow import feeds
+
+
+def from_environ(timeout, environ=None):
+  """The ScaleOut of this process: `Workers` if `TF_CONFIG` (in `environ`,
+  default os.environ) names a cluster, else `Alone`; `timeout`: seconds a
+  sum waits for the other workers."""
+  found = tb_cluster.from_environ(environ)
+  return Alone() if found is None else Workers(found, timeout)
+
+
+class Alone(object):
+  """One process: nothing crosses, every point is a no-op."""
+
+  workers = 1  # processes training together
+  index = 0  # this one's place among them
+  seconds = 0.0  # spent summing over them
+  checkpoint_worker = None  # whose replica state a checkpoint holds
+
+  def replicates_one(self):
+    """Whether one replica trains copies (not the user's own variables)."""
+    return False
+
+  def checked(self, plan, fed_values, replicas):
+    """A training run's fed values checked (feeds.check); the part of a
+    batch feed this process trains."""
+    return feeds.check(plan, fed_values, replicas)
+
+  def take_model(self, state, session, wave):
+    del state, session, wave
+
+  def worker_sync(self, runs):
+    """(run before the wave, then what to sum after it), or None."""
+    del runs
+
+  def commit_sum(self, wave):
+    """`workers(arrays)` summing over the workers before commit `wave`, or
+    None."""
+    del wave
+
+  def merge(self, runs, session, wave, sizes):
+    """Merges the replicas over every process after `wave`, if the
+    algorithm can; returns whether it did (else the worker merges its
+    own)."""
+    del runs, session, wave, sizes
+    return False
+
+  def sync(self, runs, session, wave):
+    """After `wave`: sums what `worker_sync` added and applies it."""
+    del runs, session, wave
+
+  def leaves_save(self):
+    """Whether a Saver's save is another process's to write: this one
+    keeps its replicas' state beside the checkpoint."""
+    return False
+
+  def close(self):
+    pass
+
+
+class Workers(Alone):
+  """A worker of a cluster: sums over the workers with its `Reducer`.
+
+  Args:
+    cluster: this worker's `cluster.Cluster`.
+    timeout: seconds a sum waits for the other workers.
+  """
+
+  def __init__(self, cluster, timeout):
+    self.cluster = cluster
+    self.workers = cluster.num_workers
+    self.index = cluster.index
+    self.checkpoint_worker = cluster.index
+    self._timeout = timeout
+    self._made = None  # the Reducer, made when first used
+
+  @property
+  def _reducer(self):
+    if self._made is None:
+      self._made = tb_cluster.Reducer(self.cluster, self._timeout)
+    return self._made
+
+  @property
+  def seconds(self):
+    return self._made.seconds if self._made is not None else 0.0
+
+  def replicates_one(self):
+    # Its central model is one of the workers' to be summed.
+    return True
+
+  def checked(self, plan, fed_values, replicas):
+    values = feeds.check(plan, fed_values, replicas * self.workers)
+    if plan.batch_feed >= 0 and plan.batch[plan.batch_feed]:
+      self.cluster.check_rows(len(values[plan.batch_feed]), replicas,
+                              plan.names[plan.batch_feed])
+    return feeds.worker_part(
+        plan, values, lambda rows: self.cluster.part(rows, replicas))
+
+  def take_model(self, state, session, wave):
+    """Each worker's script initialises (or writes) the central model on
+    its own: before `wave`, the variables due to be seeded take worker
+    0's values on every worker."""
+    names, tensors = state.central_tensors(state.pending_seed())
+    first = names and self._reducer.from_chief(
+        dict(zip(names, session.run(tensors))),
+        f"the chief's model before wave {wave}")
+    if first:
+      session.run(*state.set_central_run(first))
+
+  def worker_sync(self, runs):
+    return runs.worker_sync()
+
+  def commit_sum(self, wave):
+    return lambda arrays: self._reducer.sum(arrays, f"wave {wave}")
+
+  def merge(self, runs, session, wave, sizes):
+    spanning = runs.worker_merge_run(wave, sizes)
+    if spanning is None:
+      return False
+    self._apply_sum(spanning, session, wave)
+    return True
+
+  def sync(self, runs, session, wave):
+    sync = runs.worker_sync()
+    if sync:
+      self._apply_sum(sync[1:], session, wave)
+
+  def _apply_sum(self, run, session, wave):
+    added, sums, apply, fed = run
+    totals = self._reducer.sum(session.run(added), f"wave {wave}")
+    session.run(apply, {**fed, **dict(zip(sums, totals))})
+
+  def leaves_save(self):
+    if self.cluster.is_chief:
+      return False
+    _log_once(f"TensorBow: worker {self.index} leaves checkpoint writes to "
+              "the chief (worker 0) and saves only its replicas' state")
+    return True
+
+  def close(self):
+    if self._made is not None:
+      self._made.close()
+
+
+_logged = set()
+
+
+def _log_once(message):
+  if message not in _logged:
+    _logged.add(message)
+    logging.getLogger("tensorbow").warning(message)
