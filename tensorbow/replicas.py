@@ -39,6 +39,7 @@ class ReplicaState(object):
     self._states = {}  # model variable op name -> the algorithm's state
     self._seeds = {}  # replicated variable op name -> seed op
     self._pending_seed = set()  # replicated variables to seed before training
+    self._before_training = []  # ops run once before the next training run
     self._pending_replicas = set()  # replicas to seed before training
     # The runs the algorithm makes around a wave, over these states.
     self.runs = algorithm_runs.AlgorithmRuns(builder, algorithm,
@@ -99,7 +100,14 @@ class ReplicaState(object):
       for op in var_ops:
         self._seeds[op.name] = self._make_seed(op)
         self._pending_seed.add(op.name)
-        self._builder.mark_seeded(op.name)
+
+  def is_seeded(self, name):
+    """Whether variable `name`'s replicas have a seed op already."""
+    return name in self._seeds
+
+  def run_before_training(self, ops):
+    """Runs `ops` once, before the next training run."""
+    self._before_training += list(ops)
 
   def replicas_of(self, name):
     """The Replicated copies of variable op `name`."""
@@ -124,7 +132,8 @@ class ReplicaState(object):
   def seed_run(self):
     """(fetches, feed_dict) seeding the replicas that need it, or None;
     marks them seeded."""
-    ops, feeds = self._builder.take_before_training(), {}
+    ops, feeds = self._before_training, {}
+    self._before_training = []
     if self._pending_seed:
       names = tuple(sorted(self._pending_seed))
       self._pending_seed.clear()

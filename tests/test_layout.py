@@ -253,3 +253,35 @@ def test_the_training_core_names_no_cluster_reducer_or_chief():
 def test_the_scale_out_check_sees_one():
   assert _scale_out_mentions("    totals = self._reducer.sum(arrays)")
   assert not _scale_out_mentions("    cluster_timeout=60.0,")
+
+
+def _builder_uses(text):
+  """The builder members an algorithm's source uses (comments aside)."""
+  code = "\n".join(line.split("#")[0] for line in text.splitlines())
+  return set(re.findall(r"(?<![\w./])builder\.(\w+)", code))
+
+
+def _builder_offers():
+  """What algorithms/base.py says the builder offers an algorithm."""
+  doc = ast.get_docstring(ast.parse(open(os.path.join(
+      ROOT, "tensorbow", "algorithms", "base.py")).read()))
+  offer = doc[doc.index("which offers:"):doc.index("It is a")]
+  return set(re.findall(r"`(\w+)", offer))
+
+
+def test_algorithms_use_only_what_the_builder_offers_them():
+  # Not a channel: an algorithm cannot queue work in the builder for the
+  # replica state to find later (issue 47); its hooks return it.
+  folder = os.path.join(ROOT, "tensorbow", "algorithms")
+  offered = _builder_offers()
+  for name in sorted(os.listdir(folder)):
+    if name.endswith(".py"):
+      used = _builder_uses(open(os.path.join(folder, name)).read())
+      assert used <= offered, (name, sorted(used - offered))
+
+
+def test_the_builder_use_check_sees_one():
+  assert _builder_uses("builder.run_before_training(op)") == {
+      "run_before_training"}
+  assert not _builder_uses("tb_builder.unflat(name)")
+  assert "run_before_training" not in _builder_offers()

@@ -12,7 +12,9 @@ Its hooks get the setting's builder (rewrite/builder.py), which offers:
 `replicated(name, dtype, shape)` (state with one copy per replica),
 `variable_replicas(var_op)` (a variable's copies), `replica_variable_node(
 node, op_type, replicated, aux)`, `device_handle(name, handle, aux)`,
-`all_replicas()`, `is_seeded(name)` and `run_before_training(op)`.
+`all_replicas()`, `replica_input`, `placement`, `device(group)`. It is a
+maker, not a channel: what must run before the next training run a hook
+returns (`after_copy`), and the replica state runs it.
 """
 
 
@@ -98,6 +100,14 @@ class Algorithm(object):
     `aux(key, tensor)` names a tensor of the execution graph as an input.
     The replacement that others should wait for keeps `node.name`."""
     raise NotImplementedError
+
+  def after_copy(self, builder, state, seeded):
+    """Copy time, once the apply ops on the variable of `state` were
+    replaced (apply_nodes) in every group: ops to run once before the next
+    training run, such as state made by apply_nodes after the variable's
+    replicas were seeded (`seeded`), whose seed ops do not set it."""
+    del builder, state, seeded
+    return []
 
   # ---- The replicas' life cycle --------------------------------------------
 

@@ -94,6 +94,8 @@ class _State(object):
     # Every replica's correction handle, made when a leader first needs
     # them: the fused ops keep no correction, so then none exists.
     self.corrections = None
+    # Made after the variable was seeded, not yet set (after_copy).
+    self.unset = False
     self.central_prev = central_prev  # resource handle
     self.central_value = central_value  # the central model, read
     # Where the replicas sum the next central model (resource handle), or
@@ -259,10 +261,7 @@ class SMA(base.Algorithm):
     central = aux(f"{ext}{target.key}/central", target.value)
     if state.corrections is None:
       state.corrections = state.correction.handles()
-      if builder.is_seeded(var.name):
-        # Seeded before any leader needed corrections: made now, at zero.
-        builder.run_before_training(state.correction.set(
-            tf.zeros_like(state.central_value), builder.all_replicas()))
+      state.unset = True  # after_copy
     step = node.name + ">tensorbow_step"
     if kind is not None:
       spec = _FUSED[kind]
@@ -331,6 +330,14 @@ class SMA(base.Algorithm):
             lambda total: graph_util.assign(var, base + total))
 
   # ---- The replicas' life cycle --------------------------------------------
+
+  def after_copy(self, builder, state, seeded):
+    if not (seeded and state.unset):
+      return []
+    state.unset = False
+    # Seeded before any leader needed corrections: made now, at zero.
+    return [state.correction.set(tf.zeros_like(state.central_value),
+                                 builder.all_replicas())]
 
   def seed_ops(self, builder, state, value):
     zeros = tf.zeros_like(value)

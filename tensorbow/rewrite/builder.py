@@ -90,8 +90,6 @@ class Builder(object):
     self._once = {}  # (purpose, key) -> what was built for it
     self._constants = {}
     self._replica = None
-    self._before_training = []
-    self._seeded = set()  # variables whose replicas have a seed op
 
   @property
   def graph(self):
@@ -225,22 +223,6 @@ class Builder(object):
     node.attr["shape"].shape.CopyFrom(
         tf.TensorShape(op.get_attr("shape")).as_proto())
     return name + ":0", [node]
-
-  def is_seeded(self, name):
-    """Whether variable `name`'s replicas have a seed op already."""
-    return name in self._seeded
-
-  def mark_seeded(self, name):
-    self._seeded.add(name)
-
-  def run_before_training(self, op):
-    """Runs `op` once, before the next training run."""
-    self._before_training.append(op)
-
-  def take_before_training(self):
-    """The ops run_before_training was given since the last call."""
-    ops, self._before_training = self._before_training, []
-    return ops
 
   # ---- Names ---------------------------------------------------------------
 

@@ -113,6 +113,13 @@ class Copier(object):
           _unpin_shared_state([graph.get_operation_by_name(scope + n.name)
                                for n in graph_def.node])
       self._copied.update(local)
+      trained = sorted(set(analysis.variable_of(op.inputs[0]).name
+                           for op in new_ops if analysis.is_apply(op)))
+      for name in trained:
+        state = self._replicas.algorithm_state(name)
+        if state is not None:
+          self._replicas.run_before_training(self._algorithm.after_copy(
+              builder, state, self._replicas.is_seeded(name)))
     self._replicas.add_seeds(var_ops)
 
   def _group_graph_def(self, new_ops, local, fused, group):
@@ -218,9 +225,9 @@ class Copier(object):
                                  tf.int64, tf.TensorShape([3]))
       values = random_streams.state_values(op, builder.first_replica,
                                            builder.num_replicas)
-      builder.run_before_training(state.set(
+      self._replicas.run_before_training([state.set(
           builder.constant(values, tf.int64), builder.all_replicas(),
-          stacked=True))
+          stacked=True)])
       self._stream_states[op.name] = state
 
   def _stream_nodes(self, node, op, aux):
