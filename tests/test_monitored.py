@@ -221,6 +221,8 @@ def test_session_creator_trains_and_resumes_from_its_checkpoint(tmp_path):
     ({"replicas": 0}, ValueError),
     ({"nonfinite": "ignore"}, ValueError),
     ({"replica": 2}, TypeError),
+    ({"devices": "/cpu:0"}, ValueError),
+    ({"devices": ["/cpu:0", "/cpu:1"], "replicas": 1}, ValueError),
 ])
 def test_session_creator_refuses_bad_options_at_once(options, error):
   with pytest.raises(error):
