@@ -9,7 +9,7 @@
                   script.py [script args...]
 
 With `--workers W` it starts W such processes on this machine as the
-workers of one cluster (launch.py): free ports on 127.0.0.1, each
+workers of one cluster (cli/launch.py): free ports on 127.0.0.1, each
 worker's `TF_CONFIG` and intra-op threads (cores / W, or T), output lines
 prefixed with the worker's index; it returns the first non-zero exit
 status after stopping the others. With `--hosts` it runs, in this
@@ -66,13 +66,13 @@ import sys
 
 import tensorflow as tf
 
-from tensorbow import chief
 from tensorbow import cluster as tb_cluster
 from tensorbow import compat
-from tensorbow import launch
 from tensorbow import monitored
 from tensorbow import options as tb_options
 from tensorbow import session as tb_session
+from tensorbow.cli import chief
+from tensorbow.cli import launch
 
 _API_PREFIX = "tensorflow."
 _PRIVATE_PREFIX = "tensorflow.python."
