@@ -103,7 +103,9 @@ def test_every_option_reaches_every_session_the_patch_makes(monkeypatch):
     with graph.as_default():
       with tf.compat.v1.train.MonitoredTrainingSession(config=TWO_CPUS):
         pass
-  assert [kind for kind, _ in made] == [tensorbow.TensorBowSession] * 3
+  assert [kind for kind, _ in made] == [
+      tensorbow.TensorBowSession, patches.TensorBowInteractiveSession,
+      tensorbow.TensorBowSession]
   for _, options in made:
     assert options == EVERY_OPTION.session_kwargs()
 
@@ -130,6 +132,45 @@ def test_devices_reach_the_session():
   np.testing.assert_allclose(b, waves[-1][0][1], rtol=1e-5, atol=1e-6)
 
 
+def test_interactive_session_is_a_tensorbow_session_while_default():
+  """As TensorFlow's `InteractiveSession` subclasses its session, the
+  stand-in's sessions are `TensorBowInteractiveSession`s: the default
+  session (and their graph the default graph) from construction until
+  closed."""
+  original = tf.compat.v1.InteractiveSession
+  graph = tf.Graph()
+  with graph.as_default():
+    six = tf.constant(2.0) * 3.0
+  outer_session = tf.compat.v1.get_default_session()
+  outer_graph = tf.compat.v1.get_default_graph()
+  with patches.patch_session(cli_options.SessionOptions(replicas=3)):
+    assert tf.compat.v1.InteractiveSession is not original
+    sess = tf.compat.v1.InteractiveSession(graph=graph)
+    try:
+      assert isinstance(sess, patches.TensorBowInteractiveSession)
+      assert isinstance(sess, tensorbow.TensorBowSession)
+      assert isinstance(sess, tf.compat.v1.InteractiveSession)
+      assert isinstance(sess, tf.compat.v1.Session)
+      assert sess.replicas == 3
+      assert tf.compat.v1.get_default_session() is sess
+      assert tf.compat.v1.get_default_graph() is graph
+      assert six.eval() == 6.0
+    finally:
+      sess.close()
+    assert tf.compat.v1.get_default_session() is outer_session
+    assert tf.compat.v1.get_default_graph() is outer_graph
+    sess.close()  # closed again: nothing more to leave
+    assert tf.compat.v1.get_default_session() is outer_session
+    with pytest.raises(RuntimeError, match="closed Session"):
+      sess.run(six)
+    plain = tf.compat.v1.Session(graph=graph)
+    try:
+      assert not isinstance(plain, tf.compat.v1.InteractiveSession)
+    finally:
+      plain.close()
+  assert tf.compat.v1.InteractiveSession is original
+
+
 INTERACTIVE_SCRIPT = """\
 import sys
 
@@ -143,7 +184,9 @@ tf.compat.v1.global_variables_initializer().run()
 for _ in range({steps}):
   train.run({{x: data["x"], y: data["y"]}})
 np.savez(sys.argv[2], session=type(sess).__name__, w=w.eval(), b=b.eval(),
-         is_default=tf.compat.v1.get_default_session() is sess)
+         is_default=tf.compat.v1.get_default_session() is sess,
+         classes=[c.__name__ for c in type(sess).__mro__],
+         is_interactive=isinstance(sess, tf.compat.v1.InteractiveSession))
 sess.close()
 np.savez(sys.argv[3], default=tf.compat.v1.get_default_session() is None)
 """
@@ -159,7 +202,10 @@ def test_interactive_session_trains_with_tensorbow(tmp_path,
                                           steps=STEPS),
       data, tmp_path / "out.npz", tmp_path / "after.npz")
   out = np.load(tmp_path / "out.npz")
-  assert str(out["session"]) == "TensorBowSession" and out["is_default"]
+  # A TensorBowSession, of the subclass that is the default session.
+  assert str(out["session"]) == "TensorBowInteractiveSession"
+  assert "TensorBowSession" in list(out["classes"])
+  assert out["is_default"] and out["is_interactive"]
   # Closing it stops it being the default session, as TensorFlow's.
   assert np.load(tmp_path / "after.npz")["default"]
   waves = references.sma([W0, B0], [(X16, Y16)] * STEPS, 4, alpha=0.25,

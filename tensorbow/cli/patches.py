@@ -13,9 +13,10 @@ is replaced by a stand-in whose constructor returns:
   training runs it behaves as a plain session, so sessions the script
   opens for evaluation or other graphs need no exception.
 
-`tf.compat.v1.InteractiveSession` is replaced alike: its TensorBow session
-makes itself the default session until closed, as TensorFlow's does.
-`tf.compat.v1.train.ChiefSessionCreator` is
+`tf.compat.v1.InteractiveSession` is replaced alike, its sessions being
+`TensorBowInteractiveSession`s: the subclass of `TensorBowSession` that,
+as TensorFlow's subclass of its own session, is the default session from
+construction until closed. `tf.compat.v1.train.ChiefSessionCreator` is
 replaced by a `TensorBowSessionCreator` with the same options, both under
 its public names and where `MonitoredTrainingSession` and
 `MonitoredSession` find it: monitored sessions train with TensorBow, hooks
@@ -57,27 +58,58 @@ _API_PREFIX = "tensorflow."
 _PRIVATE_PREFIX = "tensorflow.python."
 
 
-def session_class(original, options, report=None, interactive=False):
-  """A stand-in for `tf.compat.v1.Session` that builds TensorBow sessions.
+class TensorBowInteractiveSession(tb_session.TensorBowSession):
+  """A `TensorBowSession` that, as `tf.compat.v1.InteractiveSession`, makes
+  itself the default session when made, and its graph (if given) the
+  default graph, so `Tensor.eval()` and `Operation.run()` use it; `close`
+  restores the defaults, once.
 
   Args:
-    original: the `tf.compat.v1.Session` class being replaced.
+    target, graph, config: as for `tf.compat.v1.InteractiveSession`.
+    **options: passed to `TensorBowSession`.
+  """
+
+  def __init__(self, target="", graph=None, config=None, **options):
+    super().__init__(target, graph, config, **options)
+    self._explicitly_closed = False
+    # Entered here and left in close, as TensorFlow's InteractiveSession.
+    self._default_session = self.as_default()
+    self._default_session.__enter__()
+    self._default_graph = graph.as_default() if graph is not None else None
+    if self._default_graph is not None:
+      self._default_graph.__enter__()
+
+  def close(self):
+    """Closes the session and stops it being the default session."""
+    super().close()
+    if self._explicitly_closed:
+      return
+    self._explicitly_closed = True
+    if self._default_graph is not None:
+      self._default_graph.__exit__(None, None, None)
+    self._default_session.__exit__(None, None, None)
+
+
+def session_class(original, made, options, report=None):
+  """A stand-in for `tf.compat.v1.Session` or `InteractiveSession`.
+
+  Args:
+    original: the class being replaced.
+    made: what the stand-in makes for a local target: `TensorBowSession`
+      or `TensorBowInteractiveSession`.
     options: an `options.SessionOptions`.
     report: told of every session made (`report.made(session)`), or None.
-    interactive: whether the sessions are `InteractiveSession`s (they make
-      themselves the default session, and their graph the default graph
-      if given).
 
   Returns:
     A class whose constructor takes `(target="", graph=None, config=None)`
-    like `tf.compat.v1.Session` and returns an `original` session for a
-    non-empty `target`, a `TensorBowSession` otherwise.
+    like `original` and returns an `original` session for a non-empty
+    `target`, a `made` session otherwise; its instances, and subclasses,
+    are `original`'s and `made`'s.
   """
-  made = interactive_session if interactive else tb_session.TensorBowSession
   kwargs = options.session_kwargs()
 
   class _Meta(type):
-    """Makes the stand-in pass for `tf.compat.v1.Session` in scripts."""
+    """Makes the stand-in pass for `original` in scripts."""
 
     def __new__(mcs, name, bases, namespace):
       if any(type(b) is mcs for b in bases):
@@ -87,10 +119,10 @@ def session_class(original, options, report=None, interactive=False):
       return super().__new__(mcs, name, bases, namespace)
 
     def __instancecheck__(cls, instance):
-      return isinstance(instance, (original, tb_session.TensorBowSession))
+      return isinstance(instance, (original, made))
 
     def __subclasscheck__(cls, subclass):
-      return issubclass(subclass, (original, tb_session.TensorBowSession))
+      return issubclass(subclass, (original, made))
 
     def __getattr__(cls, name):
       return getattr(original, name)
@@ -106,26 +138,6 @@ def session_class(original, options, report=None, interactive=False):
 
   Session.__qualname__ = Session.__name__ = original.__name__
   return Session
-
-
-def interactive_session(target="", graph=None, config=None, **options):
-  """A TensorBowSession made as `tf.compat.v1.InteractiveSession` makes
-  itself: the default session until closed (and its graph, if given, the
-  default graph), so `Tensor.eval()` and `Operation.run()` use it."""
-  sess = tb_session.TensorBowSession(target, graph, config, **options)
-  contexts = ([graph.as_default()] if graph is not None else []) + [
-      sess.as_default()]
-  for context in contexts:
-    context.__enter__()
-  close = sess.close
-
-  def close_interactive():
-    close()
-    while contexts:
-      contexts.pop().__exit__(None, None, None)
-
-  sess.close = close_interactive
-  return sess
 
 
 def creator_class(original, options, report=None):
@@ -250,13 +262,15 @@ def patch_session(options=None, report=None):
                        "tensorbow-run's stand-in; patch_session does not nest")
   job = tb_cluster.from_environ()
   options.check(1 if job is None else job.num_workers)
-  stand_in = session_class(original, options, report)
+  stand_in = session_class(original, tb_session.TensorBowSession, options,
+                           report)
   interactive = tf.compat.v1.InteractiveSession
   creator = compat.monitored_session.ChiefSessionCreator
   patches = [(m, "Session", original, stand_in)
              for m in _aliases("Session", original)]
-  patches += [(m, "InteractiveSession", interactive, session_class(
-      interactive, options, report, interactive=True))
+  interactive_stand_in = session_class(
+      interactive, TensorBowInteractiveSession, options, report)
+  patches += [(m, "InteractiveSession", interactive, interactive_stand_in)
               for m in _aliases("InteractiveSession", interactive)]
   creator_stand_in = creator_class(creator, options, report)
   patches += [(m, "ChiefSessionCreator", creator, creator_stand_in)
