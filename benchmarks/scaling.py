@@ -110,7 +110,7 @@ def _command(args, model, workers, devices=1, spec="sma"):
 
 def measure(args, model, workers, devices=1, spec="sma"):
   """Per worker, its TIMING dict."""
-  from tensorbow import launch  # pylint: disable=g-import-not-at-top
+  from tensorbow.cli import launch  # pylint: disable=g-import-not-at-top
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
   if workers == 1:
     env.pop("TF_CONFIG", None)

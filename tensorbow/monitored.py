@@ -24,7 +24,8 @@ class TensorBowSessionCreator(_train.ChiefSessionCreator):
     scaffold, master, config, checkpoint_dir, checkpoint_filename_with_path:
       as for `tf.compat.v1.train.ChiefSessionCreator`.
     **options: passed to `TensorBowSession` (`replicas`, `algorithm`,
-      `alpha`, `central_momentum`, `nonfinite`).
+      `alpha`, `central_momentum`, `nonfinite`, `cluster_timeout`,
+      `devices`, `prefetch`).
 
   Raises:
     TypeError: for an option `TensorBowSession` does not take.
@@ -35,7 +36,7 @@ class TensorBowSessionCreator(_train.ChiefSessionCreator):
   def __init__(self, scaffold=None, master="", config=None,
                checkpoint_dir=None, checkpoint_filename_with_path=None,
                **options):
-    tb_options.check_options(**options)
+    tb_options.check_session_options(**options)
     super().__init__(scaffold=scaffold, master=master, config=config,
                      checkpoint_dir=checkpoint_dir,
                      checkpoint_filename_with_path=(

@@ -3,6 +3,7 @@ settings a session trains with."""
 import collections
 
 from tensorbow import algorithms
+from tensorbow import devices as tb_devices
 
 ALGORITHMS = algorithms.NAMES
 NONFINITE = ("propagate", "raise", "skip")
@@ -56,6 +57,20 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
   if devices > 1:
     _check_devices(replicas, resolved, nonfinite, workers, devices)
   return resolved
+
+
+def check_session_options(workers=1, devices=None, **options):
+  """Checks `TensorBowSession`'s keyword options as the session takes them
+  (`devices` a list of device names or None, not their number) for
+  `workers` workers; returns the algorithm as `check_options` does.
+
+  Raises:
+    TypeError: for an option `TensorBowSession` does not take.
+    ValueError: for an option out of range.
+  """
+  devices = tb_devices.check(devices)
+  return check_options(**options, workers=workers,
+                       devices=len(devices) if devices else 1)
 
 
 def _check_devices(replicas, algorithm, nonfinite, workers, devices):

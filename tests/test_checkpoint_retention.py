@@ -11,8 +11,8 @@ import tensorflow as tf
 
 import tensorbow as tb
 from tensorbow import checkpoint
-from tensorbow import chief
 from tensorbow import cluster as tb_cluster
+from tensorbow.cli import chief
 
 tf1 = tf.compat.v1
 RNG = np.random.RandomState(5)

@@ -19,7 +19,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # tensorbow-run runs a user's script as `python script.py` would: its
 # folder on sys.path is the point, not a way to import our own modules.
-_RUNS_USER_SCRIPTS = os.path.join("tensorbow", "run.py")
+_RUNS_USER_SCRIPTS = os.path.join("tensorbow", "cli", "main.py")
 # $TENSORBOW_LIBRARY_DIR names a directory of built libraries (Bazel's
 # output): the runtime extension is loaded from there as the op library is
 # by tf.load_op_library, never a Python module of the checkout.

@@ -1,4 +1,5 @@
-"""Monitored sessions on TensorBow (tensorbow/monitored.py, tensorbow/run.py).
+"""Monitored sessions on TensorBow (tensorbow/monitored.py,
+tensorbow/cli/patches.py).
 
 `MonitoredTrainingSession` finalizes the graph, makes its session through
 `ChiefSessionCreator` and runs hooks' fetches in the training runs. The
@@ -16,7 +17,8 @@ import tensorflow as tf
 
 import tensorbow
 from tensorbow import monitored
-from tensorbow import run
+from tensorbow.cli import options as cli_options
+from tensorbow.cli import patches
 
 import references
 
@@ -221,6 +223,8 @@ def test_session_creator_trains_and_resumes_from_its_checkpoint(tmp_path):
     ({"replicas": 0}, ValueError),
     ({"nonfinite": "ignore"}, ValueError),
     ({"replica": 2}, TypeError),
+    ({"devices": "/cpu:0"}, ValueError),
+    ({"devices": ["/cpu:0", "/cpu:1"], "replicas": 1}, ValueError),
 ])
 def test_session_creator_refuses_bad_options_at_once(options, error):
   with pytest.raises(error):
@@ -230,7 +234,7 @@ def test_session_creator_refuses_bad_options_at_once(options, error):
 def test_patch_replaces_chief_session_creator_and_restores_it():
   original = tf.compat.v1.train.ChiefSessionCreator
   from tensorflow.python.training import monitored_session  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
-  with run.patch_session(replicas=3):
+  with patches.patch_session(cli_options.SessionOptions(replicas=3)):
     stand_in = tf.compat.v1.train.ChiefSessionCreator
     assert monitored_session.ChiefSessionCreator is stand_in
     assert issubclass(stand_in, original)

@@ -23,7 +23,7 @@ ALLOWED = {
         "_SessionManager is TensorFlow's SessionManager with the method "
         "that makes the session replaced; it waits for a checkpoint as the "
         "method it replaces does, for as long as the base class says",
-    (os.path.join("tensorbow", "run.py"), "_master"):
+    (os.path.join("tensorbow", "cli", "patches.py"), "_master"):
         "the ChiefSessionCreator stand-in keeps TensorFlow's session "
         "manager for a remote master, which the base class keeps",
 }

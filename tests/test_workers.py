@@ -20,12 +20,12 @@ import pytest
 import tensorflow as tf
 
 import tensorbow
-from tensorbow import chief
 from tensorbow import cluster as tb_cluster
 from tensorbow import feeds
-from tensorbow import launch
 from tensorbow import options
 from tensorbow import scaling
+from tensorbow.cli import chief
+from tensorbow.cli import launch
 
 import references
 
@@ -681,7 +681,7 @@ def test_workers_do_not_outlive_their_launcher(tmp_path, sig):
       "time.sleep(120)\n")
   launcher = subprocess.Popen(
       [sys.executable, "-c",
-       "import sys; from tensorbow import launch; "
+       "import sys; from tensorbow.cli import launch; "
        "launch.run_workers([sys.executable] + sys.argv[1:], 2)",
        str(script), str(tmp_path / "pid")],
       env=_environ(), stdout=subprocess.DEVNULL, start_new_session=True)

@@ -19,6 +19,6 @@ done
 site="$("$python" -c \
   'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 echo "$PWD" > "$site/tensorbow.pth"
-printf '%s\n' "#!$python" 'import sys' 'from tensorbow.run import main' \
+printf '%s\n' "#!$python" 'import sys' 'from tensorbow.cli.main import main' \
   'sys.exit(main())' > .venv/bin/tensorbow-run
 chmod +x .venv/bin/tensorbow-run

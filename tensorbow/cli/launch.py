@@ -1,5 +1,5 @@
 """Starting the workers of a job on this machine and watching them:
-`tensorbow-run --workers W` (run.py), like `horovodrun` and `kungfu-run`.
+`tensorbow-run --workers W` (main.py), like `horovodrun` and `kungfu-run`.
 
 Each worker is a child process with its own `TF_CONFIG` (a cluster of
 free ports on 127.0.0.1) and its share of the cores for TensorFlow's

@@ -1,4 +1,4 @@
-"""`tensorbow-run` (tensorbow/run.py) on unmodified TF1 scripts.
+"""`tensorbow-run` (tensorbow/cli/main.py) on unmodified TF1 scripts.
 
 The script trains least squares, loss = 0.5 * mean((x w + b - y)^2), with
 plain gradient descent, so the weights after SMA waves follow from the NumPy
@@ -14,33 +14,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tensorbow
 from tensorbow import autotune
-from tensorbow import run
+from tensorbow.cli import launch
+from tensorbow.cli import main
+from tensorbow.cli import options as cli_options
+from tensorbow.cli import patches
 
 import references
+from cli_scripts import (B0, LR, MODEL, PACKAGE_ROOT, STEPS, W0, X, X16, Y,
+                         Y16, run_child)
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
-
-LR, STEPS = 0.1, 4
-RNG = np.random.RandomState(7)
-X = RNG.randn(10, 3).astype(np.float32)
-Y = RNG.randn(10, 1).astype(np.float32)
-W0 = np.array([[0.5], [-0.3], [0.8]], np.float32)
-B0 = np.array([0.1], np.float32)
-X16 = RNG.randn(16, 3).astype(np.float32)
-Y16 = RNG.randn(16, 1).astype(np.float32)
-
-# The least-squares model of the scripts below, `tf` imported.
-MODEL = """\
-data = np.load(sys.argv[1])
-x = tf.compat.v1.placeholder(tf.float32, [None, 3])
-y = tf.compat.v1.placeholder(tf.float32, [None, 1])
-w = tf.Variable(data["w0"])
-b = tf.Variable(data["b0"])
-loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
-train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(loss)
-"""
 
 # An unmodified TF1 script: {imports} and {session} vary the spelling,
 # {mode} is the suite's TF1 mode (conftest.py).
@@ -271,46 +254,7 @@ def test_v1_script_shards_its_batches(tmp_path):
   np.testing.assert_allclose(result["b"], b, rtol=1e-5, atol=1e-6)
 
 
-# ---- In-process: the patch itself ------------------------------------------
-
-
-def test_remote_target_gets_a_plain_session():
-  original = tf.compat.v1.Session
-  with run.patch_session(replicas=2) as stand_in:
-    assert tf.compat.v1.Session is stand_in
-    sess = stand_in(target="grpc://localhost:1", graph=tf.Graph())
-    try:
-      assert type(sess) is original  # pylint: disable=unidiomatic-typecheck
-      assert sess.sess_str == b"grpc://localhost:1"
-    finally:
-      sess.close()  # never ran anything: nothing to connect to
-    local = stand_in(graph=tf.Graph())
-    try:
-      assert isinstance(local, tensorbow.TensorBowSession)
-      assert local.replicas == 2
-      # The session TensorBow wraps is a plain one, not a stand-in.
-      assert type(local._session) is original  # pylint: disable=protected-access
-    finally:
-      local.close()
-  assert tf.compat.v1.Session is original
-
-
-def test_stand_in_passes_for_the_session_class():
-  original = tf.compat.v1.Session
-  with run.patch_session(replicas=3) as stand_in:
-    import tensorflow.compat.v1 as tf_v1  # pylint: disable=g-import-not-at-top
-    assert tf_v1.Session is stand_in
-    assert stand_in.reset is original.reset
-    assert issubclass(tensorbow.TensorBowSession, stand_in)
-
-    class Derived(tf.compat.v1.Session):  # a script's own subclass
-      pass
-
-    assert Derived.__mro__[1] is original
-    with pytest.raises(RuntimeError, match="does not nest"):
-      with run.patch_session():
-        pass
-  assert tf_v1.Session is original
+# ---- In-process: the command itself -------------------------------------
 
 
 def test_patch_is_restored_when_the_script_fails(tmp_path):
@@ -323,14 +267,14 @@ def test_patch_is_restored_when_the_script_fails(tmp_path):
                     "assert 'tensorbow' in tf.compat.v1.Session.__module__\n"
                     "sys.exit(3 if sys.argv[1:] == ['a', '--b'] else 4)\n")
   with pytest.raises(SystemExit) as exit_info:
-    run.main([str(script), "a", "--b"])
+    main.main([str(script), "a", "--b"])
   assert exit_info.value.code == 3
   assert tf.compat.v1.Session is original
   assert sys.argv == argv
 
   script.write_text("raise ValueError('from the script')\n")
   with pytest.raises(ValueError, match="from the script"):
-    run.main(["--replicas", "4", str(script)])
+    main.main(["--replicas", "4", str(script)])
   assert tf.compat.v1.Session is original
 
 
@@ -356,32 +300,12 @@ def test_auto_replicas_show_the_tuners_decisions(tmp_path, capsys,
       "      sess.run(train, {x: np.ones((8, 3), np.float32)})\n")
   logger = logging.getLogger("tensorbow")
   level, handlers = logger.level, list(logger.handlers)
-  run.main(["--replicas", "auto", str(script)])
+  main.main(["--replicas", "auto", str(script)])
   err = capsys.readouterr().err
   assert "tensorbow-run: TensorBow auto-tuner, run 7: L=1 on 1 stream " in err
   assert logger.level == level and logger.handlers == handlers
-  run.main(["--replicas", "2", str(script)])
+  main.main(["--replicas", "2", str(script)])
   assert "auto-tuner" not in capsys.readouterr().err
-
-
-def test_nonfinite_reaches_the_session():
-  graph = tf.Graph()
-  with graph.as_default():
-    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
-    y = tf.compat.v1.placeholder(tf.float32, [None, 1])
-    w = tf.compat.v1.get_variable("w", initializer=W0)
-    loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
-    train = tf.compat.v1.train.GradientDescentOptimizer(LR).minimize(loss)
-    init = tf.compat.v1.global_variables_initializer()
-  y_nan = Y.copy()
-  y_nan[-1] = np.nan
-  with run.patch_session(replicas=2, nonfinite="raise"):
-    with tf.compat.v1.Session(graph=graph) as sess:
-      sess.run(init)
-      with pytest.raises(tf.errors.InvalidArgumentError,
-                         match=r"non-finite values \(replica 1: "):
-        sess.run(train, {x: X, y: y_nan})
-      np.testing.assert_array_equal(sess.run(w), W0)
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -398,69 +322,94 @@ def test_nonfinite_reaches_the_session():
 ])
 def test_bad_arguments_exit_2(capsys, argv, message):
   with pytest.raises(SystemExit) as exit_info:
-    run.main(argv)
+    main.main(argv)
   assert exit_info.value.code == 2
   assert message in capsys.readouterr().err
 
 
-INTERACTIVE_SCRIPT = """\
-import sys
-
-import numpy as np
-import tensorflow as tf
-
-{mode}
-""" + MODEL + """\
-sess = tf.compat.v1.InteractiveSession()
-tf.compat.v1.global_variables_initializer().run()
-for _ in range({steps}):
-  train.run({{x: data["x"], y: data["y"]}})
-np.savez(sys.argv[2], session=type(sess).__name__, w=w.eval(), b=b.eval(),
-         is_default=tf.compat.v1.get_default_session() is sess)
-sess.close()
-np.savez(sys.argv[3], default=tf.compat.v1.get_default_session() is None)
-"""
-
-
-def _run_child(tmp_path, script_text, *args):
-  script = tmp_path / "script.py"
-  script.write_text(script_text)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  done = subprocess.run(
-      [sys.executable, "-m", "tensorbow.run", "--replicas", "4",
-       str(script)] + [str(a) for a in args],
-      env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0, done.stderr[-3000:]
-  return done.stderr
+@pytest.mark.parametrize("argv,message", [
+    (["--replicas", "1", "--devices", "/cpu:0,/cpu:1"],
+     "2 devices need at least as many replicas, got replicas=1"),
+    (["--replicas", "4", "--devices", "/cpu:0,/cpu:1", "--nonfinite",
+      "skip"], "nonfinite='skip' cannot leave replicas out of a wave"),
+    (["--workers", "2", "--algorithm", "asgd"],
+     "algorithm 'asgd' cannot keep the workers of a cluster together"),
+    (["--workers", "2", "--replicas", "auto"],
+     "replicas='auto' cannot tune a cluster's workers together"),
+])
+def test_options_the_session_would_refuse_exit_2(tmp_path, capsys, argv,
+                                                message):
+  """Checked as the session checks them, before a worker starts or the
+  script runs."""
+  script = tmp_path / "never_runs.py"
+  script.write_text("raise AssertionError('the script ran')\n")
+  with pytest.raises(SystemExit) as exit_info:
+    main.main(argv + [str(script)])
+  assert exit_info.value.code == 2
+  assert f"tensorbow-run: error: {message}" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_interactive_session_trains_with_tensorbow(tmp_path,
-                                                   tf_mode_statement):
-  data = tmp_path / "data.npz"
-  np.savez(data, x=X16, y=Y16, w0=W0, b0=B0)
-  stderr = _run_child(
-      tmp_path, INTERACTIVE_SCRIPT.format(mode=tf_mode_statement, lr=LR,
-                                          steps=STEPS),
-      data, tmp_path / "out.npz", tmp_path / "after.npz")
-  out = np.load(tmp_path / "out.npz")
-  assert str(out["session"]) == "TensorBowSession" and out["is_default"]
-  # Closing it stops it being the default session, as TensorFlow's.
-  assert np.load(tmp_path / "after.npz")["default"]
-  waves = references.sma([W0, B0], [(X16, Y16)] * STEPS, 4, alpha=0.25,
-                         mu=0.9, lr=LR)
-  np.testing.assert_allclose(out["w"], waves[-1][0][0], rtol=1e-5,
-                             atol=1e-6)
-  np.testing.assert_allclose(out["b"], waves[-1][0][1], rtol=1e-5,
-                             atol=1e-6)
-  assert (f"made 1 TensorBowSession, which ran {STEPS} training runs"
-          in stderr), stderr[-2000:]
+def test_the_options_are_built_once_and_given_to_the_patch(tmp_path,
+                                                          monkeypatch):
+  built, patched = [], []
+  from_args, patch = cli_options.from_args, patches.patch_session
+
+  def counted(args):
+    built.append(from_args(args))
+    return built[-1]
+
+  def patch_session(options, report):
+    patched.append(options)
+    return patch(options, report)
+
+  monkeypatch.setattr(cli_options, "from_args", counted)
+  monkeypatch.setattr(patches, "patch_session", patch_session)
+  script = tmp_path / "empty.py"
+  script.write_text("")
+  argv = ["--replicas", "3", "--alpha", "0.5", "--cluster-timeout", "7",
+          "--no-prefetch", str(script)]
+  assert main.main(argv) == 0
+  assert len(built) == 1 and patched == built
+  assert patched[0] is built[0]
+  assert patched[0] == cli_options.SessionOptions(
+      replicas=3, alpha=0.5, cluster_timeout=7.0, prefetch=False)
+
+
+def test_workers_run_the_command_with_the_same_options(tmp_path,
+                                                       monkeypatch):
+  """Each worker's command line is the options written back: parsed, it
+  gives the options the launcher parsed, and the script with its
+  arguments."""
+  started = []
+
+  def run_workers(command, workers, threads):
+    started.append((command, workers, threads))
+    return 5
+
+  monkeypatch.setattr(launch, "run_workers", run_workers)
+  script = tmp_path / "job.py"
+  script.write_text("")
+  argv = ["--replicas", "2", "--algorithm", "ssgd", "--alpha", "0.3",
+          "--central_momentum", "0.7", "--nonfinite", "raise",
+          "--cluster-timeout", "12.5", "--no-prefetch", "--workers", "3",
+          "--threads", "1", str(script), "--lr", "0.1"]
+  assert main.main(argv) == 5
+  [(command, workers, threads)] = started
+  assert (workers, threads) == (3, 1)
+  assert command[:3] == [sys.executable, "-m", "tensorbow.run"]
+  assert "--workers" not in command and "--threads" not in command
+  args = main.parser().parse_args(command[3:])
+  assert cli_options.from_args(args) == cli_options.from_args(
+      main.parser().parse_args(argv))
+  assert cli_options.from_args(args) == cli_options.SessionOptions(
+      replicas=2, algorithm="ssgd", alpha=0.3, central_momentum=0.7,
+      nonfinite="raise", cluster_timeout=12.5, prefetch=False)
+  assert (args.script, args.script_args) == (str(script), ["--lr", "0.1"])
 
 
 @pytest.mark.slow
 def test_a_script_without_sessions_is_reported(tmp_path, tf_mode_statement):
-  stderr = _run_child(
+  stderr = run_child(
       tmp_path, f"import tensorflow as tf\n{tf_mode_statement}\n"
       "print(tf.constant(1.0))\n")
   assert "the script made no TensorBowSession" in stderr

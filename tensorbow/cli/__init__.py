@@ -1,0 +1,15 @@
+"""`tensorbow-run`, the command line: runs an unmodified TF1 script with
+TensorFlow's session classes replaced by TensorBow's. Not imported by
+`import tensorbow`: the library does not need it.
+
+- main.py: the arguments, the script run in this process, the report.
+- options.py: `SessionOptions`, the session options a command sets, built
+  once from its flags and written back as each worker's flags.
+- patches.py: the stand-ins for `tf.compat.v1.Session`,
+  `InteractiveSession` and the session creators, and the patch that puts
+  them in TensorFlow's place while the script runs.
+- launch.py: `--workers W`, W local workers started and watched.
+- chief.py: on a cluster, what only the chief writes.
+
+`tensorbow-run` is `main.main`; `python -m tensorbow.run` runs it too.
+"""

@@ -1,0 +1,200 @@
+"""`tensorbow-run`: runs an unmodified TF1 script on `TensorBowSession`.
+
+    tensorbow-run [--replicas N|auto] [--algorithm NAME] [--alpha A]
+                  [--central_momentum M] [--nonfinite propagate|raise|skip]
+                  [--cluster-timeout SECONDS] [--devices DEVICE,...]
+                  [--prefetch | --no-prefetch]
+                  [--workers W [--threads T] |
+                   --hosts HOST:PORT,... --worker-index K]
+                  script.py [script args...]
+
+The session options are read once into one `options.SessionOptions`,
+checked as the session will check them (a combination it would refuse
+exits with status 2, as a bad flag does), and given to the patch
+(patches.py) that replaces TensorFlow's session classes while the script
+runs.
+
+With `--workers W` it starts W workers of one cluster on this machine
+(launch.py), each running this command without `--workers`, its session
+options written back from that one object (`SessionOptions.argv`): free
+ports on 127.0.0.1, each worker's `TF_CONFIG` and intra-op threads
+(cores / W, or T), output lines prefixed with the worker's index; it
+returns the first non-zero exit status after stopping the others. With
+`--hosts` it runs, in this process, worker K of the cluster of those
+addresses (one per machine).
+
+The script runs in this process (`runpy.run_path`, as `__main__`, with
+`sys.argv` set to `[script.py, args...]` and the script's folder first on
+`sys.path`, as `python script.py` would). When it ends, however it ends,
+the patch is undone and a line on stderr says how many TensorBow sessions
+the script made and how many training runs they ran (with a warning if
+none trained).
+
+`python -m tensorbow.run` (tensorbow/run.py) runs `main` as the
+`tensorbow-run` command does.
+"""
+import argparse
+import contextlib
+import logging
+import os
+import runpy
+import sys
+
+from tensorbow import cluster as tb_cluster
+from tensorbow import session as tb_session
+from tensorbow.cli import launch
+from tensorbow.cli import options as cli_options
+from tensorbow.cli import patches
+
+# What each worker of `--workers` runs: the module entry point.
+_MODULE = "tensorbow.run"
+
+
+class Report(object):
+  """What the TensorBow sessions a script made did: each session's counts
+  (TensorBowSession.counts, kept without the session)."""
+
+  def __init__(self):
+    self.counts = []
+
+  def made(self, session):
+    if isinstance(session, tb_session.TensorBowSession):
+      self.counts.append(session.counts)
+    return session
+
+  def __str__(self):
+    sessions = len(self.counts)
+    runs = sum(c["training_runs"] for c in self.counts)
+    if sessions == 0:
+      return ("tensorbow-run: warning: the script made no TensorBowSession; "
+              "whatever it trained ran on plain TensorFlow")
+    text = (f"tensorbow-run: the script made {sessions} TensorBowSession"
+            f"{'s' if sessions != 1 else ''}, which ran {runs} training "
+            f"run{'s' if runs != 1 else ''}")
+    if runs == 0:
+      text += ("; warning: no training run: whatever it trained ran on "
+               "plain TensorFlow")
+    return text
+
+
+def _count(text):
+  return cli_options.number(text, int, lambda v: v >= 1, "an int >= 1")
+
+
+def _hosts(text):
+  hosts = [h.strip() for h in text.split(",") if h.strip()]
+  try:
+    tb_cluster.Cluster(hosts, 0)
+  except ValueError as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
+  return hosts
+
+
+def parser():
+  """The `tensorbow-run` argument parser."""
+  result = argparse.ArgumentParser(
+      prog="tensorbow-run",
+      description="Run an unmodified TF1 script with tf.compat.v1.Session "
+      "replaced by tensorbow.TensorBowSession (sessions with a remote target "
+      "stay plain TensorFlow sessions).")
+  cli_options.add_flags(result)
+  workers = result.add_argument_group("workers")
+  workers.add_argument("--workers", type=_count, default=1,
+                       help="start this many workers of one cluster on this "
+                       "machine (default: 1, this process alone)")
+  workers.add_argument("--threads", type=_count, default=None,
+                       help="with --workers: intra-op threads per worker "
+                       "(default: cores / workers)")
+  workers.add_argument("--hosts", type=_hosts, default=None,
+                       help="HOST:PORT,...: the workers of a cluster on "
+                       "several machines; this process is --worker-index")
+  workers.add_argument("--worker-index", type=int, default=None,
+                       help="with --hosts: this process's worker")
+  result.add_argument("script", help="the TF1 Python script to run")
+  result.add_argument("script_args", nargs=argparse.REMAINDER,
+                      help="arguments passed to the script")
+  return result
+
+
+def main(argv=None):
+  """Runs the `tensorbow-run` command line.
+
+  Args:
+    argv: the arguments after the program name; None means `sys.argv[1:]`.
+
+  Returns:
+    0 once the script has finished; with --workers, the workers' status
+    (launch.run_workers).
+
+  Raises:
+    SystemExit: on a bad argument or a missing script (status 2), or when
+      the script exits. Whatever the script raises propagates.
+  """
+  command = parser()
+  args = command.parse_args(argv)
+  options = cli_options.from_args(args)
+  if not os.path.isfile(args.script):
+    command.error(f"script not found: {args.script}")
+  if args.hosts is not None:
+    if args.workers != 1:
+      command.error("give --workers or --hosts, not both")
+    try:
+      job = tb_cluster.Cluster(args.hosts, args.worker_index)
+    except ValueError as e:
+      command.error(f"--worker-index: {e}")
+    os.environ["TF_CONFIG"] = tb_cluster.to_environ(job)
+  elif args.worker_index is not None:
+    command.error("--worker-index needs --hosts")
+  try:
+    options.check(len(args.hosts) if args.hosts else args.workers)
+  except ValueError as e:
+    command.error(str(e))
+  if args.workers > 1:
+    return launch.run_workers(
+        worker_command(options, args.script, args.script_args),
+        args.workers, args.threads)
+  print(f"tensorbow-run: {args.script} runs with TensorBowSession, "
+        f"{options.replicas} replicas (algorithm {options.algorithm})",
+        file=sys.stderr, flush=True)
+  saved_argv, saved_path = sys.argv, list(sys.path)
+  sys.argv = [args.script] + list(args.script_args)
+  sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+  report = Report()
+  try:
+    with patches.patch_session(options, report), \
+        _tuner_log(options.replicas == "auto"):
+      runpy.run_path(args.script, run_name="__main__")
+  finally:
+    sys.argv = saved_argv
+    sys.path[:] = saved_path
+    print(report, file=sys.stderr, flush=True)
+  return 0
+
+
+def worker_command(options, script, script_args):
+  """The argv of one worker of `tensorbow-run --workers`: this command
+  with `options` (a `SessionOptions`), without --workers."""
+  return ([sys.executable, "-m", _MODULE] + options.argv() + [script] +
+          list(script_args))
+
+
+@contextlib.contextmanager
+def _tuner_log(shown):
+  """Shows the auto-tuner's decisions (INFO on the "tensorbow" logger) on
+  stderr while the script runs, if `shown`."""
+  if not shown:
+    yield
+    return
+  logger = logging.getLogger("tensorbow")
+  handler = logging.StreamHandler(sys.stderr)
+  handler.setFormatter(logging.Formatter("tensorbow-run: %(message)s"))
+  handler.setLevel(logging.INFO)
+  level = logger.level
+  logger.addHandler(handler)
+  if logger.getEffectiveLevel() > logging.INFO:
+    logger.setLevel(logging.INFO)
+  try:
+    yield
+  finally:
+    logger.removeHandler(handler)
+    logger.setLevel(level)

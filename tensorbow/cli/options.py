@@ -1,0 +1,185 @@
+"""The `TensorBowSession` options a `tensorbow-run` command sets: one
+`SessionOptions`, built once from the parsed command line, handed to the
+patches (patches.py) and, with `--workers W`, written back into each
+worker's command line by the same flag table that parsed it.
+
+Each option has one row in `_FLAGS`: its flag, how its text is read (with
+an argparse error naming the value received and what is accepted) and how
+it is written back, so a flag cannot be parsed one way and rebuilt
+another.
+"""
+import argparse
+import collections
+
+import tensorflow as tf
+
+from tensorbow import options as tb_options
+
+
+class SessionOptions(collections.namedtuple("SessionOptions", [
+    "replicas", "algorithm", "alpha", "central_momentum", "nonfinite",
+    "cluster_timeout", "devices", "prefetch"])):
+  """Every `TensorBowSession` option `tensorbow-run` sets, with the
+  session's defaults; `devices` is a tuple of device names or None."""
+  __slots__ = ()
+
+  def __new__(cls, replicas=2, algorithm="sma", alpha=None,
+              central_momentum=0.9, nonfinite="propagate",
+              cluster_timeout=60.0, devices=None, prefetch=True):
+    return super().__new__(cls, replicas, algorithm, alpha, central_momentum,
+                           nonfinite, cluster_timeout, devices, prefetch)
+
+  def session_kwargs(self):
+    """The keyword arguments of `TensorBowSession` (and of
+    `TensorBowSessionCreator`) these options are."""
+    return self._asdict()
+
+  def check(self, workers=1):
+    """Checks the options as the session will, for `workers` workers.
+
+    Raises:
+      ValueError: for options the session would refuse, such as more
+        devices than replicas.
+    """
+    tb_options.check_session_options(workers, **self.session_kwargs())
+
+  def argv(self):
+    """The flags that parse back to these options (`from_args`)."""
+    argv = []
+    for flag in _FLAGS:
+      argv += flag.write(getattr(self, flag.field))
+    return argv
+
+
+def number(text, kind, accept, accepted):
+  """`text` read as `kind` if `accept` takes it.
+
+  Raises:
+    argparse.ArgumentTypeError: "must be {accepted}, got {text}".
+  """
+  try:
+    value = kind(text)
+  except ValueError:
+    value = None
+  if value is None or not accept(value):
+    raise argparse.ArgumentTypeError(f"must be {accepted}, got {text}")
+  return value
+
+
+def _replicas(text):
+  if text == tb_options.AUTO:
+    return text
+  return number(text, int, lambda v: v >= 1,
+                f"an int >= 1 or {tb_options.AUTO!r}")
+
+
+def _alpha(text):
+  return number(text, float, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
+
+
+def _momentum(text):
+  return number(text, float, lambda v: 0.0 <= v < 1.0, "in [0, 1)")
+
+
+def _seconds(text):
+  # NaN and infinity are floats too, but no timeout.
+  return number(text, float, lambda v: 0.0 < v < float("inf"),
+                "a number of seconds > 0")
+
+
+def _devices(text):
+  """A comma-separated list of device names, as a tuple."""
+  names = tuple(n.strip() for n in text.split(","))
+  accepted = "a comma-separated list of device names such as /cpu:0,/cpu:1"
+  if not all(names):
+    raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}")
+  for name in names:
+    try:
+      tf.DeviceSpec.from_string(name)
+    except ValueError:
+      raise argparse.ArgumentTypeError(
+          f"must be {accepted}; {name!r} is not a device name") from None
+  twice = sorted({n for n in names if names.count(n) > 1})
+  if twice:
+    raise argparse.ArgumentTypeError(
+        f"names {', '.join(twice)} twice in {text!r}")
+  return names
+
+
+# How a flag's value is written back (None: the flag is left out, its
+# default being None).
+def _text(value):
+  return str(value)
+
+
+def _float(value):
+  return repr(float(value))  # repr: the same float once read back
+
+
+def _names(value):
+  return ",".join(value)
+
+
+class _Flag(collections.namedtuple("_Flag", [
+    "field",  # SessionOptions' field
+    "flag",  # the command line's flag
+    "kwargs",  # argparse's add_argument keywords but dest and default
+    "text",  # value -> the flag's text (for argv)
+])):
+  """One session option on the command line."""
+
+  def write(self, value):
+    """The argv that gives `value`."""
+    if value is None:
+      return []
+    if self.text is None:  # a --flag/--no-flag pair
+      return [self.flag if value else "--no-" + self.flag[2:]]
+    return [self.flag, self.text(value)]
+
+
+_FLAGS = (
+    _Flag("replicas", "--replicas", dict(
+        type=_replicas, help="number of model replicas L, or 'auto' to "
+        "tune it (default: 2)"), _text),
+    _Flag("algorithm", "--algorithm", dict(
+        choices=tb_options.ALGORITHMS,
+        help="synchronisation of the replicas (default: sma)"), _text),
+    _Flag("alpha", "--alpha", dict(
+        type=_alpha, help="SMA correction factor (default: 1/replicas)"),
+          _float),
+    _Flag("central_momentum", "--central_momentum", dict(
+        type=_momentum, help="momentum of the central model (default: "
+        "0.9)"), _float),
+    _Flag("nonfinite", "--nonfinite", dict(
+        choices=tb_options.NONFINITE, help="what a training run does with "
+        "an infinity or NaN (default: propagate, as TensorFlow)"), _text),
+    _Flag("cluster_timeout", "--cluster-timeout", dict(
+        type=_seconds, metavar="SECONDS", help="on a cluster of workers, "
+        "the seconds a wave waits for the others before it fails "
+        "(default: 60)"), _float),
+    _Flag("devices", "--devices", dict(
+        type=_devices, metavar="DEVICE,DEVICE,...", help="spread the "
+        "replicas over these devices of each session, such as "
+        "/cpu:0,/cpu:1 (the script's session must have them: for several "
+        "CPUs, ConfigProto(device_count={'CPU': 2})); default: one device "
+        "as TensorFlow places it"), _names),
+    _Flag("prefetch", "--prefetch", dict(
+        action=argparse.BooleanOptionalAction, help="pull the next wave's "
+        "input pipeline elements while a wave computes (default: "
+        "--prefetch)"), None),
+)
+
+
+def add_flags(parser):
+  """Adds a flag for every field of `SessionOptions` to `parser`."""
+  defaults = SessionOptions()
+  group = parser.add_argument_group("TensorBowSession options")
+  for flag in _FLAGS:
+    group.add_argument(flag.flag, dest=flag.field,
+                       default=getattr(defaults, flag.field), **flag.kwargs)
+
+
+def from_args(args):
+  """The `SessionOptions` of a namespace parsed by a parser `add_flags`
+  made."""
+  return SessionOptions(**{f: getattr(args, f) for f in SessionOptions._fields})

@@ -1,0 +1,144 @@
+"""The session options of `tensorbow-run` (tensorbow/cli/options.py): one
+`SessionOptions` with every `TensorBowSession` option, a flag for each,
+and the worker's command line that parses back to the same object."""
+import inspect
+import re
+
+import pytest
+
+import tensorbow
+from tensorbow.cli import main
+from tensorbow.cli import options as cli_options
+
+# TensorBowSession's parameters that are not the command's to set: the
+# script gives them to each session it makes.
+NOT_FLAGS = {
+    "self",
+    "target",  # a remote master: the stand-in keeps TensorFlow's session
+    "graph",  # the script's graph
+    "config",  # the script's ConfigProto
+}
+SESSION_PARAMETERS = {
+    name: p for name, p in inspect.signature(
+        tensorbow.TensorBowSession.__init__).parameters.items()
+    if name not in NOT_FLAGS}
+# Every option away from its default.
+EVERY_OPTION = cli_options.SessionOptions(
+    replicas=4, algorithm="ssgd", alpha=0.3, central_momentum=0.5,
+    nonfinite="raise", cluster_timeout=5.0, devices=("/cpu:0", "/cpu:1"),
+    prefetch=False)
+
+
+def _parse(argv):
+  return cli_options.from_args(main.parser().parse_args(argv + ["s.py"]))
+
+
+def test_the_options_are_the_sessions_with_its_defaults():
+  assert list(cli_options.SessionOptions._fields) == list(SESSION_PARAMETERS)
+  defaults = cli_options.SessionOptions()
+  for name, parameter in SESSION_PARAMETERS.items():
+    assert getattr(defaults, name) == parameter.default, name
+  assert _parse([]) == defaults
+  assert defaults.session_kwargs() == {
+      name: p.default for name, p in SESSION_PARAMETERS.items()}
+
+
+def test_help_lists_a_flag_for_every_session_option(capsys):
+  """A new TensorBowSession option without a flag fails here."""
+  with pytest.raises(SystemExit) as exit_info:
+    main.main(["--help"])
+  assert exit_info.value.code == 0
+  text = capsys.readouterr().out
+  missing = [
+      name for name in SESSION_PARAMETERS
+      if not any(re.search(rf"(?<![\w-])--{flag}(?![\w-])", text)
+                 for flag in (name, name.replace("_", "-")))]
+  assert not missing, text
+  for flag in ("--devices", "--prefetch", "--no-prefetch",
+               "--cluster-timeout"):
+    assert flag in text
+
+
+def test_every_option_parses_back_from_its_flags():
+  changed = [f for f in cli_options.SessionOptions._fields
+             if getattr(EVERY_OPTION, f) == getattr(
+                 cli_options.SessionOptions(), f)]
+  assert not changed  # so that each flag is written and read back
+  assert _parse(EVERY_OPTION.argv()) == EVERY_OPTION
+  assert EVERY_OPTION.argv() == [
+      "--replicas", "4", "--algorithm", "ssgd", "--alpha", "0.3",
+      "--central_momentum", "0.5", "--nonfinite", "raise",
+      "--cluster-timeout", "5.0", "--devices", "/cpu:0,/cpu:1",
+      "--no-prefetch"]
+  for options in (cli_options.SessionOptions(),
+                  cli_options.SessionOptions(replicas="auto", alpha=0.1),
+                  cli_options.SessionOptions(alpha=1.0 / 3.0,
+                                             cluster_timeout=0.1)):
+    assert _parse(options.argv()) == options
+
+
+def test_a_workers_command_parses_back_to_the_same_options():
+  command = main.worker_command(EVERY_OPTION, "train.py",
+                                ["--data", "x.npz", "--replicas", "9"])
+  assert command[1:3] == ["-m", "tensorbow.run"]
+  args = main.parser().parse_args(command[3:])
+  assert cli_options.from_args(args) == EVERY_OPTION
+  # The script's own arguments stay the script's.
+  assert args.script == "train.py"
+  assert args.script_args == ["--data", "x.npz", "--replicas", "9"]
+  assert args.workers == 1 and args.hosts is None
+
+
+@pytest.mark.parametrize("argv,options", [
+    (["--devices", "/cpu:0, /device:CPU:1"],
+     dict(devices=("/cpu:0", "/device:CPU:1"))),
+    (["--devices", "/gpu:0"], dict(devices=("/gpu:0",))),
+    (["--no-prefetch"], dict(prefetch=False)),
+    (["--no-prefetch", "--prefetch"], dict(prefetch=True)),
+    (["--cluster-timeout", "90"], dict(cluster_timeout=90.0)),
+    (["--cluster-timeout", "0.5"], dict(cluster_timeout=0.5)),
+])
+def test_the_new_flags_reach_the_options(argv, options):
+  assert _parse(argv) == cli_options.SessionOptions(**options)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--devices", ""], "--devices: must be a comma-separated list of "
+     "device names such as /cpu:0,/cpu:1, got ''"),
+    (["--devices", "/cpu:0,,/cpu:1"], "--devices: must be a comma-separated "
+     "list of device names such as /cpu:0,/cpu:1, got '/cpu:0,,/cpu:1'"),
+    (["--devices", "/cpu:0,cpu0"], "--devices: must be a comma-separated "
+     "list of device names such as /cpu:0,/cpu:1; 'cpu0' is not a device "
+     "name"),
+    (["--devices", "/cpu:0,/cpu:1,/cpu:0"],
+     "--devices: names /cpu:0 twice in '/cpu:0,/cpu:1,/cpu:0'"),
+    (["--cluster-timeout", "0"],
+     "--cluster-timeout: must be a number of seconds > 0, got 0"),
+    (["--cluster-timeout", "-5"],
+     "--cluster-timeout: must be a number of seconds > 0, got -5"),
+    (["--cluster-timeout", "soon"],
+     "--cluster-timeout: must be a number of seconds > 0, got soon"),
+    (["--cluster-timeout", "nan"],
+     "--cluster-timeout: must be a number of seconds > 0, got nan"),
+    (["--cluster-timeout", "inf"],
+     "--cluster-timeout: must be a number of seconds > 0, got inf"),
+    (["--prefetch=no"],
+     "--prefetch/--no-prefetch: ignored explicit argument 'no'"),
+])
+def test_bad_values_of_the_new_flags_exit_2(capsys, argv, message):
+  with pytest.raises(SystemExit) as exit_info:
+    main.main(argv + ["x.py"])
+  assert exit_info.value.code == 2
+  assert f"tensorbow-run: error: argument {message}" in (
+      capsys.readouterr().err)
+
+
+def test_check_refuses_what_the_session_would():
+  cli_options.SessionOptions(replicas=2, devices=("/cpu:0", "/cpu:1")).check()
+  with pytest.raises(ValueError, match="2 devices need at least as many "
+                     "replicas, got replicas=1"):
+    cli_options.SessionOptions(replicas=1,
+                               devices=("/cpu:0", "/cpu:1")).check()
+  with pytest.raises(ValueError, match="algorithm 'asgd' cannot keep the "
+                     "workers of a cluster together"):
+    cli_options.SessionOptions(algorithm="asgd").check(workers=2)
