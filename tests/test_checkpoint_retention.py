@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import tensorbow as tb
 from tensorbow import checkpoint
-from tensorbow import cluster as tb_cluster
+from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow.cli import chief
 
 tf1 = tf.compat.v1

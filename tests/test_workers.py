@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 
 import tensorbow
-from tensorbow import cluster as tb_cluster
+from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow import feeds
 from tensorbow import options
 from tensorbow import scaling

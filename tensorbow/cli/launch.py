@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from tensorbow import cluster as tb_cluster
+from tensorbow.scaleout import cluster as tb_cluster
 
 # Seconds a stopped worker has to exit after SIGTERM before SIGKILL.
 _GRACE = 5.0

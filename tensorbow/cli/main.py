@@ -40,7 +40,7 @@ import os
 import runpy
 import sys
 
-from tensorbow import cluster as tb_cluster
+from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow import session as tb_session
 from tensorbow.cli import launch
 from tensorbow.cli import options as cli_options

@@ -47,7 +47,7 @@ import sys
 
 import tensorflow as tf
 
-from tensorbow import cluster as tb_cluster
+from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow import compat
 from tensorbow import monitored
 from tensorbow import session as tb_session

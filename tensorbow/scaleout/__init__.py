@@ -3,7 +3,7 @@ points of a wave (docs/DESIGN.md, "Two levels").
 
 A session holds one `ScaleOut` for its life: `Alone` for one process,
 where every point is a no-op, or `Workers` for a worker of a `TF_CONFIG`
-cluster (`tensorbow.cluster`), which sums over the workers with its
+cluster (`scaleout/cluster.py`), which sums over the workers with its
 `Reducer`. The points, in a wave's order:
 
 - `checked`: a training run's fed values checked for L x workers
@@ -26,7 +26,7 @@ the elastic work extends this object.
 """
 import logging
 
-from tensorbow import cluster as tb_cluster
+from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow import feeds
 
 
