@@ -342,6 +342,36 @@ def test_a_last_element_smaller_than_the_replicas_trains_one_per_row():
   np.testing.assert_allclose(final, waves[-1][0], rtol=1e-5, atol=1e-6)
 
 
+def test_an_enqueue_callable_is_tensorflows_own():
+  # A queue runner calls make_callable(enqueue) once a record, from several
+  # threads: a run that no replica's state concerns goes straight to
+  # TensorFlow's callable, not through TensorBowSession.run.
+  with tf.Graph().as_default():
+    queue = tf.queue.FIFOQueue(64, [tf.float32, tf.float32],
+                               shapes=[[3], [1]])
+    enqueue = queue.enqueue_many((X, Y))
+    x, y = queue.dequeue_up_to(BATCH)
+    w, loss, train = model(x, y)
+    sess = tensorbow.TensorBowSession(replicas=REPLICAS)
+    sess.run(tf.compat.v1.global_variables_initializer())
+    runs = []
+    run = sess.run
+    sess.run = lambda *a, **k: runs.append(a) or run(*a, **k)
+    enqueue_call = sess.make_callable(enqueue)
+    size_call = sess.make_callable(queue.size())
+    read_call = sess.make_callable(w)  # reads a replicated variable
+    assert enqueue_call() is None and size_call() == 40 and not runs
+    losses = [sess.run([loss, train])[0] for _ in range(5)]
+    np.testing.assert_array_equal(read_call(), sess.run(w))
+    assert len(runs) == 5 + 1 + 1  # the waves, the read, the check
+    sess.run(queue.close())
+    with pytest.raises(tf.errors.CancelledError):
+      enqueue_call()
+    sess.close()
+  waves = sma(batches())
+  np.testing.assert_allclose(losses, [l for _, l in waves], rtol=1e-5)
+
+
 def test_queue_runner_feeds_training_runs_that_wait_for_it():
   with tf.Graph().as_default():
     queue = tf.queue.FIFOQueue(16, [tf.float32, tf.float32],
