@@ -420,10 +420,11 @@ def test_real_scripts_reads_the_result_and_the_last_tuned_l():
   # L=1, then 2 (twice as fast), 3 (not faster), back to 2 via a trial of
   # the other threads.
   code = (
-      "from tensorbow import autotune, run\n"
+      "from tensorbow import autotune\n"
+      "from tensorbow.cli import main\n"
       "t = autotune.AutoTuner(warmup=0, measure=1, cores=1, min_seconds=0,\n"
       "                       patience=0)\n"
-      "with run._tuner_log(True):\n"
+      "with main._tuner_log(True):\n"
       "  for l, inline, seconds in [(1, False, 0.02), (2, False, 0.01),\n"
       "                             (3, False, 0.01), (2, True, 0.02)]:\n"
       "    t.observe(l, 1, 100, seconds, inline)\n"
