@@ -8,8 +8,11 @@ throughput (batch rows per second, the whole `run` call). A setting whose
 first `measure` runs are under `reject` times the best is dropped at
 once: a short script should not pay long for a search. For the same
 reason the search leaves the first setting only once the training runs
-have taken `patience` times the first run, which holds building the
-plan and TensorFlow's first run, as trying another setting does again.
+have taken `patience` times what trying a setting is expected to cost:
+a first run, which builds the plan and holds TensorFlow's first run (as
+the search's own first run did), and the warm-up and measured runs at
+the speed of the runs so far. A script that ends right after one trial
+then paid at most about 1 / `patience` more than at one replica.
 
 1. L: while the last L added improved on the best throughput so far by
    at least `gain`, it adds one more replica (at most `max_replicas`, at
@@ -49,8 +52,8 @@ import numpy as np
 
 # The least time the runs measured at one setting take, by default.
 MIN_SECONDS = 0.5
-# How many first runs' time the training takes before the search leaves
-# the first setting, by default.
+# How many times a trial's expected cost the training takes before the
+# search leaves the first setting, by default.
 PATIENCE = 30.0
 
 
@@ -199,6 +202,7 @@ class AutoTuner(object):
     self._noise_scale = None  # the latest noise scale they came from
     self._measured = 0.0  # seconds of its runs after the warm-up
     self._first_run = None  # seconds of the search's first run
+    self._run_seconds = []  # and of the runs after it, at the first setting
     self._trained = 0.0  # seconds of training runs since the search began
     self._best = None  # (L, stream groups, inline, rows per second)
     self._phase = "replicas"  # then "groups", "threads", "settled"
@@ -236,11 +240,13 @@ class AutoTuner(object):
       self._measured += seconds
     if self._first_run is None:
       self._first_run = seconds
+    elif self._best is None:
+      self._run_seconds.append(seconds)
     self._trained += seconds
     first = self.warmup + self.measure
     if len(self._samples) < first or (
         self._best is None and
-        self._trained < self.patience * self._first_run):
+        self._trained < self.patience * self._trial_cost()):
       return None
     if self._measured < self.min_seconds and not (
         len(self._samples) == first and self._best is not None and
@@ -254,6 +260,14 @@ class AutoTuner(object):
     if self._phase == "groups":
       return self._next_groups(setting, rows, measured)
     return self._next_threads(setting, rows, measured)
+
+  def _trial_cost(self):
+    """Seconds trying another setting is expected to take: a first run as
+    the search's first took, then its warm-up and measured runs at the
+    median speed of the runs since."""
+    runs = float(np.median(self._run_seconds)) if self._run_seconds else (
+        self._first_run)
+    return self._first_run + (self.warmup + self.measure) * runs
 
   def _measurement(self):
     """(rows/s, statistical efficiency, noise scale, goodput) of the runs

@@ -221,15 +221,16 @@ def test_measures_short_runs_for_at_least_min_seconds():
   assert tuner.decisions  # 5 runs of 0.2 s: over 0.5 s
 
 
-def test_leaves_the_first_setting_once_training_took_patience_first_runs():
+def test_leaves_the_first_setting_once_training_took_patience_trials():
   tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=0,
                              patience=5)
   runs = 0
   while not tuner.decisions:
-    # The first run builds the plan: 0.5 s; then 1/16 s a run.
+    # The first run builds the plan: 0.5 s; then 1/16 s a run. A trial is
+    # expected to take 0.5 + 7 / 16 s; 5 of them: 4.6875 s.
     tuner.observe(1, 1, 100, 0.5 if runs == 0 else 0.0625)
     runs += 1
-  assert runs == 1 + 32  # 0.5 + 32 / 16 = 5 x 0.5 s
+  assert runs == 1 + 67  # 0.5 + 67 / 16 >= 4.6875 > 0.5 + 66 / 16
   assert tuner.decisions[0].rows_per_second == pytest.approx(1600)
 
 
