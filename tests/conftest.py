@@ -17,7 +17,7 @@ session, here or in a child process that switches mode) are marked
 `mode_independent` and run in one mode only, v1, so once per
 `scripts/test.sh`; in graph mode they are deselected unless `--all-modes`
 is given. While such a test runs, building a graph or opening a session
-fails it.
+fails it, and tests/test_tf_mode.py checks the marked tests' source.
 """
 import contextlib
 import os
@@ -134,3 +134,10 @@ def _guard_mode_independent(request):
   else:
     with _mode_independent_guard(request.node.nodeid):
       yield
+
+
+@pytest.fixture(scope="session")
+def mode_independent_guard():
+  """The guard around each test marked mode_independent, for its own test:
+  a context manager that takes the test's name."""
+  return _mode_independent_guard
