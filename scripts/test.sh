@@ -2,8 +2,9 @@
 # Sets TensorBow up (scripts/setup.sh) and runs the test suite once in each
 # TF1 mode (tests/conftest.py): v1 (disable_v2_behavior, how most TF1
 # scripts run) and graph (disable_eager_execution alone). The switch is
-# process-wide, so each mode gets its own pytest process. Arguments go to
-# both runs.
+# process-wide, so each mode gets its own pytest process. Tests marked
+# mode_independent run in v1 mode only (`--all-modes`: in both). Arguments
+# go to both runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -11,7 +11,15 @@ in one mode and `scripts/test.sh` runs the suite once per mode:
 
 Tests that start a Python script in a child process make it switch to the
 same mode with the `tf_mode_statement` fixture.
+
+Tests where the mode cannot matter (they build no graph and open no
+session, here or in a child process that switches mode) are marked
+`mode_independent` and run in one mode only, v1, so once per
+`scripts/test.sh`; in graph mode they are deselected unless `--all-modes`
+is given. While such a test runs, building a graph or opening a session
+fails it, and tests/test_tf_mode.py checks the marked tests' source.
 """
+import contextlib
 import os
 import tempfile
 
@@ -24,6 +32,10 @@ TF_MODE_SWITCHES = {
 }
 
 
+# The one mode that runs the tests marked mode_independent.
+MODE_INDEPENDENT_RUNS_IN = "v1"
+
+
 def _statement(mode):
   return f"tf.compat.v1.{TF_MODE_SWITCHES[mode]}()"
 
@@ -33,6 +45,10 @@ def pytest_addoption(parser):
       "--tf-mode", choices=sorted(TF_MODE_SWITCHES), default="v1",
       help="TF1 mode of the whole run: v1 (disable_v2_behavior, the "
       "default) or graph (disable_eager_execution alone)")
+  parser.addoption(
+      "--all-modes", action="store_true",
+      help="run the tests marked mode_independent in this mode too (by "
+      f"default they run in {MODE_INDEPENDENT_RUNS_IN} mode only)")
 
 
 def pytest_configure(config):
@@ -43,6 +59,17 @@ def pytest_configure(config):
   if "TENSORBOW_CACHE_DIR" not in os.environ:
     os.environ["TENSORBOW_CACHE_DIR"] = tempfile.mkdtemp(
         prefix="tensorbow_test_cache_")
+
+
+def pytest_collection_modifyitems(config, items):
+  if (config.getoption("--tf-mode") == MODE_INDEPENDENT_RUNS_IN or
+      config.getoption("--all-modes")):
+    return
+  once = [i for i in items if i.get_closest_marker("mode_independent")]
+  if once:
+    config.hook.pytest_deselected(items=once)
+    items[:] = [i for i in items if not i.get_closest_marker(
+        "mode_independent")]
 
 
 def pytest_report_header(config):
@@ -60,3 +87,57 @@ def tf_mode(request):
 def tf_mode_statement(tf_mode):
   """The statement that puts a child process's TF1 script in this mode."""
   return _statement(tf_mode)
+
+
+@contextlib.contextmanager
+def _mode_independent_guard(test):
+  """Fails `test` if it makes a TensorFlow graph or session, or adds ops to
+  the default graph: what the TF1 modes change, so what a test marked
+  mode_independent, run in one mode only, must not do."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  made = []
+
+  def recording(cls, init):
+    def record(self, *args, **kwargs):
+      made.append(cls.__name__)
+      init(self, *args, **kwargs)
+    return record
+
+  # The constructors are recorded, not refused: a session that fails in
+  # __init__ fails again in __del__.
+  inits = [(cls, cls.__dict__["__init__"]) for cls in (
+      tf.Graph, tf.compat.v1.Session, tf.compat.v1.InteractiveSession)]
+  default_graph = tf.compat.v1.get_default_graph()
+  ops = len(default_graph.get_operations())
+  for cls, init in inits:
+    cls.__init__ = recording(cls, init)
+  try:
+    yield
+  finally:
+    for cls, init in inits:
+      cls.__init__ = init
+  added = len(default_graph.get_operations()) - ops
+  if added:
+    made.append(f"{added} op(s) in the default graph")
+  assert not made, (
+      f"{test} is marked mode_independent, so it runs in "
+      f"{MODE_INDEPENDENT_RUNS_IN} mode only, but it made "
+      f"{', '.join(sorted(set(made)))}: remove the mark so that it runs in "
+      "both TF1 modes")
+
+
+@pytest.fixture(autouse=True)
+def _guard_mode_independent(request):
+  if request.node.get_closest_marker("mode_independent") is None:
+    yield
+  else:
+    with _mode_independent_guard(request.node.nodeid):
+      yield
+
+
+@pytest.fixture(scope="session")
+def mode_independent_guard():
+  """The guard around each test marked mode_independent, for its own test:
+  a context manager that takes the test's name."""
+  return _mode_independent_guard

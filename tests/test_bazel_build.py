@@ -10,6 +10,12 @@ import sys
 import tensorbow
 from tensorbow import ops as tb_ops
 
+import pytest
+
+# Which library files were loaded, no graph or session: the TF1 mode cannot
+# change it (conftest.py).
+pytestmark = pytest.mark.mode_independent
+
 
 def expected_dir():
   return os.path.realpath(os.environ.get(tb_ops.LIBRARY_DIR_ENV) or

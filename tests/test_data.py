@@ -11,6 +11,10 @@ import pytest
 from models import data
 from models.data import idx
 
+# NumPy and files only, no graph or session: the TF1 mode cannot change
+# them (conftest.py).
+pytestmark = pytest.mark.mode_independent
+
 # ----------------------------------------------------------------- helpers
 
 

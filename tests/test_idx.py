@@ -7,6 +7,10 @@ import pytest
 
 from models.data import idx
 
+# NumPy and files only, no graph or session: the TF1 mode cannot change
+# them (conftest.py).
+pytestmark = pytest.mark.mode_independent
+
 
 def _idx_bytes(array, magic=None):
   array = np.asarray(array, np.uint8)

@@ -16,6 +16,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+# Static checks of the checkout, and `import tensorbow` in a child process
+# that sets no TF1 mode: this run's mode cannot change them (conftest.py).
+pytestmark = pytest.mark.mode_independent
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # tensorbow-run runs a user's script as `python script.py` would: its
 # folder on sys.path is the point, not a way to import our own modules.

@@ -11,6 +11,11 @@ import pytest
 import tensorbow
 from tensorbow import ops as tb_ops
 
+# The README and the import-time checks, in child processes that choose
+# their own TF1 mode (the README's example switches to graph mode itself):
+# this run's mode cannot change them (conftest.py).
+pytestmark = pytest.mark.mode_independent
+
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 README = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "README.md")

@@ -10,6 +10,10 @@ import pytest
 import tensorbow
 from models import plot
 
+# JSON logs in, PNGs out, here and in a child process that imports no
+# TensorFlow: the TF1 mode cannot change them (conftest.py).
+pytestmark = pytest.mark.mode_independent
+
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

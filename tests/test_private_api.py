@@ -9,6 +9,11 @@ reason; a TensorFlow upgrade then touches compat.py and this list only.
 import ast
 import os
 
+import pytest
+
+# Parses the package's source: the TF1 mode cannot change it (conftest.py).
+pytestmark = pytest.mark.mode_independent
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "tensorbow")
 COMPAT = os.path.join("tensorbow", "compat.py")

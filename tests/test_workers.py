@@ -649,6 +649,9 @@ def test_a_late_worker_is_waited_for_by_name(tmp_path, tf_mode_statement):
                    expected)
 
 
+# The launcher's own tests start processes that set no TF1 mode and build
+# no graph: this run's mode cannot change them (conftest.py).
+@pytest.mark.mode_independent
 def test_the_launcher_stops_the_others_when_one_fails(tmp_path):
   script = tmp_path / "job.py"
   script.write_text(
@@ -671,6 +674,7 @@ def test_the_launcher_stops_the_others_when_one_fails(tmp_path):
     os.kill(pid, 0)
 
 
+@pytest.mark.mode_independent
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_workers_do_not_outlive_their_launcher(tmp_path, sig):
   script = tmp_path / "job.py"
@@ -713,6 +717,7 @@ def test_workers_do_not_outlive_their_launcher(tmp_path, sig):
       launcher.wait()
 
 
+@pytest.mark.mode_independent
 @pytest.mark.slow
 def test_tensorbow_run_takes_workers_and_hosts(tmp_path):
   script = tmp_path / "job.py"
