@@ -321,10 +321,6 @@ def _plain_copy_info(ops, batch_names, trainable, pulls):
     return None
 
 
-# Ops Grappler turns into constants that wait on their input's op.
-_SHAPE_OPS = frozenset(["Shape", "ShapeN", "Size", "Rank"])
-
-
 def _check_pulled_whole(ops, pulled):
   """Refuses a training run of the user's own graph (`ops`, its closure)
   that would be fed `pulled` tensors a shape op reads: fed, the pipeline's
@@ -333,25 +329,14 @@ def _check_pulled_whole(ops, pulled):
   Raises:
     tf.errors.UnimplementedError: naming the shape op.
   """
-  if not pulled:
-    return
-  by_name = {op.name: op for op in ops}
-  reached = set()
-  stack = [by_name[n.rsplit(":", 1)[0]] for n in pulled
-           if n.rsplit(":", 1)[0] in by_name]
-  while stack:
-    op = stack.pop()
-    for c in (c for t in op.outputs for c in t.consumers()):
-      if c.name in by_name and c.name not in reached:
-        if c.type in _SHAPE_OPS:
-          raise tf.errors.UnimplementedError(
-              None, None,
-              f"TensorBow cannot train this graph with one replica: it "
-              f"takes its batch from an input pipeline, op '{c.name}' reads "
-              "the batch's shape, and TensorBow cannot copy the graph to "
-              "feed it safely; feed the batch with feed_dict")
-        reached.add(c.name)
-        stack.append(c)
+  reader = analysis.shape_reader(ops, pulled)
+  if reader is not None:
+    raise tf.errors.UnimplementedError(
+        None, None,
+        f"TensorBow cannot train this graph with one replica: it takes its "
+        f"batch from an input pipeline, op '{reader.name}' reads the "
+        "batch's shape, and TensorBow cannot copy the graph to feed it "
+        "safely; feed the batch with feed_dict")
 
 
 def _described_internal(user_name, tensor):

@@ -25,8 +25,10 @@ Elements pulled ahead are still the pipeline's as far as the user can
 tell: before a plain run that takes from the pipeline the pull is stopped
 and the run is fed the first of them (or raises the error the pull met
 where it would have met it); before one that re-initialises an iterator
-they are dropped, as a synchronous pull would never have taken them. Runs
-that neither take from nor reset the pipeline (enqueues, evaluation on
+they are dropped, as a synchronous pull would never have taken them. A
+run that reads the element's shape is not fed it (fed, its dequeue would
+still run: analysis.shape_reader): it takes its own, out of order, with a
+warning. Runs that neither take from nor reset the pipeline (enqueues, evaluation on
 feeds) do not wait for a pull.
 """
 import collections
@@ -34,6 +36,8 @@ import logging
 import threading
 
 import tensorflow as tf
+
+from tensorbow.rewrite import analysis
 
 _logger = logging.getLogger("tensorbow")
 # How long close() waits for a pull still running once the TensorFlow
@@ -187,7 +191,17 @@ class Prefetcher(object):
         elif not held.pipelines & set(uses.takes.values()):
           pass  # saved only
         elif held.ops <= uses.takes.keys():
-          if held.ahead:
+          if analysis.shape_reader(closure.ops, held.names) is not None:
+            if held.ahead:
+              self._warn_once(
+                  f"TensorBow: a run reads the shape of the elements of an "
+                  f"input pipeline ({', '.join(sorted(held.pipelines))}) "
+                  "pulled ahead for the next training run; fed one, "
+                  "TensorFlow would still take another, so it takes its "
+                  "own, out of the pipeline's order. Pass prefetch=False "
+                  "to TensorBowSession to take elements only when a wave "
+                  "asks for them")
+          elif held.ahead:
             fed.update(zip(held.names, held.ahead.pop(0)))
           elif held.error is not None:
             error, held.error = held.error, None

@@ -403,6 +403,41 @@ PipelineUses = collections.namedtuple("PipelineUses", [
 ])
 
 
+# Ops Grappler turns into constants that wait on their input's op.
+_SHAPE_OPS = frozenset(["Shape", "ShapeN", "Size", "Rank"])
+
+
+# Ops Grappler may remove, handing what waited on them to their input.
+_SHAPE_FORWARDING = frozenset([
+    "Identity", "RefIdentity", "IdentityN", "Snapshot", "StopGradient",
+    "Reshape", "ExpandDims", "Squeeze"])
+
+
+def shape_reader(ops, names):
+  """The first op of `ops` (a closure) reading the shape of a tensor named
+  in `names`, directly or through ops that only forward it, or None.
+
+  Grappler makes such an op a constant that waits on the op the tensor
+  comes from, so a run fed those tensors still runs that op: a pipeline's
+  dequeue or get_next would take an element more.
+  """
+  by_name = {op.name: op for op in ops}
+  reached = set()
+  stack = [t for n in names if n.rsplit(":", 1)[0] in by_name
+           for t in [by_name[n.rsplit(":", 1)[0]].outputs[
+               int(n.rsplit(":", 1)[1])]]]
+  while stack:
+    for c in stack.pop().consumers():
+      if c.name not in by_name or c.name in reached:
+        continue
+      if c.type in _SHAPE_OPS:
+        return c
+      reached.add(c.name)
+      if c.type in _SHAPE_FORWARDING:
+        stack.extend(c.outputs)
+  return None
+
+
 def pipeline_uses(ops, fed_names):
   """How a run executing `ops`, fed `fed_names`, uses input pipelines: the
   ops in PULLED_INPUT_OPS that take elements, the iterators it resets
