@@ -17,8 +17,8 @@ report's MNIST runs); `--data=synthetic` needs no files.
 
 import tensorflow as tf
 
+from models import contract
 from models import script
-from models import training as training_loop
 
 MODEL_NAME = "lenet"
 SYNTHETIC_IMAGE_SHAPE = (28, 28, 1)
@@ -53,7 +53,7 @@ def build(image_shape, num_classes, learning_rate):
     for the shared loop), logits, loss (mean cross-entropy), train_op, accuracy.
   """
   channels = int(image_shape[-1])
-  x, y, training = training_loop.model_inputs(image_shape)
+  x, y, training = contract.model_inputs(image_shape)
   h = tf.nn.relu(tf.nn.conv2d(x, _weight("conv1/w", [5, 5, channels, 32]),
                               strides=1, padding="SAME") + _bias("conv1/b", 32))
   h = tf.nn.max_pool2d(h, 2, 2, "SAME")
@@ -70,7 +70,7 @@ def build(image_shape, num_classes, learning_rate):
       labels=y, logits=logits))
   train_op = tf.compat.v1.train.MomentumOptimizer(
       learning_rate, 0.9).minimize(loss)
-  return training_loop.model(x, y, training, logits, loss, train_op)
+  return contract.model(x, y, training, logits, loss, train_op)
 
 
 if __name__ == "__main__":

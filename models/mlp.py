@@ -15,8 +15,8 @@ Fashion-MNIST is the default data set; `--data=synthetic` needs no files.
 import numpy as np
 import tensorflow as tf
 
+from models import contract
 from models import script
-from models import training as training_loop
 
 MODEL_NAME = "mlp"
 SYNTHETIC_IMAGE_SHAPE = (28, 28, 1)
@@ -39,7 +39,7 @@ def build(image_shape, num_classes, learning_rate):
     for the shared loop), logits, loss (mean cross-entropy), train_op,
     accuracy.
   """
-  x, y, training = training_loop.model_inputs(image_shape)
+  x, y, training = contract.model_inputs(image_shape)
   width = int(np.prod(image_shape))
   h = tf.reshape(x, [-1, width])
   for i, units in enumerate(HIDDEN + (num_classes,)):
@@ -54,7 +54,7 @@ def build(image_shape, num_classes, learning_rate):
       labels=y, logits=h))
   train_op = tf.compat.v1.train.GradientDescentOptimizer(
       learning_rate).minimize(loss)
-  return training_loop.model(x, y, training, h, loss, train_op)
+  return contract.model(x, y, training, h, loss, train_op)
 
 
 if __name__ == "__main__":

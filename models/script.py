@@ -8,6 +8,8 @@ from absl import app
 from absl import flags
 import tensorflow as tf
 
+from models import config as run_config
+from models import loop
 from models import training
 
 
@@ -15,28 +17,28 @@ def define_flags(**defaults):
   """Defines the command-line flags of the model scripts (once per process).
 
   Args:
-    **defaults: per-script defaults overriding `training.Config`'s, by
+    **defaults: per-script defaults overriding `run_config.Config`'s, by
       field name (e.g. `learning_rate=0.1, data="cifar10"`).
 
   Raises:
     ValueError: a default names no flag.
   """
-  unknown = set(defaults) - set(training.Config._fields)
+  unknown = set(defaults) - set(run_config.Config._fields)
   if unknown:
     raise ValueError(f"no such flags: {sorted(unknown)}")
-  values = training.Config()._replace(**defaults)
+  values = run_config.Config()._replace(**defaults)
   if "session" in flags.FLAGS:
     # Already defined (a second script's module in the same process): only
     # move the defaults.
     for name, value in values._asdict().items():
       flags.FLAGS.set_default(name, value)
     return
-  flags.DEFINE_enum("session", values.session, training.SESSIONS,
+  flags.DEFINE_enum("session", values.session, run_config.SESSIONS,
                     "tf: tf.compat.v1.Session; tensorbow: TensorBowSession.")
   flags.DEFINE_integer("replicas", values.replicas,
                        "TensorBow replicas (ignored with --session=tf).",
                        lower_bound=1)
-  flags.DEFINE_enum("algorithm", values.algorithm, training.ALGORITHMS,
+  flags.DEFINE_enum("algorithm", values.algorithm, run_config.ALGORITHMS,
                     "TensorBow's algorithm: sma (synchronous model "
                     "averaging) or none (independent replicas).")
   flags.DEFINE_integer("batch_size", values.batch_size,
@@ -51,10 +53,11 @@ def define_flags(**defaults):
                        lower_bound=0)
   flags.DEFINE_float("target_accuracy", values.target_accuracy,
                      "Stop once the test accuracy reaches this (evaluating "
-                     f"{training.EVALS_PER_EPOCH_WITH_TARGET} times per "
+                     f"{loop.EVALS_PER_EPOCH_WITH_TARGET} times per "
                      "epoch).",
                      lower_bound=0.0, upper_bound=1.0)
-  flags.DEFINE_enum("data", values.data, training.DATA_SETS, "The data set.")
+  flags.DEFINE_enum("data", values.data, run_config.DATA_SETS,
+                    "The data set.")
   flags.DEFINE_string("data_dir", values.data_dir,
                       "The data set's folder (default: fashion_mnist's "
                       "Debian location; mnist and cifar10 need it).")
@@ -80,7 +83,7 @@ def define_flags(**defaults):
                        "generate N).", lower_bound=1)
   flags.DEFINE_integer("evals_per_epoch", values.evals_per_epoch,
                        "Evaluate N times an epoch (default: once, or "
-                       f"{training.EVALS_PER_EPOCH_WITH_TARGET} times with "
+                       f"{loop.EVALS_PER_EPOCH_WITH_TARGET} times with "
                        "--target_accuracy).", lower_bound=1)
   flags.DEFINE_float("max_seconds", values.max_seconds,
                      "Stop after this many seconds of wall time.",
@@ -88,11 +91,11 @@ def define_flags(**defaults):
 
 
 def config_from_flags(flag_values=None):
-  """The `training.Config` that parsed flags describe (`flags.FLAGS` by
+  """The `run_config.Config` that parsed flags describe (`flags.FLAGS` by
   default)."""
   flag_values = flags.FLAGS if flag_values is None else flag_values
-  return training.Config(**{name: getattr(flag_values, name)
-                            for name in training.Config._fields})
+  return run_config.Config(**{name: getattr(flag_values, name)
+                              for name in run_config.Config._fields})
 
 
 # ---- Sessions ---------------------------------------------------------------
@@ -133,7 +136,7 @@ def main(argv, build, model_name, synthetic_image_shape):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   config = config_from_flags()
   try:
-    dataset = training.load_data(config, synthetic_image_shape)
+    dataset = run_config.load_data(config, synthetic_image_shape)
   except (ValueError, OSError) as e:
     # A missing --data_dir or file is the user's to fix, not a crash.
     sys.exit(f"{model_name}: cannot load {config.data}: {e}")
