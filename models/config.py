@@ -1,7 +1,7 @@
 """What one training run of a reference model is: its `Config`, and what
 the `Config` alone decides: the session, the rows a step feeds, the data.
 
-The command line (models/script.py) builds a `Config`; the loop
+The command line (models/flags.py) builds a `Config`; the loop
 (models/loop.py) and the records (models/records.py) read it;
 `models.training.train` puts them together.
 """
@@ -15,7 +15,8 @@ from tensorbow.session import TensorBowSession
 
 SESSIONS = ("tf", "tensorbow")
 DATA_SETS = ("fashion_mnist", "mnist", "cifar10", "synthetic")
-ALGORITHMS = ("sma", "none")
+# Every algorithm name `TensorBowSession(algorithm=)` takes.
+ALGORITHMS = tb_options.ALGORITHMS
 AUTO = tb_options.AUTO
 
 Config = collections.namedtuple("Config", [
@@ -26,14 +27,15 @@ Config.__new__.__defaults__ = (
     "tensorbow", 2, "sma", 32, 0.01, 1, None, None, "synthetic", None,
     "/tmp/tensorbow_logs", 0, None, None, None, None)
 Config.__doc__ = """What one training run does; the fields mirror the flags
-(models/script.py).
+(models/flags.py).
 
 Attributes:
   session: "tf" (tf.compat.v1.Session) or "tensorbow" (TensorBowSession).
   replicas: TensorBow's replicas, or "auto" (the session tunes L, and a
     step feeds `batch_size` rows in all); ignored by "tf", which trains
     one model.
-  algorithm: TensorBow's algorithm, "sma" or "none".
+  algorithm: TensorBow's algorithm: one of ALGORITHMS, or an instance
+    from `tensorbow.algorithms`.
   batch_size: rows per replica per step.
   learning_rate: the optimizer's learning rate (used by the model's build).
   epochs: stop after this many passes over the training set (None: no

@@ -5,7 +5,7 @@ conv 5x5x32 (SAME) + ReLU + max-pool 2, conv 5x5x64 (SAME) + ReLU + max-pool
 The same network as `benchmarks/lenet_throughput.py`, as a TF1-style
 script: `build` makes the graph (the tests build it directly), `main` trains
 it with the loop and flags shared by the reference models
-(`models/training.py`):
+(`models/training.py`, `models/flags.py`; every flag: `--help`):
 
   python -m models.lenet --session=tensorbow --replicas=3 \
       --batch_size=4 --target_accuracy=0.9
@@ -74,4 +74,5 @@ def build(image_shape, num_classes, learning_rate):
 
 
 if __name__ == "__main__":
-  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS,
+                    __doc__)

@@ -3,7 +3,8 @@ r"""Softmax (multinomial logistic) regression: the smallest reference model.
 A TF1-style script, as a TensorBow user would write it: placeholders,
 `tf.compat.v1.get_variable`, plain gradient descent. `build` makes the graph
 (the tests build it directly); `main` trains it with the loop and flags
-shared by the reference models (`models/training.py`):
+shared by the reference models (`models/training.py`, `models/flags.py`;
+every flag: `--help`):
 
   python -m models.logistic_regression --session=tensorbow \
       --replicas=2 --batch_size=32 --epochs=5
@@ -54,4 +55,5 @@ def build(image_shape, num_classes, learning_rate):
 
 
 if __name__ == "__main__":
-  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS,
+                    __doc__)

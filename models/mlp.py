@@ -4,7 +4,8 @@ The stand-in for the fully connected networks of Adaptive SGD's
 experiments (Ma, Rusu, Wu and Sim), on images flattened to vectors; plain
 gradient descent, whose learning rate Adaptive SGD scales per replica.
 As the other reference models, `build` makes the graph and `main` trains
-it with the shared loop and flags (`models/training.py`):
+it with the shared loop and flags (`models/training.py`,
+`models/flags.py`; every flag: `--help`):
 
   python -m models.mlp --session=tensorbow --replicas=2 --batch_size=16
   python -m models.mlp --session=tf --batch_size=32
@@ -58,4 +59,5 @@ def build(image_shape, num_classes, learning_rate):
 
 
 if __name__ == "__main__":
-  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS,
+                    __doc__)

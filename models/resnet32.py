@@ -21,7 +21,8 @@ the user-named ones their mean (DESIGN.md, "State").
 
 Optimizer: momentum SGD (0.9) with L2 weight decay 1e-4 on the
 convolution and fc kernels, as in the paper. `main` trains with the loop and
-flags shared by the reference models (`models/training.py`):
+flags shared by the reference models (`models/training.py`,
+`models/flags.py`; every flag: `--help`):
 
   python -m models.resnet32 --data=cifar10 \
       --data_dir=/path/to/cifar-10-batches-py --session=tensorbow \
@@ -185,4 +186,5 @@ def build(image_shape, num_classes, learning_rate, shortcut="A",
 
 
 if __name__ == "__main__":
-  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS,
+                    __doc__)

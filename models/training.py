@@ -12,8 +12,8 @@ which puts the parts together the same way for every model:
 - models/loop.py: the steps, the evaluations and when to stop;
 - models/records.py: the JSON-lines log and TensorBoard scalars;
 - models/progress.py: the progress bar;
-- models/script.py: the command line of the model scripts
-  (`python -m models.lenet --help`).
+- models/flags.py and models/script.py: the command line of the model
+  scripts (`python -m models.lenet --help`).
 
 Besides `train` and `run`, callers (the main job, the benchmarks, the
 tests) take a run's `Config` and a few of its helpers from here: `__all__`.
@@ -136,8 +136,8 @@ def run(build, model_name, synthetic_image_shape, config, dataset=None):
     build: the script's `build(image_shape, num_classes, learning_rate)`.
     model_name: names the run.
     synthetic_image_shape: the image shape of --data=synthetic.
-    config: a `Config` (`models.script.config_from_flags` reads one from
-      the command line).
+    config: a `Config` (`models.flags.parse` reads one from the command
+      line).
     dataset: the `models.data.Dataset`; None loads what `config` names.
 
   Returns:
