@@ -3,7 +3,7 @@
 together `config`, `loop`, `records` and `progress`), their command line
 (`flags`, `script`), data loaders (`data`) and plots (`plot`).
 
-Run a model as a script from the checkout, e.g.
-`python -m models.lenet --data=synthetic --max_steps=50` (`--help` lists
-every flag).
+Not part of the `tensorbow` wheel: run a model as a module from the
+checkout's root, e.g. `python -m models.lenet --data=synthetic
+--max_steps=50` (`--help` lists every flag).
 """

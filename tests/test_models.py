@@ -287,9 +287,11 @@ def test_the_script_trains_with_local_sgd(tmp_path):
 
 def test_lenet_script(tmp_path):
   # The subprocess imports the same TensorBow as this test (installed or
-  # source tree).
+  # source tree), and `models` from this checkout (the wheel has none).
+  checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=os.path.dirname(os.path.dirname(tb.__file__)))
+             PYTHONPATH=os.pathsep.join(
+                 [os.path.dirname(os.path.dirname(tb.__file__)), checkout]))
   completed = subprocess.run(
       [sys.executable, "-m", "models.lenet",
        "--data=synthetic", "--train_size=256", "--test_size=128",
