@@ -16,7 +16,7 @@ and prints each one's ms and GB/s (bytes it must move / time). The default
 size, 4x LeNet's fc1, puts every working set well beyond the L3 cache, as
 in training, where the other layers evict it between steps.
 
-  python benchmarks/apply_bandwidth.py --floats 6422528 --repeats 5
+  python -m benchmarks.apply_bandwidth --floats 6422528 --repeats 5
 """
 import argparse
 import statistics

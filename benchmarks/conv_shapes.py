@@ -9,7 +9,7 @@ Conv2DBackpropInput / Conv2DBackpropFilter in one session, interleaved, as
 the median of `--repeats` measurements of `--seconds` each, one
 Session.run per op; the forward convolution is timed for scale.
 
-  python benchmarks/conv_shapes.py --batch_sizes 4,16,64
+  python -m benchmarks.conv_shapes --batch_sizes 4,16,64
 """
 import argparse
 import statistics

@@ -8,7 +8,7 @@ run, the first run's time (copying the learning part, TensorFlow's graph
 preparation, one wave) and the second's, and the process's resident memory
 after the second run, less what it was before the session was made.
 
-  python benchmarks/graph_size.py --model resnet32 --batch_size 16 \\
+  python -m benchmarks.graph_size --model resnet32 --batch_size 16 \\
       --replicas 2,32 --repeats 2
 """
 import argparse

@@ -15,7 +15,7 @@ ratio to TensorFlow's batch-4 step:
   batched products: what running the replicas' small steps as larger
   kernels could reach, without synchronising them.
 
-  python benchmarks/lenet_bound.py --replicas 4,8,16
+  python -m benchmarks.lenet_bound --replicas 4,8,16
 """
 import argparse
 import json

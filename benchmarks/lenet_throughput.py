@@ -6,7 +6,7 @@ Each configuration gets its own graph and session; configurations are run
 interleaved, `--repeats` times, and the median (with min and max) of
 images/s is reported with its ratio to TensorFlow at the same batch size.
 
-  python benchmarks/lenet_throughput.py --batch_size 4 --replicas 1,2,4
+  python -m benchmarks.lenet_throughput --batch_size 4 --replicas 1,2,4
 
 "tf N copies" is plain TensorFlow running N unsynchronised copies of the
 model in one `run`: what concurrency alone gives, without SMA. "tf+k" is

@@ -7,7 +7,7 @@ session, TF's op and TensorBow's interleaved, as the median of `--repeats`
 measurements of `--seconds` each, a Session.run per product (the cost of an
 empty run is printed to subtract). See tensorbow/rewrite/substitutes.py.
 
-  python benchmarks/matmul_shapes.py --rows 1,4,16,64,256
+  python -m benchmarks.matmul_shapes --rows 1,4,16,64,256
 """
 import argparse
 import statistics

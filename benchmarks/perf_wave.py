@@ -8,8 +8,8 @@ TensorFlow's and TensorBow's BFC allocators, page faults), memory copies,
 the thread pools (Eigen's pool that TensorFlow's ops share, futexes and
 the scheduler), and the rest. Needs `perf` and permission to use it.
 
-  python benchmarks/perf_wave.py --replicas 2 --batch_size 4 --seconds 10
-  python benchmarks/perf_wave.py --workload ...   # what perf runs
+  python -m benchmarks.perf_wave --replicas 2 --batch_size 4 --seconds 10
+  python -m benchmarks.perf_wave --workload ...   # what perf runs
 """
 import argparse
 import collections
@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CATEGORIES = collections.OrderedDict([
     ("allocators", re.compile(
         r"malloc|free|_int_|tcache|BFCAllocator|cpu_allocator|AllocateRaw|"
@@ -68,12 +69,13 @@ def profile(args):
   """Runs the workload under perf; returns {category: share of samples}."""
   with tempfile.TemporaryDirectory() as tmp:
     data = os.path.join(tmp, "perf.data")
-    cmd = [sys.executable, os.path.abspath(__file__), "--workload",
+    cmd = [sys.executable, "-m", "benchmarks.perf_wave", "--workload",
            "--replicas", str(args.replicas), "--batch_size",
            str(args.batch_size), "--seconds", str(args.seconds)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    # Run from the checkout's root, where `benchmarks` and `models` are.
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
-                             env=env)
+                             env=env, cwd=CHECKOUT)
     if child.stdout.readline().strip() != "warm":
       raise RuntimeError("the workload did not start")
     subprocess.run(["perf", "record", "-F", "499", "-g", "-o", data, "-p",

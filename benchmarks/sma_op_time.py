@@ -20,7 +20,7 @@ differences of all ops' time and of the traced waves' wall time, which
 also hold what SMA might cost other ops (the cache its buffers take) and
 the noise that the apply ops' difference leaves out.
 
-  python benchmarks/sma_op_time.py --model resnet32 --replicas 8 --batch_size 16
+  python -m benchmarks.sma_op_time --model resnet32 --replicas 8 --batch_size 16
 """
 import argparse
 import json
@@ -94,7 +94,7 @@ def main(argv=None):
   result = dict(
       model=args.model, replicas=args.replicas, batch_size=args.batch_size,
       repeats=args.repeats, waves=args.waves, machine=harness.machine(),
-      command="python benchmarks/sma_op_time.py " + " ".join(
+      command="python -m benchmarks.sma_op_time " + " ".join(
           sys.argv[1:] if argv is None else argv),
       median_ms={a: dict(zip(("wall", "all_ops", "apply_ops"),
                              [statistics.median(r[i] for r in rounds[a])

@@ -13,9 +13,9 @@ kind is reused by the other) are created, trained `--cycle_waves` waves
 and closed; the RSS is sampled every ten cycles. (Sessions sharing one
 graph are another matter: TensorBow's replicas then stay in that graph.)
 
-  python benchmarks/soak.py --waves 10000 --fault_every 100 --cycles 0
-  python benchmarks/soak.py --waves 0 --cycles 300 --cycle_kind tensorbow
-  python benchmarks/soak.py --waves 0 --cycles 300 --cycle_kind tf
+  python -m benchmarks.soak --waves 10000 --fault_every 100 --cycles 0
+  python -m benchmarks.soak --waves 0 --cycles 300 --cycle_kind tensorbow
+  python -m benchmarks.soak --waves 0 --cycles 300 --cycle_kind tf
 """
 import argparse
 import gc

@@ -7,9 +7,9 @@ For TensorBow, ops are those of replica 0 (names without their replica
 prefix) plus the synchronisation; with L > 1 the replicas' op times overlap
 in wall time.
 
-  python benchmarks/step_profile.py --batch_size 4                # TF
-  python benchmarks/step_profile.py --batch_size 4 --faster_kernels
-  python benchmarks/step_profile.py --replicas 2 --algorithm sma  # TensorBow
+  python -m benchmarks.step_profile --batch_size 4                # TF
+  python -m benchmarks.step_profile --batch_size 4 --faster_kernels
+  python -m benchmarks.step_profile --replicas 2 --algorithm sma  # TensorBow
 
 Tracing itself costs time, so compare these numbers with each other, not
 with lenet_throughput.py's.
@@ -20,7 +20,7 @@ import time
 
 import tensorflow as tf
 
-from lenet_throughput import Config
+from benchmarks.lenet_throughput import Config
 from benchmarks.suite import harness
 
 _REPLICA_0 = "/replica_0/"

@@ -1,6 +1,6 @@
 """What fetching summaries every step costs a TensorBow training run.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/summary_cost.py \
+    .venv/bin/python -m benchmarks.summary_cost \
         [--session tensorbow|tf] [--replicas 4] [--batch 4] [--repeats 5]
         [--steps 50]
 

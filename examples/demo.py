@@ -26,8 +26,10 @@ accuracy against wall time and against epochs (the first seed's).
 Without Fashion-MNIST (Debian's dataset-fashion-mnist) it warns and uses
 synthetic images, whose accuracies mean nothing.
 
-  python examples/demo.py [--target 0.9] [--max_epochs 8] \
+  python -m examples.demo [--target 0.9] [--max_epochs 8] \
       [--evals_per_epoch 8] [--seeds 1] [--log_dir logs/demo]
+
+from the checkout's root (`bash scripts/main.sh` runs it so).
 """
 import argparse
 import os

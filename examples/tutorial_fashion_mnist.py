@@ -8,10 +8,10 @@ trains on. `main` takes the session class as its only TensorBow-specific
 argument: swapping `tf.compat.v1.Session` for `tensorbow.TensorBowSession`
 is the whole port.
 
-Run it (it needs the Fashion-MNIST IDX files in
+Run it from the checkout's root (it needs the Fashion-MNIST IDX files in
 /usr/share/datasets/fashion-mnist):
 
-  PYTHONPATH=. python examples/tutorial_fashion_mnist.py [--tf_mode graph]
+  python -m examples.tutorial_fashion_mnist [--tf_mode graph]
 
 in TF1's v1 mode (`tf.compat.v1.disable_v2_behavior()`, how most TF1
 scripts run) or, with `--tf_mode graph`, with eager execution disabled

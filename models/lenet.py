@@ -5,7 +5,7 @@ conv 5x5x32 (SAME) + ReLU + max-pool 2, conv 5x5x64 (SAME) + ReLU + max-pool
 The same network as `benchmarks/lenet_throughput.py`, as a TF1-style
 script: `build` makes the graph (the tests build it directly), `main` trains
 it with the loop and flags shared by the reference models
-(`models/training.py`):
+(`models/training.py`, `models/flags.py`; every flag: `--help`):
 
   python -m models.lenet --session=tensorbow --replicas=3 \
       --batch_size=4 --target_accuracy=0.9
@@ -17,8 +17,8 @@ report's MNIST runs); `--data=synthetic` needs no files.
 
 import tensorflow as tf
 
+from models import contract
 from models import script
-from models import training as training_loop
 
 MODEL_NAME = "lenet"
 SYNTHETIC_IMAGE_SHAPE = (28, 28, 1)
@@ -53,7 +53,7 @@ def build(image_shape, num_classes, learning_rate):
     for the shared loop), logits, loss (mean cross-entropy), train_op, accuracy.
   """
   channels = int(image_shape[-1])
-  x, y, training = training_loop.model_inputs(image_shape)
+  x, y, training = contract.model_inputs(image_shape)
   h = tf.nn.relu(tf.nn.conv2d(x, _weight("conv1/w", [5, 5, channels, 32]),
                               strides=1, padding="SAME") + _bias("conv1/b", 32))
   h = tf.nn.max_pool2d(h, 2, 2, "SAME")
@@ -70,8 +70,9 @@ def build(image_shape, num_classes, learning_rate):
       labels=y, logits=logits))
   train_op = tf.compat.v1.train.MomentumOptimizer(
       learning_rate, 0.9).minimize(loss)
-  return training_loop.model(x, y, training, logits, loss, train_op)
+  return contract.model(x, y, training, logits, loss, train_op)
 
 
 if __name__ == "__main__":
-  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS,
+                    __doc__)

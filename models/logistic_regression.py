@@ -3,7 +3,8 @@ r"""Softmax (multinomial logistic) regression: the smallest reference model.
 A TF1-style script, as a TensorBow user would write it: placeholders,
 `tf.compat.v1.get_variable`, plain gradient descent. `build` makes the graph
 (the tests build it directly); `main` trains it with the loop and flags
-shared by the reference models (`models/training.py`):
+shared by the reference models (`models/training.py`, `models/flags.py`;
+every flag: `--help`):
 
   python -m models.logistic_regression --session=tensorbow \
       --replicas=2 --batch_size=32 --epochs=5
@@ -15,8 +16,8 @@ Fashion-MNIST is the default data set; `--data=synthetic` needs no files.
 import numpy as np
 import tensorflow as tf
 
+from models import contract
 from models import script
-from models import training as training_loop
 
 MODEL_NAME = "logistic_regression"
 SYNTHETIC_IMAGE_SHAPE = (28, 28, 1)
@@ -37,7 +38,7 @@ def build(image_shape, num_classes, learning_rate):
     training (boolean scalar, default False; unused by this model, there
     for the shared loop), logits, loss (mean cross-entropy), train_op, accuracy.
   """
-  x, y, training = training_loop.model_inputs(image_shape)
+  x, y, training = contract.model_inputs(image_shape)
   features = int(np.prod(image_shape))
   # Zeros are the usual start for a convex model: no symmetry to break.
   w = tf.compat.v1.get_variable(
@@ -50,8 +51,9 @@ def build(image_shape, num_classes, learning_rate):
       labels=y, logits=logits))
   train_op = tf.compat.v1.train.GradientDescentOptimizer(
       learning_rate).minimize(loss)
-  return training_loop.model(x, y, training, logits, loss, train_op)
+  return contract.model(x, y, training, logits, loss, train_op)
 
 
 if __name__ == "__main__":
-  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS,
+                    __doc__)

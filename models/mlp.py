@@ -4,7 +4,8 @@ The stand-in for the fully connected networks of Adaptive SGD's
 experiments (Ma, Rusu, Wu and Sim), on images flattened to vectors; plain
 gradient descent, whose learning rate Adaptive SGD scales per replica.
 As the other reference models, `build` makes the graph and `main` trains
-it with the shared loop and flags (`models/training.py`):
+it with the shared loop and flags (`models/training.py`,
+`models/flags.py`; every flag: `--help`):
 
   python -m models.mlp --session=tensorbow --replicas=2 --batch_size=16
   python -m models.mlp --session=tf --batch_size=32
@@ -15,8 +16,8 @@ Fashion-MNIST is the default data set; `--data=synthetic` needs no files.
 import numpy as np
 import tensorflow as tf
 
+from models import contract
 from models import script
-from models import training as training_loop
 
 MODEL_NAME = "mlp"
 SYNTHETIC_IMAGE_SHAPE = (28, 28, 1)
@@ -39,7 +40,7 @@ def build(image_shape, num_classes, learning_rate):
     for the shared loop), logits, loss (mean cross-entropy), train_op,
     accuracy.
   """
-  x, y, training = training_loop.model_inputs(image_shape)
+  x, y, training = contract.model_inputs(image_shape)
   width = int(np.prod(image_shape))
   h = tf.reshape(x, [-1, width])
   for i, units in enumerate(HIDDEN + (num_classes,)):
@@ -54,8 +55,9 @@ def build(image_shape, num_classes, learning_rate):
       labels=y, logits=h))
   train_op = tf.compat.v1.train.GradientDescentOptimizer(
       learning_rate).minimize(loss)
-  return training_loop.model(x, y, training, h, loss, train_op)
+  return contract.model(x, y, training, h, loss, train_op)
 
 
 if __name__ == "__main__":
-  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS,
+                    __doc__)

@@ -1,4 +1,4 @@
-"""What a training run shows while it runs (models/training.py): a
+"""What a training run shows while it runs (models/loop.py): a
 carriage-return progress bar on a TTY, plain log lines otherwise."""
 import math
 import time
@@ -7,6 +7,8 @@ import time
 LOG_EVERY_SECONDS = 10.0
 # On a TTY, redraw the progress bar at most this often (seconds).
 BAR_EVERY_SECONDS = 0.2
+# The rate shown is over the steps of about the last this many seconds.
+RATE_WINDOW_SECONDS = 2.0
 
 
 class Progress(object):
@@ -20,9 +22,32 @@ class Progress(object):
     self._epochs = epochs
     self._last = -math.inf
     self._bar_shown = False
+    self._window_start = time.monotonic()
+    self._window_images = 0
 
-  def step(self, step, images_per_sec, loss):
-    """Reports progress after `step` steps (rate-limited); loss: a mean."""
+  def begin(self):
+    """Starts the rate's window: call when the first step starts (after
+    the session's set-up)."""
+    self._window_start, self._window_images = time.monotonic(), 0
+
+  def step(self, step, images, loss, now):
+    """Reports progress after `step` steps (rate-limited).
+
+    Args:
+      step: steps done.
+      images: the rows of the step just done.
+      loss: the mean step loss to show (one step's loss at these batch
+        sizes is mostly noise).
+      now: when the step ended (`time.monotonic()`).
+    """
+    self._window_images += images
+    images_per_sec = self._window_images / max(now - self._window_start,
+                                               1e-9)
+    if now - self._window_start > RATE_WINDOW_SECONDS:
+      self._window_start, self._window_images = now, 0
+    self._show(step, images_per_sec, loss)
+
+  def _show(self, step, images_per_sec, loss):
     if not self._verbose:
       return
     now = time.monotonic()

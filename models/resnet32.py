@@ -21,7 +21,8 @@ the user-named ones their mean (DESIGN.md, "State").
 
 Optimizer: momentum SGD (0.9) with L2 weight decay 1e-4 on the
 convolution and fc kernels, as in the paper. `main` trains with the loop and
-flags shared by the reference models (`models/training.py`):
+flags shared by the reference models (`models/training.py`,
+`models/flags.py`; every flag: `--help`):
 
   python -m models.resnet32 --data=cifar10 \
       --data_dir=/path/to/cifar-10-batches-py --session=tensorbow \
@@ -31,8 +32,8 @@ flags shared by the reference models (`models/training.py`):
 
 import tensorflow as tf
 
+from models import contract
 from models import script
-from models import training as training_loop
 
 MODEL_NAME = "resnet32"
 SYNTHETIC_IMAGE_SHAPE = (32, 32, 3)
@@ -152,7 +153,7 @@ def build(image_shape, num_classes, learning_rate, shortcut="A",
     raise ValueError(f"shortcut must be 'A' or 'B', got {shortcut!r}")
   # Evaluation is the default, so a bare run of `logits` does not depend on
   # the batch; the training loop feeds True.
-  x, y, training = training_loop.model_inputs(image_shape)
+  x, y, training = contract.model_inputs(image_shape)
   kernels_before = len(tf.compat.v1.get_collection("resnet_kernels"))
 
   h = tf.nn.relu(_batch_norm(_conv(x, STAGE_FILTERS[0], 3, 1, "conv1"),
@@ -180,9 +181,10 @@ def build(image_shape, num_classes, learning_rate, shortcut="A",
   with tf.control_dependencies(update_ops):
     train_op = tf.compat.v1.train.MomentumOptimizer(
         learning_rate, momentum).minimize(loss)
-  return training_loop.model(x, y, training, logits, loss, train_op,
-                            cross_entropy=cross_entropy)
+  return contract.model(x, y, training, logits, loss, train_op,
+                        cross_entropy=cross_entropy)
 
 
 if __name__ == "__main__":
-  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS)
+  script.run_script(build, MODEL_NAME, SYNTHETIC_IMAGE_SHAPE, DEFAULTS,
+                    __doc__)

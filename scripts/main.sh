@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export TF_CPP_MIN_LOG_LEVEL=2
-.venv/bin/python examples/demo.py "$@"
+# As a module from the checkout's root: `examples` and `models` are the
+# checkout's, not installed with the package.
+.venv/bin/python -m examples.demo "$@"

@@ -2,8 +2,10 @@
 # Sets TensorBow up from a fresh clone: Fashion-MNIST (Debian's package, when
 # this user may install it), a virtualenv in .venv with the pinned TensorFlow,
 # and the C++ build (`pip install -e .`: the libraries are built into the
-# source tree, so scripts run from the checkout with PYTHONPATH=. find
-# them). Safe to run again; the build is skipped while it is up to date.
+# source tree, and the virtualenv imports `tensorbow` from it; the
+# checkout's models, benchmarks and examples are not installed, and run as
+# modules from its root, e.g. `python -m models.lenet`). Safe to run again;
+# the build is skipped while it is up to date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

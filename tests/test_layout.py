@@ -188,8 +188,10 @@ def test_the_private_reach_check_sees_one():
 
 
 def test_no_package_file_is_over_500_lines():
+  # The product and the reference models' training code, split by job.
   long = [(path, text.count("\n")) for path, text in _python_files()
-          if path.startswith("tensorbow" + os.sep) and text.count("\n") > 500]
+          if path.startswith(("tensorbow" + os.sep, "models" + os.sep)) and
+          text.count("\n") > 500]
   assert not long, long
 
 

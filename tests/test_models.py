@@ -2,10 +2,12 @@
 
 Each model trains a few steps on synthetic data under tf.compat.v1.Session
 and under TensorBowSession(replicas=2), and its loss must fall; ResNet-32's
-size and batch norm are checked; `models.training.train` is run in
-process and `python -m models.lenet` as a script, and their JSON-lines logs read
-back. The training sets are one step's worth of rows, so every step sees the
-same examples (in a new order) and a few steps suffice to show learning.
+size and batch norm are checked; `models.training.train` and a model
+script's command line (with replicas="auto" and with local SGD) are run in
+process and `python -m models.lenet` as a script, and their JSON-lines logs
+read back. The training sets are one step's worth of rows, so every step
+sees the same examples (in a new order) and a few steps suffice to show
+learning.
 """
 import functools
 import glob
@@ -22,6 +24,7 @@ import tensorflow as tf
 import tensorbow as tb
 from examples import demo
 from models import data as tb_data
+from models import script
 from models import training
 
 # End-to-end: the fast tier (-m "not slow") leaves these out.
@@ -237,11 +240,58 @@ def test_train_stops_after_max_seconds(tmp_path):
   assert records[-1]["step"] == result["steps"]
 
 
+def run_script(tmp_path, *argv):
+  """`python -m models.logistic_regression --data=synthetic ARGV...`, in
+  process: (training.train's dict, the records of its log)."""
+  module = load_model("logistic_regression")
+  result = script.main(
+      ["--data=synthetic", f"--log_dir={tmp_path}", *argv], module.build,
+      module.MODEL_NAME, module.SYNTHETIC_IMAGE_SHAPE, module.DEFAULTS)
+  return result, [json.loads(line) for line in open(result["log_path"])]
+
+
+def test_the_script_trains_with_replicas_auto(tmp_path):
+  result, records = run_script(
+      tmp_path, "--replicas=auto", "--batch_size=16", "--train_size=320",
+      "--test_size=64", "--epochs=1", "--evals_per_epoch=2")
+  # batch_size rows a step in all: 320 / 16 = 20 steps.
+  assert result["stop_reason"] == "epochs" and result["steps"] == 20
+  assert [r["step"] for r in records] == [10, 20, 20]
+  for record in records:
+    assert record["replicas"] == "auto" and record["algorithm"] == "sma"
+    assert record["images_seen"] == 16 * record["step"]
+  assert result["final_replicas"] in range(1, 17)  # what auto chose
+  assert np.isfinite(records[-1]["train_loss"])
+
+
+def test_the_script_trains_with_local_sgd(tmp_path):
+  """Local SGD's central model moves only at an exchange, every 8 runs
+  (LocalSGD's default period): after 7 it is still the zero model, whose
+  accuracy is the share of label 0 (argmax of equal logits); the 8th
+  moves it."""
+  result, records = run_script(
+      tmp_path, "--algorithm=local_sgd", "--replicas=2", "--batch_size=8",
+      "--train_size=224", "--test_size=64", "--max_steps=8",
+      "--evals_per_epoch=2")
+  # 224 rows / 16 a step: 14 steps an epoch, evaluated every 7.
+  assert result["stop_reason"] == "max_steps" and result["steps"] == 8
+  assert [r["step"] for r in records] == [7, 8, 8]
+  assert {(r["algorithm"], r["replicas"]) for r in records} == {
+      ("local_sgd", 2)}
+  test_labels = tb_data.load_dataset("synthetic", train_size=224,
+                                     test_size=64).test_labels
+  zero_model = float(np.mean(test_labels == 0))
+  assert records[0]["test_accuracy"] == pytest.approx(zero_model)
+  assert records[1]["test_accuracy"] != pytest.approx(zero_model)
+
+
 def test_lenet_script(tmp_path):
   # The subprocess imports the same TensorBow as this test (installed or
-  # source tree).
+  # source tree), and `models` from this checkout (the wheel has none).
+  checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=os.path.dirname(os.path.dirname(tb.__file__)))
+             PYTHONPATH=os.pathsep.join(
+                 [os.path.dirname(os.path.dirname(tb.__file__)), checkout]))
   completed = subprocess.run(
       [sys.executable, "-m", "models.lenet",
        "--data=synthetic", "--train_size=256", "--test_size=128",

@@ -1,4 +1,5 @@
-"""The package as a user meets it: the import-time version check, the README."""
+"""The package as a user meets it: the import-time version check, the README,
+what the wheel holds, and the checkout's tools run beside it."""
 import os
 import re
 import shutil
@@ -7,6 +8,7 @@ import sys
 import tempfile
 
 import pytest
+import setuptools
 
 import tensorbow
 from tensorbow import ops as tb_ops
@@ -17,8 +19,10 @@ from tensorbow import ops as tb_ops
 pytestmark = pytest.mark.mode_independent
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
-README = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "README.md")
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(CHECKOUT, "README.md")
+# Packages of the checkout that are its tools, not the product.
+TOOLS = ("models", "benchmarks", "examples")
 
 
 def run_python(source, **environ):
@@ -100,3 +104,51 @@ def test_readme_is_an_index_with_the_two_commands():
   for path in ("docs/DESIGN.md", "benchmarks/RESULTS.md"):
     assert path in text and os.path.exists(os.path.join(root, path))
   assert "../" not in text  # never outside the repository
+
+
+def wheel_packages():
+  """The packages pyproject.toml's [tool.setuptools.packages.find] gives the
+  wheel, found as setuptools finds them (namespace packages unless
+  `namespaces = false`)."""
+  tomllib = pytest.importorskip("tomllib")  # Python 3.11
+  with open(os.path.join(CHECKOUT, "pyproject.toml"), "rb") as f:
+    find = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]
+  finder = (setuptools.find_namespace_packages if find.get("namespaces", True)
+            else setuptools.find_packages)
+  return [package for where in find.get("where", ["."])
+          for package in finder(os.path.join(CHECKOUT, where),
+                                include=find.get("include", ["*"]),
+                                exclude=find.get("exclude", []))]
+
+
+def test_the_wheel_holds_tensorbow_alone():
+  packages = wheel_packages()
+  product = {os.path.relpath(folder, CHECKOUT).replace(os.sep, ".")
+             for folder, _, files in os.walk(os.path.join(CHECKOUT,
+                                                          "tensorbow"))
+             if "__init__.py" in files}
+  assert {"tensorbow", "tensorbow.cli", "tensorbow.algorithms"} <= product
+  assert product <= set(packages), sorted(product - set(packages))
+  assert all(p.split(".")[0] == "tensorbow" for p in packages), packages
+  # The tools are packages of the checkout, left out of the wheel.
+  for tool in TOOLS:
+    assert os.path.exists(os.path.join(CHECKOUT, tool, "__init__.py"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module, says", [
+    ("models.lenet", "--algorithm {sma,easgd,asgd,ssgd,adaptive,local_sgd,"
+     "none}"),
+    ("benchmarks.suite", "usage: python -m benchmarks.suite"),
+    ("examples.demo", "--seeds SEEDS"),
+])
+def test_the_checkouts_tools_run_as_modules_from_its_root(module, says):
+  # As README.md and scripts/main.sh run them: the root is on sys.path
+  # because it is the working directory, not because they are installed.
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env.pop("PYTHONPATH", None)
+  result = subprocess.run([sys.executable, "-m", module, "--help"], env=env,
+                          cwd=CHECKOUT, capture_output=True, text=True,
+                          timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert says in " ".join(result.stdout.split()), result.stdout

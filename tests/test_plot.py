@@ -15,6 +15,8 @@ from models import plot
 pytestmark = pytest.mark.mode_independent
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
+# `models` is the checkout's, not the wheel's (which has only tensorbow).
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -102,7 +104,8 @@ def test_runs_as_a_module_without_a_display(tmp_path, logs):
   out = tmp_path / "module.png"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", MPLBACKEND="TkAgg")
   env.pop("DISPLAY", None)
-  env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  env["PYTHONPATH"] = os.pathsep.join(
+      [PACKAGE_ROOT, CHECKOUT, env.get("PYTHONPATH", "")])
   result = subprocess.run(
       [sys.executable, "-m", "models.plot", logs[0], logs[1], "-o",
        str(out)], env=env, cwd=tmp_path, capture_output=True, text=True,

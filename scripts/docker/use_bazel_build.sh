@@ -3,8 +3,10 @@
 # scripts/setup.sh's `pip install -e .` would leave it, but with the
 # libraries Bazel built instead of pip compiling the same sources again:
 # * the two libraries in tensorbow/, under the names pip gives them;
-# * the checkout on the virtualenv's path (a .pth file, as an editable
-#   install adds), for scripts run from outside it (examples/demo.py);
+# * the checkout on the virtualenv's path (a .pth file), so that
+#   `tensorbow` imports from anywhere, as after the editable install (which
+#   maps `tensorbow` alone; the checkout's models, benchmarks and examples
+#   run as modules from its root, `python -m examples.demo`);
 # * `tensorbow-run`, pyproject.toml's entry point.
 # scripts/setup.sh (run by scripts/test.sh and scripts/main.sh) then finds
 # TensorBow built and builds nothing.
