@@ -62,12 +62,14 @@ def main(argv=None):
   if _git("diff", "--name-only", args.before, args.after, "--", "cc"):
     parser.error(f"the C++ sources differ between {args.before} and "
                  f"{args.after}: build each and compare with the suite")
+  # Resolved now: a branch may move while the runs go on.
+  revs = {side: _git("rev-parse", "--short", getattr(args, side))
+          for side in ("before", "after")}
   work = tempfile.mkdtemp(prefix="tensorbow_trees_")
   trees = {}
   try:
     for side in ("before", "after"):
-      trees[side] = _checkout(getattr(args, side),
-                              os.path.join(work, side))
+      trees[side] = _checkout(revs[side], os.path.join(work, side))
     seen = {"before": [], "after": []}
     for run in range(args.runs):
       for side in ("before", "after"):
@@ -79,9 +81,8 @@ def main(argv=None):
     for tree in trees.values():
       _git("worktree", "remove", "--force", tree)
     shutil.rmtree(work, ignore_errors=True)
-  print(f"before {args.before} ({_git('rev-parse', '--short', args.before)})"
-        f", after {args.after} ({_git('rev-parse', '--short', args.after)})"
-        f", {args.runs} runs each, alternated: "
+  print(f"before {args.before} ({revs['before']}), after {args.after} "
+        f"({revs['after']}), {args.runs} runs each, alternated: "
         f"python -m benchmarks.suite {' '.join(suite_args)}\n")
   print("| model | batch | L | algorithm | before img/s | after img/s | "
         "after / before | before vs TF | after vs TF | after / before |")
