@@ -28,8 +28,8 @@ where it would have met it); before one that re-initialises an iterator
 they are dropped, as a synchronous pull would never have taken them. A
 run that reads the element's shape is not fed it (fed, its dequeue would
 still run: analysis.shape_reader): it takes its own, out of order, with a
-warning. Runs that neither take from nor reset the pipeline (enqueues, evaluation on
-feeds) do not wait for a pull.
+warning. Runs that neither take from nor reset the pipeline (enqueues,
+evaluation on feeds) do not wait for a pull.
 """
 import collections
 import logging
