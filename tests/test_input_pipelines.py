@@ -118,13 +118,17 @@ def test_reinitializable_iterator_trains_and_evaluates():
   np.testing.assert_allclose(test_loss, 0.5 * np.mean(r ** 2), rtol=1e-5)
 
 
+def queue_model():
+  """(queue, its enqueue of X and Y, w, loss, train) of `model` over the
+  queue's batches of up to BATCH rows."""
+  queue = tf.queue.FIFOQueue(64, [tf.float32, tf.float32], shapes=[[3], [1]])
+  enqueue = queue.enqueue_many((X, Y))
+  return (queue, enqueue) + model(*queue.dequeue_up_to(BATCH))
+
+
 def test_queue_dequeue_trains_as_the_fed_batches_would():
   with tf.Graph().as_default():
-    queue = tf.queue.FIFOQueue(64, [tf.float32, tf.float32],
-                               shapes=[[3], [1]])
-    enqueue = queue.enqueue_many((X, Y))
-    x, y = queue.dequeue_up_to(BATCH)
-    w, loss, train = model(x, y)
+    queue, enqueue, w, loss, train = queue_model()
     with tensorbow.TensorBowSession(replicas=REPLICAS) as sess:
       sess.run(tf.compat.v1.global_variables_initializer())
       sess.run(enqueue)
@@ -380,11 +384,7 @@ def test_an_enqueue_callable_is_tensorflows_own():
   # threads: a run that no replica's state concerns goes straight to
   # TensorFlow's callable, not through TensorBowSession.run.
   with tf.Graph().as_default():
-    queue = tf.queue.FIFOQueue(64, [tf.float32, tf.float32],
-                               shapes=[[3], [1]])
-    enqueue = queue.enqueue_many((X, Y))
-    x, y = queue.dequeue_up_to(BATCH)
-    w, loss, train = model(x, y)
+    queue, enqueue, w, loss, train = queue_model()
     sess = tensorbow.TensorBowSession(replicas=REPLICAS)
     sess.run(tf.compat.v1.global_variables_initializer())
     runs = []
