@@ -97,11 +97,20 @@ class Workers(Alone):
 
   def __init__(self, cluster, timeout):
     self.cluster = cluster
-    self.workers = cluster.num_workers
-    self.index = cluster.index
-    self.checkpoint_worker = cluster.index
     self._timeout = timeout
     self._made = None  # the Reducer, made when first used
+
+  @property
+  def workers(self):
+    return self.cluster.num_workers
+
+  @property
+  def index(self):
+    return self.cluster.index
+
+  @property
+  def checkpoint_worker(self):
+    return self.cluster.index
 
   @property
   def _reducer(self):
