@@ -1,21 +1,34 @@
 """The interface between an algorithm and TensorBow's session.
 
 An `Algorithm` is a session's configuration (compared by value) and the
-seam through which the copier (rewrite/replicate.py), the replica state
-(replicas.py) and the wave (waves.py) ask it what a replica's optimizer
-step becomes, what state it keeps and what it needs of a wave. It keeps
-no per-session state itself: what it makes per model variable it returns,
-and the replica state keeps it and hands it back.
+seam through which the planner, the copier (rewrite/replicate.py), the
+replica state (replicas.py) and the wave (waves.py) ask it what a
+replica's optimizer step becomes, what state it keeps and what it needs
+of a wave. It keeps no per-session state itself: what it makes per model
+variable it returns, and the replica state keeps it and hands it back.
 
-Its hooks get the setting's builder (rewrite/builder.py), which offers:
-`graph`, `prefix`, `num_replicas`, `num_groups`, `constant(value, dtype)`,
-`replicated(name, dtype, shape)` (state with one copy per replica),
-`variable_replicas(var_op)` (a variable's copies), `replica_variable_node(
-node, op_type, replicated, aux)`, `device_handle(name, handle, aux)`,
-`all_replicas()`, `replica_input`, `placement`, `device(group)`. It is a
-maker, not a channel: what must run before the next training run a hook
-returns (`after_copy`), and the replica state runs it.
-"""
+The hooks are grouped by when what they decide takes effect:
+
+* planning: checks of the session's options and of a training run;
+* copy time: what a replica's apply ops become, and what must run once
+  after the copies are built (`after_copy`);
+* seeding, before a wave, commit, after a wave, across workers and
+  checkpoints: what runs then. The hooks taking a builder make ops: they
+  are called when the ops are first needed, the ops are kept per setting
+  (and set of variables), and the replica state (replicas.py) or the
+  wave's runs (algorithm_runs.py) run them each time; the `*_value` hooks
+  say what they are fed, wave by wave; `schedule` is called once per
+  setting; `before_commit` runs within each wave, on the C++ runtime.
+
+The hooks that make ops get the setting's builder (rewrite/builder.py),
+which offers: `graph`, `prefix`, `num_replicas`, `num_groups`,
+`constant(value, dtype)`, `replicated(name, dtype, shape)` (state with
+one copy per replica), `variable_replicas(var_op)` (a variable's copies),
+`replica_variable_node(node, op_type, replicated, aux)`,
+`device_handle(name, handle, aux)`, `all_replicas()`, `replica_input`,
+`placement`, `device(group)`. It is a maker, not a channel: what must run
+before the next training run a hook returns, and the replica state runs
+it."""
 
 
 class Algorithm(object):
@@ -60,12 +73,11 @@ class Algorithm(object):
     args = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items()))
     return f"{type(self).__name__}({args})"
 
+  # ---- Planning: what a session and a training run's plan allow ---------
   def resolved(self, replicas):
     """This algorithm with its defaults filled in for `replicas` replicas."""
     del replicas
     return self
-
-  # ---- What the session and the plans must allow ---------------------------
 
   def check_nonfinite(self, nonfinite):
     """Raises ValueError if the session's `nonfinite` option ("propagate",
@@ -86,8 +98,7 @@ class Algorithm(object):
     `split` is False: its writes cannot wait for its computation."""
     del split
 
-  # ---- The copies --------------------------------------------------------
-
+  # ---- Copy time: while a setting's copies are built ---------------------
   def variable_state(self, builder, var_op):
     """The algorithm's state for model variable `var_op`, or None: then
     its apply ops are copied as they are."""
@@ -101,6 +112,13 @@ class Algorithm(object):
     The replacement that others should wait for keeps `node.name`."""
     raise NotImplementedError
 
+  def fuses_outer(self, has_state):
+    """Whether a dense layer's apply op may take its gradient as the
+    factors of an outer product (rewrite/substitutes.py, outer_applies):
+    as it is, on a variable the algorithm keeps no state for, or, with
+    `has_state`, as what apply_nodes is given."""
+    return not has_state
+
   def after_copy(self, builder, state, seeded):
     """Copy time, once the apply ops on the variable of `state` were
     replaced (apply_nodes) in every group: ops to run once before the next
@@ -109,8 +127,7 @@ class Algorithm(object):
     del builder, state, seeded
     return []
 
-  # ---- The replicas' life cycle --------------------------------------------
-
+  # ---- Seeding: before a setting's first wave, and afresh ---------------
   def seed_ops(self, builder, state, value):
     """Ops setting `state` for every replica from central `value`."""
     del builder, state, value
@@ -122,12 +139,7 @@ class Algorithm(object):
     del builder, state, central, replicas
     return []
 
-  def skip_ops(self, builder, states, count, replicas):
-    """Ops leaving the replicas fed to `replicas` out of the coming wave's
-    synchronisation, `count` (an int32 scalar) taking part."""
-    del builder, states, count, replicas
-    return []
-
+  # ---- Before a wave ------------------------------------------------------
   def wave_value(self, wave, sizes):
     """What `wave_ops` are fed before training run `wave` (counted from 1
     over the session's completed training runs) whose replicas' shards
@@ -140,24 +152,11 @@ class Algorithm(object):
     del builder, states, value
     return []
 
-  def merge_value(self, wave, sizes):
-    """What `merge_ops` are fed after training run `wave`, or None."""
-    del wave, sizes
-    return None
-
-  def merge_ops(self, builder, states, value):
-    """Ops run after a wave, fed `value` (float64)."""
-    del builder, states, value
+  def skip_ops(self, builder, states, count, replicas):
+    """Ops leaving the replicas fed to `replicas` out of the coming wave's
+    synchronisation, `count` (an int32 scalar) taking part."""
+    del builder, states, count, replicas
     return []
-
-  def fuses_outer(self, has_state):
-    """Whether a dense layer's apply op may take its gradient as the
-    factors of an outer product (rewrite/substitutes.py, outer_applies):
-    as it is, on a variable the algorithm keeps no state for, or, with
-    `has_state`, as what apply_nodes is given."""
-    return not has_state
-
-  # ---- What a wave needs -----------------------------------------------------
 
   def schedule(self, replicas):
     """A pooled algorithm's per-session schedule for `replicas` replicas:
@@ -171,10 +170,7 @@ class Algorithm(object):
     del builder, states, value
     return []
 
-  def drift_tensor(self, builder, states):
-    """A pooled algorithm's float64 tensor its schedule's merge reads."""
-    raise NotImplementedError
-
+  # ---- Commit: between a wave's computation and its writes ----------------
   def before_commit(self, runtime, sizes, workers=None):
     """Between a wave's computation and its commit, on the C++ runtime
     (runtime.Runtime) that keeps what the commit applies; `sizes`: per
@@ -182,6 +178,35 @@ class Algorithm(object):
     `workers(arrays)` sums a list of arrays over the workers."""
     del runtime, sizes, workers
 
+  # ---- After a wave -------------------------------------------------------
+  def merge_value(self, wave, sizes):
+    """What `merge_ops` are fed after training run `wave`, or None."""
+    del wave, sizes
+    return None
+
+  def merge_ops(self, builder, states, value):
+    """Ops run after a wave, fed `value` (float64)."""
+    del builder, states, value
+    return []
+
+  def drift_tensor(self, builder, states):
+    """A pooled algorithm's float64 tensor its schedule's merge reads."""
+    raise NotImplementedError
+
+  def device_sync(self, builder, state):
+    """With the replicas on several devices (builder.placement), the op
+    that makes every device's copy of `state`'s variable, and the variable,
+    the central model of all the replicas after a wave; or None."""
+    del builder, state
+    return None
+
+  def reset_ops(self, builder, states):
+    """Ops restarting the synchronisation after a wave that did not
+    finish."""
+    del builder, states
+    return []
+
+  # ---- Across workers: after a wave, on a cluster only --------------------
   def worker_sync(self, builder, state):
     """What keeps the central models of a cluster's workers equal, for
     the variable of `state`: (op run before each wave, the tensor each
@@ -200,19 +225,7 @@ class Algorithm(object):
     del builder, state
     return None
 
-  def device_sync(self, builder, state):
-    """With the replicas on several devices (builder.placement), the op
-    that makes every device's copy of `state`'s variable, and the variable,
-    the central model of all the replicas after a wave; or None."""
-    del builder, state
-    return None
-
-  def reset_ops(self, builder, states):
-    """Ops restarting the synchronisation after a wave that did not
-    finish."""
-    del builder, states
-    return []
-
+  # ---- Checkpoints --------------------------------------------------------
   def state_parts(self, builder, state):
     """[(key or per-replica keys, resource handle or Replicated)]: the
     parts of `state` a checkpoint holds."""
