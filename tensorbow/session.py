@@ -363,27 +363,26 @@ class TensorBowSession(compat.SessionInterface):
   def _train(self, route, fed_values, options, run_metadata):
     """A training run; with replicas="auto", timed for the auto-tuner,
     which may change the setting for the next."""
-    trainer = self._trainer
     if self._tuner is None:
-      return trainer.train(route, fed_values, options, run_metadata)
+      return self._trainer.train(route, fed_values, options,
+                                 run_metadata).results
     start = time.perf_counter()
-    result = trainer.train(route, fed_values, options, run_metadata)
+    trained = self._trainer.train(route, fed_values, options, run_metadata)
     seconds = time.perf_counter() - start
     current = (self.replicas, self._runtime.num_stream_groups,
                self._runtime.inline)
     # Each replica's own element of `batch` rows: L b rows a run, weighed
     # by their statistical efficiency (autotune.py).
-    batch = (trainer.last_batch if trainer.last_batch != trainer.last_rows
-             else None)
+    batch = trained.batch if trained.batch != trained.rows else None
     noise = self._noise.value() if batch is not None else None
     following = self._tuner.observe(
-        *current[:2], trainer.last_rows, seconds, current[2], batch=batch,
+        *current[:2], trained.rows, seconds, current[2], batch=batch,
         efficiency=(None if noise is None else
                     autotune.efficiency(noise, batch, current[0])),
         noise_scale=noise)
     if following is not None and following != current:
       self.retune(*following)
-    return result
+    return trained.results
 
   def _sync(self):
     """Brings the execution graph up to the user's graph."""

@@ -8,6 +8,7 @@ and merges the fetches. Around plain runs it refreshes the user-named
 slots, marks written variables for re-seeding and saves or loads the
 replicas' own state beside a checkpoint.
 """
+import collections
 import logging
 import time
 
@@ -19,6 +20,11 @@ from tensorbow import feeds
 from tensorbow import options as tb_options
 from tensorbow import prefetch
 from tensorbow import scaleout
+
+# What a training run gives its caller: the user's results, the rows it
+# trained on, and the batch size its graph was built for (the fed batch,
+# or one element of an input pipeline); the auto-tuner weighs runs by them.
+Trained = collections.namedtuple("Trained", ["results", "rows", "batch"])
 
 
 class Trainer(object):
@@ -68,8 +74,6 @@ class Trainer(object):
     # Waves timed, their seconds computing and synchronising (scaling.py).
     self._timing = [0, 0.0, 0.0]
     self._schedule = None  # a pooled algorithm's (Algorithm.schedule)
-    self.last_rows = 0  # the rows the latest training run trained on
-    self.last_batch = 0  # the batch size its graph was built for
     self._inputs = inputs or prefetch.Prefetcher(session, ahead=False)
     self._noise = noise
 
@@ -167,7 +171,11 @@ class Trainer(object):
       self._state.reseed(written)
 
   def train(self, route, fed_values, options, run_metadata):
-    """A wave over `route`'s plan; `fed_values` in the order of route.fed."""
+    """A wave over `route`'s plan; `fed_values` in the order of route.fed.
+
+    Returns:
+      A `Trained`.
+    """
     handler = route.handler
     if route.sparse and self._replicas > 1:
       sparse = route.sparse[0]
@@ -205,28 +213,28 @@ class Trainer(object):
         if route.pulled:  # nothing ran: the elements go to the next wave
           self._inputs.put_back(route, taken)
         raise
-      self.last_rows = (feeds.total_rows(values[plan.batch_feed])
+      rows = (feeds.total_rows(values[plan.batch_feed])
                         if plan.batch_feed >= 0 else 0)
       # What the graph was built for: the fed batch, or one element.
-      self.last_batch = (
+      batch = (
           0 if plan.batch_feed < 0 else
           len(values[plan.batch_feed][0]) if plan.elements[plan.batch_feed]
           else len(values[plan.batch_feed]))
       # One replica's element of an input pipeline, for the tuner.
       if plan.batch_feed < 0 and route.pulled:
-        self.last_rows = self.last_batch = next(
+        rows = batch = next(
             (len(v) for v in taken[0] if np.ndim(v)), 0)
       # An empty batch is no pool's: replica 0 trains on it alone.
       pooled = (self._algorithm.pooled and self._state.in_use and
                 plan.batch_feed >= 0 and not plan.elements[plan.batch_feed]
-                and self.last_rows > 0)
+                and rows > 0)
       if self._algorithm.pooled and self._schedule is None:
         self._schedule = self._algorithm.schedule(plan.replicas)
       shards, sizes, trained, borrowed = feeds.wave_shards(
           plan, values, self._algorithm.replicas_equal)
       sat_out = list(range(trained + borrowed, plan.replicas))
       if pooled:
-        shards, sizes = None, list(self._schedule.batch_sizes(self.last_rows))
+        shards, sizes = None, list(self._schedule.batch_sizes(rows))
       elif self._schedule is not None:
         self._schedule.batch_sizes(sum(sizes))
       if self._state.in_use:
@@ -305,7 +313,7 @@ class Trainer(object):
             if fetched[i].op.type in feeds.SUMMARY_OPS else
             feeds.merge(replica_values, sizes, plan.per_example[i]))
         k += 1
-    return handler.build_results(self, results)
+    return Trained(handler.build_results(self, results), rows, batch)
 
   def _checked(self, route, fed_values, first):
     """(plan, checked values) of a training run over `route` fed

@@ -203,10 +203,13 @@ def _wave(replicas, nonfinite="propagate", algorithm=None, bad=()):
       builder.Builder(exec_graph.graph, replicas, 1), state, graph, lock,
       lambda: None)
 
-  def run(rows):
+  def run(rows, trained=False):
+    """The results of a training run on `rows` (with `trained`: the
+    waves.Trained)."""
     route, values = router.route([doubled, loss, train], {x: rows})
     assert route.closure.training
-    return trainer.train(route, values, None, None)
+    out = trainer.train(route, values, None, None)
+    return out if trained else out.results
 
   return trainer, runtime, state, run
 
@@ -219,14 +222,15 @@ def _rows():
 def test_each_replica_gets_its_shard_and_the_fetches_merge(replicas):
   trainer, runtime, _, run = _wave(replicas)
   rows = _rows()
-  doubled, loss, _ = run(rows)
+  trained = run(rows, trained=True)
+  doubled, loss, _ = trained.results
   for got, want in zip(runtime.shards, np.array_split(rows, replicas)):
     np.testing.assert_array_equal(got, want)
   np.testing.assert_array_equal(doubled, 2 * rows)
   # A scalar fetch is the shard-weighted mean: the whole batch's mean.
   np.testing.assert_allclose(loss, rows.mean(), rtol=1e-6)
   assert runtime.committed == [True] * replicas
-  assert trainer.last_rows == ROWS
+  assert (trained.rows, trained.batch) == (ROWS, ROWS)
 
 
 def test_an_algorithm_gets_shard_weights_before_the_commit():
