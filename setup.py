@@ -7,6 +7,7 @@ pyproject.toml declares TensorFlow and pybind11 as build requirements, so
 `pip install .` works in a fresh virtualenv; with both installed already,
 `pip install --no-build-isolation .` skips the isolated build environment.
 """
+import concurrent.futures
 import os
 
 import pybind11
@@ -27,12 +28,28 @@ LINK = tf.sysconfig.get_link_flags() + [
 
 
 class BuildExt(build_ext):
-  """Builds both libraries in parallel."""
+  """Compiles every source file of a library at once, one per CPU.
 
-  def finalize_options(self):
-    super().finalize_options()
-    if self.parallel is None:
-      self.parallel = os.cpu_count() or 1
+  Each file takes tens of seconds against TensorFlow's headers, and the op
+  library has twice the runtime's files: compiling per library, in
+  parallel, left one CPU idle for most of the build.
+  """
+
+  def build_extensions(self):
+    jobs = os.cpu_count() or 1
+    compile_files = self.compiler.compile
+
+    def compile_each(sources, *args, **kwargs):
+      with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        objects = pool.map(
+            lambda source: compile_files([source], *args, **kwargs), sources)
+        return [o for some in objects for o in some]
+
+    self.compiler.compile = compile_each
+    try:
+      super().build_extensions()
+    finally:
+      self.compiler.compile = compile_files
 
 
 # Metadata, dependencies and entry points are in pyproject.toml.
