@@ -55,10 +55,19 @@ def pytest_configure(config):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   getattr(tf.compat.v1, TF_MODE_SWITCHES[config.getoption("--tf-mode")])()
   # One cache of kernel choices (rewrite/kernel_choice.py) for the test
-  # session, not the user's: each shape is timed once per session.
+  # session, not the user's: each shape is timed once per session (by
+  # whichever of pytest-xdist's workers times it first).
   if "TENSORBOW_CACHE_DIR" not in os.environ:
     os.environ["TENSORBOW_CACHE_DIR"] = tempfile.mkdtemp(
         prefix="tensorbow_test_cache_")
+  # Every faster kernel TensorBow has, untimed, wherever a test does not
+  # choose: which of TensorFlow's kernels and TensorBow's a timed choice
+  # keeps depends on the machine and on the load of the moment, so the
+  # tests would cover a different mix each run. Each substitute is then
+  # exercised everywhere; TensorFlow's kernels are, by the tests that set
+  # TENSORBOW_FAST_KERNELS=0, and the timed choice by those that set 1
+  # (test_kernel_choice.py and the fast-kernels parametrisations).
+  os.environ.setdefault("TENSORBOW_FAST_KERNELS", "all")
 
 
 def pytest_collection_modifyitems(config, items):

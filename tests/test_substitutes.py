@@ -396,6 +396,7 @@ def test_with_tensorflows_kernel_timed_faster_nothing_is_fused(
     monkeypatch, tmp_path):
   from tensorbow.rewrite import kernel_choice  # pylint: disable=g-import-not-at-top
   monkeypatch.setenv("TENSORBOW_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", "1")  # timed, the default
   timed = []
 
   def outer_timer(fused, op_type, a_shape, b_shape, dtype, nesterov):
