@@ -8,4 +8,4 @@ cd "$(dirname "$0")/../.."
 bazel test --cache_test_results=no //:scheduler_test //:wave_test
 bazel shutdown
 export TF_CPP_MIN_LOG_LEVEL=2
-.venv/bin/pytest -q tests --tf-mode=v1 -m "not slow" "$@"
+.venv/bin/pytest -q tests --tf-mode=v1 -m "not slow" -n auto --dist loadfile "$@"
