@@ -301,9 +301,10 @@ class Runtime {
       : abi_ids_(std::move(abi_ids)),
         session_(PointerFromConduit<TF_Session>(session, abi_ids_,
                                                 "TF_Session")),
+        // Copies: the arguments may be made before CheckedGroups runs.
         scheduler_(CheckedGroups(num_stream_groups, group_device,
                                  replica_device),
-                   std::move(group_device), std::move(replica_device)),
+                   group_device, replica_device),
         replica_ids_(num_replicas < 1 ? 1 : num_replicas) {
     for (size_t r = 0; r < replica_ids_.size(); ++r) {
       replica_ids_[r].value = static_cast<int32_t>(r);
