@@ -69,7 +69,8 @@ setuptools.setup(
         setuptools.Extension(
             "tensorbow._runtime",
             sources=["cc/runtime/binding.cc", "cc/runtime/scheduler.cc",
-                     "cc/runtime/tf_adapter.cc", "cc/runtime/wave.cc"],
+                     "cc/runtime/tf_adapter.cc", "cc/runtime/wave.cc",
+                     "cc/runtime/wave_runner.cc"],
             include_dirs=[".", pybind11.get_include()],
             extra_compile_args=COMPILE,
             extra_link_args=LINK + [f"-L{TF_DIR}", "-l:libtensorflow_cc.so.2"],

@@ -36,7 +36,7 @@ printf '%s\n' \
   > bazel/local.bazelrc
 
 bazel build //:_sma_ops.so //:_runtime.so "$@"
-bazel test //:scheduler_test //:wave_test
+bazel test //:scheduler_test //:wave_test //:wave_runner_test
 out="$(bazel info bazel-bin 2>/dev/null)"
 
 for mode in v1 graph; do

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cc/runtime/host_tensor.h"
 #include "cc/runtime/status.h"
 
 namespace tensorbow {
@@ -23,16 +24,6 @@ namespace runtime {
 struct Endpoint {
   void* op;
   int index;
-};
-
-// A host buffer to feed, borrowed for the duration of one run. For strings
-// (TF_STRING), `strings` holds the elements and `data` is unused.
-struct HostTensor {
-  int dtype = 0;  // TF_DataType
-  std::vector<int64_t> dims;
-  void* data = nullptr;
-  size_t nbytes = 0;
-  std::vector<std::string> strings;
 };
 
 // A fetched tensor; owns its TF_Tensor until Release().
