@@ -5,7 +5,8 @@
 # pytest. The whole suite in both TF1 modes: `bash scripts/test.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bazel test --cache_test_results=no //:scheduler_test //:wave_test
+bazel test --cache_test_results=no //:scheduler_test //:wave_test \
+  //:wave_runner_test
 bazel shutdown
 export TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/pytest -q tests --tf-mode=v1 -m "not slow" -n auto --dist loadfile "$@"
