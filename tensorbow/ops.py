@@ -7,6 +7,11 @@ pairs. The maths of each op is in its docstring; the kernels are in
 cc/kernels/. `mat_mul` is the small-batch matrix product of
 cc/ops/matmul_ops.cc, `apply_outer` the dense update taking its gradient
 as two factors.
+
+Every wrapper passes each input and attr by its name in cc/ops/, as the
+rewrite's NodeDefs name them (op_nodes.py): the op's `REGISTER_OP` is the
+one definition of its input order, for the kernel tests and the execution
+graph alike.
 """
 import glob
 import os
@@ -73,13 +78,11 @@ def apply_sma_gradient_descent(var, correction, central, alpha, lr, delta,
   Returns:
     The op (resource form) or the updated ref (reference form).
   """
-  if _is_resource(var):
-    return library().tensor_bow_resource_apply_sma_gradient_descent(
-        var, correction, central, alpha, lr, delta, use_locking=use_locking,
-        name=name)
-  return library().tensor_bow_apply_sma_gradient_descent(
-      var, correction, central, alpha, lr, delta, use_locking=use_locking,
-      name=name)
+  op = (library().tensor_bow_resource_apply_sma_gradient_descent
+        if _is_resource(var) else
+        library().tensor_bow_apply_sma_gradient_descent)
+  return op(var=var, correction=correction, central=central, alpha=alpha,
+            lr=lr, delta=delta, use_locking=use_locking, name=name)
 
 
 def apply_sma_momentum(var, accum, correction, central, alpha, lr, grad,
@@ -95,23 +98,20 @@ def apply_sma_momentum(var, accum, correction, central, alpha, lr, grad,
   Args and Returns as `apply_sma_gradient_descent`; `accum` is the momentum
   slot, of var's kind.
   """
-  if _is_resource(var):
-    return library().tensor_bow_resource_apply_sma_momentum(
-        var, accum, correction, central, alpha, lr, grad, momentum,
-        use_locking=use_locking, use_nesterov=use_nesterov, name=name)
-  return library().tensor_bow_apply_sma_momentum(
-      var, accum, correction, central, alpha, lr, grad, momentum,
-      use_locking=use_locking, use_nesterov=use_nesterov, name=name)
+  op = (library().tensor_bow_resource_apply_sma_momentum if _is_resource(var)
+        else library().tensor_bow_apply_sma_momentum)
+  return op(var=var, accum=accum, correction=correction, central=central,
+            alpha=alpha, lr=lr, grad=grad, momentum=momentum,
+            use_locking=use_locking, use_nesterov=use_nesterov, name=name)
 
 
 def sma_correction(var, correction, central, alpha, use_locking=False,
                    name=None):
   """correction = alpha * (var - central), before any optimizer's apply op."""
-  if _is_resource(var):
-    return library().tensor_bow_resource_sma_correction(
-        var, correction, central, alpha, use_locking=use_locking, name=name)
-  return library().tensor_bow_sma_correction(
-      var, correction, central, alpha, use_locking=use_locking, name=name)
+  op = (library().tensor_bow_resource_sma_correction if _is_resource(var)
+        else library().tensor_bow_sma_correction)
+  return op(var=var, correction=correction, central=central, alpha=alpha,
+            use_locking=use_locking, name=name)
 
 
 def apply_sma_correction(var, correction, dtype=None, use_locking=False,
@@ -126,9 +126,10 @@ def apply_sma_correction(var, correction, dtype=None, use_locking=False,
       raise ValueError("apply_sma_correction needs `dtype` for resource "
                        "variables")
     return library().tensor_bow_resource_apply_sma_correction(
-        var, correction, T=dtype, use_locking=use_locking, name=name)
+        var=var, correction=correction, T=dtype, use_locking=use_locking,
+        name=name)
   return library().tensor_bow_apply_sma_correction(
-      var, correction, use_locking=use_locking, name=name)
+      var=var, correction=correction, use_locking=use_locking, name=name)
 
 
 def apply_sma_central(central, central_prev, corrections, momentum,
@@ -138,22 +139,22 @@ def apply_sma_central(central, central_prev, corrections, momentum,
     z_new = z + sum_j c_j + momentum * (z - z_prev);  z_prev = z;  z = z_new
   """
   return library().tensor_bow_apply_sma_central(
-      central, central_prev, corrections, momentum, use_locking=use_locking,
-      name=name)
+      central=central, central_prev=central_prev, corrections=corrections,
+      momentum=momentum, use_locking=use_locking, name=name)
 
 
 def resource_apply_sma_central(central, central_prev, corrections, momentum,
                                use_locking=False, name=None):
   """The central model's SMA update (resource form); see apply_sma_central."""
   return library().tensor_bow_resource_apply_sma_central(
-      central, central_prev, corrections, momentum, use_locking=use_locking,
-      name=name)
+      central=central, central_prev=central_prev, corrections=corrections,
+      momentum=momentum, use_locking=use_locking, name=name)
 
 
 def resource_apply_sma_gradient_descent_with_central(
     var, central, central_prev, next_central, alpha, lr, delta,
     central_momentum, replica, num_replicas, barrier, use_locking=False,
-    name=None):
+    replica_index=None, first_replica=0, stagger=0, name=None):
   """Replica `replica`'s SGD step, SMA correction and share of the update.
 
     c = alpha * (var - z);  var = var - lr * delta - c
@@ -169,25 +170,37 @@ def resource_apply_sma_gradient_descent_with_central(
       the buffer summing the next z.
     alpha, lr, central_momentum: scalars.
     delta: the gradient.
-    replica: this replica's id, in [0, num_replicas).
+    replica: where this replica's pass over the variable starts: the
+      `replica`-th of `stagger` evenly spaced positions (stagger 0:
+      num_replicas); also its id, in [0, num_replicas), unless
+      `replica_index` gives that.
     num_replicas: L.
     barrier: name of the per-variable count (shared by the L ops).
     use_locking: hold var's lock exclusively for the update.
+    replica_index: the replica whose step this is, an int32 scalar in
+      [first_replica, first_replica + num_replicas), as the execution
+      graph feeds it per learning task; None: `replica`.
+    first_replica: the index of the wave's first replica.
+    stagger: the number of start positions (the execution graph's: its
+      stream groups).
     name: op name.
 
   Returns:
     The op.
   """
   return library().tensor_bow_resource_apply_sma_gradient_descent_with_central(
-      var, central, central_prev, next_central, alpha, lr, delta,
-      central_momentum, replica, replica=replica, num_replicas=num_replicas,
-      barrier=barrier, use_locking=use_locking, name=name)
+      var=var, central=central, central_prev=central_prev, next=next_central,
+      alpha=alpha, lr=lr, delta=delta, central_momentum=central_momentum,
+      replica_index=replica if replica_index is None else replica_index,
+      replica=replica, num_replicas=num_replicas, first_replica=first_replica,
+      stagger=stagger, barrier=barrier, use_locking=use_locking, name=name)
 
 
 def resource_apply_sma_momentum_with_central(
     var, accum, central, central_prev, next_central, alpha, lr, grad,
     momentum, central_momentum, replica, num_replicas, barrier,
-    use_locking=False, use_nesterov=False, name=None):
+    use_locking=False, use_nesterov=False, replica_index=None,
+    first_replica=0, stagger=0, name=None):
   """As `resource_apply_sma_gradient_descent_with_central`, with momentum.
 
     accum = momentum * accum + grad
@@ -195,9 +208,12 @@ def resource_apply_sma_momentum_with_central(
     var = var - lr * grad - lr * momentum * accum - c   (use_nesterov=True)
   """
   return library().tensor_bow_resource_apply_sma_momentum_with_central(
-      var, accum, central, central_prev, next_central, alpha, lr, grad,
-      momentum, central_momentum, replica, replica=replica,
-      num_replicas=num_replicas, barrier=barrier, use_locking=use_locking,
+      var=var, accum=accum, central=central, central_prev=central_prev,
+      next=next_central, alpha=alpha, lr=lr, grad=grad, momentum=momentum,
+      central_momentum=central_momentum,
+      replica_index=replica if replica_index is None else replica_index,
+      replica=replica, num_replicas=num_replicas, first_replica=first_replica,
+      stagger=stagger, barrier=barrier, use_locking=use_locking,
       use_nesterov=use_nesterov, name=name)
 
 
@@ -227,7 +243,7 @@ def mat_mul(a, b, transpose_a=False, transpose_b=False, min_elements=None,
       construction when the static shapes show it).
   """
   kwargs = {} if min_elements is None else {"min_elements": min_elements}
-  return library().tensor_bow_mat_mul(a, b, transpose_a=transpose_a,
+  return library().tensor_bow_mat_mul(a=a, b=b, transpose_a=transpose_a,
                                       transpose_b=transpose_b, name=name,
                                       **kwargs)
 
@@ -274,8 +290,10 @@ def apply_outer(var, accum, lr, a, b, momentum=None, use_nesterov=False,
   if momentum is None:
     apply = (lib.tensor_bow_resource_apply_gradient_descent_outer if resource
              else lib.tensor_bow_apply_gradient_descent_outer)
-    return apply(var, lr, a, b, use_locking=use_locking, name=name)
+    # The op calls its learning rate alpha, as ApplyGradientDescent does.
+    return apply(var=var, alpha=lr, a=a, b=b, use_locking=use_locking,
+                 name=name)
   apply = (lib.tensor_bow_resource_apply_momentum_outer if resource
            else lib.tensor_bow_apply_momentum_outer)
-  return apply(var, accum, lr, a, b, momentum, use_locking=use_locking,
-               use_nesterov=use_nesterov, name=name)
+  return apply(var=var, accum=accum, lr=lr, a=a, b=b, momentum=momentum,
+               use_locking=use_locking, use_nesterov=use_nesterov, name=name)

@@ -32,7 +32,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from tensorbow import compat
+from tensorbow import op_nodes
 from tensorbow.algorithms import base
 from tensorbow.rewrite import builder as tb_builder
 from tensorbow.rewrite import graph_util
@@ -151,7 +151,7 @@ class Adaptive(base.Algorithm):
 
   def apply_nodes(self, builder, state, node, var, group, aux):
     del var, group
-    inputs = [a.name for a in compat.op_def(node.op).input_arg]
+    inputs = op_nodes.input_names(node)
     lr = next((i for i, name in enumerate(inputs) if name in _LR_NAMES),
               None)
     if lr is None:

@@ -109,8 +109,8 @@ class LocalSGD(base.Algorithm):
     for s in states:
       rate, momentum, keep = tf.unstack(tf.cast(value, s.dtype), num=3)
       new = tb_ops.library().tensor_bow_local_sgd_exchange(
-          graph_util.read(s.var_op), s.velocity, rate, momentum, keep,
-          nesterov=self.nesterov,
+          central=graph_util.read(s.var_op), velocity=s.velocity, rate=rate,
+          momentum=momentum, keep=keep, nesterov=self.nesterov,
           **builder.variable_replicas(s.var_op).attrs())
       ops.append(graph_util.assign(s.var_op, new))
     return ops

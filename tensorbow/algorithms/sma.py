@@ -24,6 +24,7 @@ import collections
 import numpy as np
 import tensorflow as tf
 
+from tensorbow import op_nodes
 from tensorbow import ops as tb_ops
 from tensorbow.algorithms import base
 from tensorbow.rewrite import graph_util
@@ -50,12 +51,14 @@ _FUSED_KINDS = {
     "TensorBowResourceApplyMomentumOuter": "momentum_outer",
 }
 # A fused kind's TensorBow ops, each for a reference and for a resource
-# variable: the step with the correction; the step, the correction and the
-# replica's share of the central update; and how many of the apply op's
-# data inputs are its variables, after which the SMA inputs go
-# (correction, central and alpha, or the central model's three buffers and
-# alpha).
-_Fused = collections.namedtuple("_Fused", ["step", "with_central", "vars"])
+# variable: the step with the correction; and the step, the correction and
+# the replica's share of the central update. Each takes the apply op's
+# inputs by their names in the apply op, but for those `renamed`:
+# TensorFlow's ApplyGradientDescent (and TensorBow's taking the factors)
+# calls its learning rate `alpha`, which in the SMA ops is the correction
+# factor.
+_Fused = collections.namedtuple("_Fused", ["step", "with_central", "renamed"])
+_LEARNING_RATE_ALPHA = {"alpha": "lr"}
 
 
 def _pair(name):
@@ -64,13 +67,15 @@ def _pair(name):
 
 _FUSED = {
     "sgd": _Fused(_pair("SmaGradientDescent"),
-                  _pair("SmaGradientDescentWithCentral"), 1),
+                  _pair("SmaGradientDescentWithCentral"),
+                  _LEARNING_RATE_ALPHA),
     "momentum": _Fused(_pair("SmaMomentum"), _pair("SmaMomentumWithCentral"),
-                       2),
+                       {}),
     "sgd_outer": _Fused(_pair("SmaGradientDescentOuter"),
-                        _pair("SmaGradientDescentOuterWithCentral"), 1),
+                        _pair("SmaGradientDescentOuterWithCentral"),
+                        _LEARNING_RATE_ALPHA),
     "momentum_outer": _Fused(_pair("SmaMomentumOuter"),
-                             _pair("SmaMomentumOuterWithCentral"), 2),
+                             _pair("SmaMomentumOuterWithCentral"), {}),
 }
 # Around any other optimizer's apply op (for a reference, for a resource
 # variable).
@@ -210,47 +215,45 @@ class SMA(base.Algorithm):
     # "T" for the apply ops; "dtype" for the resource writes of sparse
     # updates (analysis.is_apply).
     dtype = tf.as_dtype(node.attr["T" if "T" in node.attr else "dtype"].type)
-    data = [i for i in node.input if not i.startswith("^")]
-    control = [i for i in node.input if i.startswith("^")]
+    control = op_nodes.control_names(node)
     resource = var.type == "VarHandleOp"
-    kind = _FUSED_KINDS.get(node.op)  # None: any other optimizer
     ext = f"__tensorbow__/{var.name}"
     alpha = aux(f"{ext}/alpha", self.alpha_tensor(builder, state, dtype))
     momentum = aux(f"{ext}/momentum",
                    builder.constant(self.central_momentum, dtype))
 
-    def make(name, op_type, inputs, attrs=("T", "use_locking")):
-      out = tf.compat.v1.NodeDef(name=name, op=op_type, device=node.device)
-      out.input.extend(inputs)
-      out.attr["T"].type = dtype.as_datatype_enum
-      for a in attrs:
-        if a in node.attr and a != "T":
-          out.attr[a].CopyFrom(node.attr[a])
-      return out
+    def make(op_type, name, copied=("use_locking",), **args):
+      """The NodeDef of `op_type` placed as the apply op, with its
+      `copied` attrs."""
+      return op_nodes.node_def(
+          op_type, name, device=node.device, T=dtype,
+          **{a: node.attr[a] for a in copied if a in node.attr}, **args)
 
     target = self._central(builder, state, var, group)
-    if target.next is not None and kind is not None:
+    spec = _FUSED.get(_FUSED_KINDS.get(node.op))  # None: any other optimizer
+    # A fused op takes the apply op's inputs by their names there.
+    step_inputs = {} if spec is None else {
+        spec.renamed.get(arg, arg): tensor
+        for arg, tensor in op_nodes.named_inputs(node).items()}
+    if target.next is not None and spec is not None:
       # One op: the step, the correction and this replica's share of the
       # central update, under the apply op's name; the central model's
       # buffers as handles of the group's device.
-      handles, extra = [], []
-      for role, handle in (("central_var", target.var),
-                           ("central_prev", target.prev),
-                           ("central_next", target.next)):
-        name, nodes = builder.device_handle(f"{node.name}>tensorbow_{role}",
-                                            handle, aux)
-        handles.append(name)
+      handles, extra = {}, []
+      for arg, role, handle in (("central", "central_var", target.var),
+                                ("central_prev", "central_prev", target.prev),
+                                ("next", "central_next", target.next)):
+        handles[arg], nodes = builder.device_handle(
+            f"{node.name}>tensorbow_{role}", handle, aux)
         extra += nodes
-      spec = _FUSED[kind]
-      inputs = (data[:spec.vars] + handles + [alpha] + data[spec.vars:] +
-                [momentum, aux("__tensorbow__/replica", builder.replica_input)])
-      fused = make(node.name, spec.with_central[resource], inputs + control,
-                   attrs=("T", "use_locking", "use_nesterov"))
-      fused.attr["replica"].i = group
-      fused.attr["stagger"].i = builder.num_groups
-      fused.attr["num_replicas"].i = len(target.replicas)
-      fused.attr["first_replica"].i = target.replicas[0]
-      fused.attr["barrier"].s = target.barrier.encode()
+      replica = aux("__tensorbow__/replica", builder.replica_input)
+      fused = make(spec.with_central[resource], node.name,
+                   copied=("use_locking", "use_nesterov"), control=control,
+                   **step_inputs, **handles, alpha=alpha,
+                   central_momentum=momentum, replica_index=replica,
+                   replica=group, stagger=builder.num_groups,
+                   num_replicas=len(target.replicas),
+                   first_replica=target.replicas[0], barrier=target.barrier)
       return extra + [fused]
     # This task's replica's correction buffer.
     handle = builder.replica_variable_node(
@@ -263,35 +266,37 @@ class SMA(base.Algorithm):
       state.corrections = state.correction.handles()
       state.unset = True  # after_copy
     step = node.name + ">tensorbow_step"
-    if kind is not None:
-      spec = _FUSED[kind]
-      nodes = [make(step, spec.step[resource],
-                    data[:spec.vars] + [correction, central, alpha] +
-                    data[spec.vars:] + control,
-                    attrs=("T", "use_locking", "use_nesterov"))]
+    if spec is not None:
+      nodes = [make(spec.step[resource], step,
+                    copied=("use_locking", "use_nesterov"), control=control,
+                    **step_inputs, correction=correction, central=central,
+                    alpha=alpha)]
     else:
       # Any other optimizer: the correction before its apply op, applied
-      # after it.
-      before = make(node.name + ">tensorbow_correction",
-                    _SMA_OPS["correction"][resource],
-                    [data[0], correction, central, alpha] + control)
+      # after it. Its variable is its first input (analysis.variable_of).
+      var_input = next(i for i in node.input if not i.startswith("^"))
+      before = make(_SMA_OPS["correction"][resource],
+                    node.name + ">tensorbow_correction", control=control,
+                    var=var_input, correction=correction, central=central,
+                    alpha=alpha)
       inner = tf.compat.v1.NodeDef()
       inner.CopyFrom(node)
       inner.name = node.name + ">tensorbow_apply"
       inner.input.append("^" + before.name)
       nodes = [before, inner,
-               make(step, _SMA_OPS["apply_correction"][resource],
-                    [data[0], correction, "^" + inner.name])]
+               make(_SMA_OPS["apply_correction"][resource], step,
+                    control=[inner.name], var=var_input,
+                    correction=correction)]
     # The leader takes the apply op's name, so what waited for the apply op
     # (the user's train op, a global step) waits for the central update.
     by_handle = target.var.dtype == tf.resource
-    leader = make(node.name, _SMA_OPS["leader"][by_handle], [
-        aux(f"{ext}{target.key}/central_var", target.var),
-        aux(f"{ext}{target.key}/central_prev", target.prev)
-    ] + [aux(f"{ext}/corrections_{r}", state.corrections[r])
-         for r in target.replicas] + [momentum, "^" + step])
-    leader.attr["N"].i = len(target.replicas)
-    leader.attr["barrier"].s = target.barrier.encode()
+    leader = make(
+        _SMA_OPS["leader"][by_handle], node.name, control=[step],
+        central=aux(f"{ext}{target.key}/central_var", target.var),
+        central_prev=aux(f"{ext}{target.key}/central_prev", target.prev),
+        corrections=[aux(f"{ext}/corrections_{r}", state.corrections[r])
+                     for r in target.replicas],
+        momentum=momentum, barrier=target.barrier)
     return [handle] + nodes + [leader]
 
   def device_sync(self, builder, state):
@@ -305,8 +310,9 @@ class SMA(base.Algorithm):
     op = (tb_ops.library().tensor_bow_resource_sum_device_copies
           if var.type == "VarHandleOp" else
           tb_ops.library().tensor_bow_sum_device_copies)
-    out = op(var.outputs[0], state.central_prev, [c.var for c in state.devices],
-             builder.constant(self.central_momentum, dtype),
+    out = op(central=var.outputs[0], central_prev=state.central_prev,
+             copies=[c.var for c in state.devices],
+             momentum=builder.constant(self.central_momentum, dtype),
              name=f"device_sum/{state.name}")
     return out if isinstance(out, tf.Operation) else out.op
 
@@ -364,7 +370,7 @@ class SMA(base.Algorithm):
     if not states:
       return []
     ops = [tb_ops.library().tensor_bow_set_sma_participants(
-        count, barriers=[s.barrier for s in states])] + [
+        count=count, barriers=[s.barrier for s in states])] + [
             s.correction.set(tf.zeros_like(s.central_value), replicas)
             for s in states if s.corrections is not None]
     for d, first in enumerate(states[0].devices):
@@ -377,7 +383,7 @@ class SMA(base.Algorithm):
                                    tf.int32))
       taking = len(first.replicas) - left
       ops.append(tb_ops.library().tensor_bow_set_sma_participants(
-          taking, barriers=[s.devices[d].barrier for s in states]))
+          count=taking, barriers=[s.devices[d].barrier for s in states]))
       ops += [op for s in states
               for op in self._idle_device_ops(builder, s.devices[d],
                                               tf.equal(taking, 0))]

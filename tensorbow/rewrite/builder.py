@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tensorbow import compat
+from tensorbow import op_nodes
 from tensorbow import ops as tb_ops
 from tensorbow.rewrite import graph_util
 
@@ -38,12 +39,13 @@ class Replicated(object):
   def set(self, value, replicas, stacked=False):
     """Op setting the copies of `replicas` (an int32 vector) to `value`."""
     return tb_ops.library().tensor_bow_set_replicas(
-        value, replicas, stacked=stacked, **self.attrs())
+        value=value, replicas=replicas, stacked=stacked, **self.attrs())
 
   def mean(self, source, mean=True):
     """The replicas' mean, or replica `source`'s copy (see ReplicaMean)."""
     return tb_ops.library().tensor_bow_replica_mean(
-        source, dtype=self.dtype, shape=self.shape, mean=mean, **self.attrs())
+        source=source, dtype=self.dtype, shape=self.shape, mean=mean,
+        **self.attrs())
 
   def stacked(self):
     return tb_ops.library().tensor_bow_stack_replicas(
@@ -200,13 +202,11 @@ class Builder(object):
     """The NodeDef of `replicated` resolved to the task's replica in a
     group's copy: `op_type` named and placed as `node`, reading the
     replica index, which `aux(key, tensor)` names as an input."""
-    out = tf.compat.v1.NodeDef(name=node.name, op=op_type, device=node.device)
-    out.input.append(aux("__tensorbow__/replica", self.replica_input))
-    out.attr["var_name"].s = replicated.name.encode()
-    out.attr["dtype"].type = replicated.dtype.as_datatype_enum
-    out.attr["shape"].shape.CopyFrom(replicated.shape.as_proto())
-    out.attr["num_replicas"].i = replicated.num_replicas
-    return out
+    return op_nodes.node_def(
+        op_type, node.name, device=node.device,
+        replica=aux("__tensorbow__/replica", self.replica_input),
+        var_name=replicated.name, dtype=replicated.dtype,
+        shape=replicated.shape, num_replicas=replicated.num_replicas)
 
   def device_handle(self, name, handle, aux):
     """(input, NodeDefs) naming resource `handle` (a VarHandleOp's, outside
@@ -216,12 +216,10 @@ class Builder(object):
     if self._devices is None:
       return aux(f"__tensorbow__/{name}", handle), []
     op = handle.op
-    node = tf.compat.v1.NodeDef(name=name, op="TensorBowDeviceVarHandle")
-    node.attr["container"].s = op.get_attr("container")
-    node.attr["shared_name"].s = op.get_attr("shared_name") or op.name.encode()
-    node.attr["dtype"].type = op.get_attr("dtype").as_datatype_enum
-    node.attr["shape"].shape.CopyFrom(
-        tf.TensorShape(op.get_attr("shape")).as_proto())
+    node = op_nodes.node_def(
+        "TensorBowDeviceVarHandle", name, container=op.get_attr("container"),
+        shared_name=op.get_attr("shared_name") or op.name.encode(),
+        dtype=op.get_attr("dtype"), shape=op.get_attr("shape"))
     return name + ":0", [node]
 
   # ---- Names ---------------------------------------------------------------

@@ -21,6 +21,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
+from tensorbow import op_nodes
 from tensorbow.rewrite import analysis
 
 # TF1 random op -> the op drawing the same values from a state variable.
@@ -61,15 +62,15 @@ def state_values(op, first_replica, num_replicas, rng=None):
   return states.view(np.int64)
 
 
-def stream_nodes(node, op, handle_input, algorithm_input):
+def stream_nodes(node, op, handle_input, algorithm_input, replicated):
   """The NodeDefs replacing random op NodeDef `node` (a copy of `op`,
   inputs resolved) in a group's copy: the handle of the task's replica's
-  state (`handle_input` names its replica index, in `op`'s frame) and the
-  stateful op, named as `node`."""
-  handle = tf.compat.v1.NodeDef(name=node.name + ">tensorbow_stream",
-                                op="TensorBowReplicaVarHandle",
-                                device=node.device)
-  handle.input.append(handle_input)
+  state, one of `replicated`'s copies (`handle_input` names its replica
+  index, in `op`'s frame), and the stateful op, named as `node`."""
+  handle = op_nodes.node_def(
+      "TensorBowReplicaVarHandle", node.name + ">tensorbow_stream",
+      device=node.device, replica=handle_input, var_name=replicated.name,
+      dtype=tf.int64, shape=[3], num_replicas=replicated.num_replicas)
   out = tf.compat.v1.NodeDef(name=node.name, op=STATEFUL[op.type],
                              device=node.device)
   data = [i for i in node.input if not i.startswith("^")]
@@ -79,14 +80,6 @@ def stream_nodes(node, op, handle_input, algorithm_input):
   out.attr["dtype"].type = node.attr[
       "Tout" if op.type == "RandomUniformInt" else "dtype"].type
   return handle, out
-
-
-def handle_attrs(handle, replicated):
-  """Sets handle NodeDef `handle` to name `replicated`'s copies."""
-  handle.attr["var_name"].s = replicated.name.encode()
-  handle.attr["dtype"].type = tf.int64.as_datatype_enum
-  handle.attr["shape"].shape.CopyFrom(tf.TensorShape([3]).as_proto())
-  handle.attr["num_replicas"].i = replicated.num_replicas
 
 
 def while_frames(op, memo):

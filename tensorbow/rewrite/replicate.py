@@ -247,8 +247,8 @@ class Copier(object):
             dtype, frames, node.device)
       replica = node.name + ">tensorbow_replica:0"
       algorithm = node.name + ">tensorbow_philox:0"
-    handle, out = random_streams.stream_nodes(node, op, replica, algorithm)
-    random_streams.handle_attrs(handle, self._stream_states[op.name])
+    handle, out = random_streams.stream_nodes(node, op, replica, algorithm,
+                                              self._stream_states[op.name])
     return entered + [handle, out]
 
   def _outer_applies(self, new_ops):

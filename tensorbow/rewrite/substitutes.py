@@ -46,6 +46,7 @@ import os
 import tensorflow as tf
 
 from tensorbow import compat
+from tensorbow import op_nodes
 
 # TensorBowMatMul's small dimension (small_matmul::kMaxSmall).
 SMALL = 16
@@ -196,13 +197,12 @@ def _kernel_size(op):
 
 def _matmul(node, op):
   del op  # the kernel picks its loops from the shapes at run time
-  product = tf.compat.v1.NodeDef()
-  product.CopyFrom(node)
-  product.op = "TensorBowMatMul"
-  for attr in list(product.attr):
-    if attr not in ("T", "transpose_a", "transpose_b"):
-      del product.attr[attr]
-  return [product]
+  given = op_nodes.named_inputs(node)
+  return [op_nodes.node_def(
+      "TensorBowMatMul", node.name, device=node.device,
+      control=op_nodes.control_names(node), a=given["a"], b=given["b"],
+      T=node.attr["T"], transpose_a=node.attr["transpose_a"],
+      transpose_b=node.attr["transpose_b"])]
 
 
 def _conv_input_grad(node, op):
@@ -284,13 +284,15 @@ def _conv2d(like, suffix, inputs, padding):
 
 # ---- A dense layer's weight gradient applied as it is made -------------------
 
-# Apply op -> (the TensorBow op taking the gradient as aᵀ·b, its grad input).
+# Apply op -> (the TensorBow op taking the gradient as aᵀ·b, the name of
+# the apply op's gradient input). The TensorBow op takes the apply op's
+# other inputs by the same names.
 _OUTER_APPLIES = {
-    "ApplyMomentum": ("TensorBowApplyMomentumOuter", 3),
-    "ResourceApplyMomentum": ("TensorBowResourceApplyMomentumOuter", 3),
-    "ApplyGradientDescent": ("TensorBowApplyGradientDescentOuter", 2),
+    "ApplyMomentum": ("TensorBowApplyMomentumOuter", "grad"),
+    "ResourceApplyMomentum": ("TensorBowResourceApplyMomentumOuter", "grad"),
+    "ApplyGradientDescent": ("TensorBowApplyGradientDescentOuter", "delta"),
     "ResourceApplyGradientDescent": (
-        "TensorBowResourceApplyGradientDescentOuter", 2),
+        "TensorBowResourceApplyGradientDescentOuter", "delta"),
 }
 
 
@@ -320,7 +322,8 @@ def outer_applies(ops):
   for op in ops:
     if op.type not in _OUTER_APPLIES:
       continue
-    tensor = op.inputs[_OUTER_APPLIES[op.type][1]]
+    grad = _OUTER_APPLIES[op.type][1]
+    tensor = op.inputs[op_nodes.input_names(op.node_def).index(grad)]
     consumer = op
     waits = []
     while (tensor.op.type == "Identity" and tensor.op.name in names and
@@ -362,7 +365,8 @@ def outer_apply(node, op, outer, dropped, resolve=lambda name: name):
   through a control dependency could not run in a commit of its own
   (phases.split).
   """
-  a, b = [resolve(i) for i in outer.matmul.node_def.input[:2]]
+  factors = op_nodes.named_inputs(outer.matmul.node_def)
+  a, b = resolve(factors["a"]), resolve(factors["b"])
   waits = [resolve(w) for w in outer.waits if w not in dropped]
   op_type, grad = _OUTER_APPLIES[op.type]
   nodes = []
@@ -371,11 +375,11 @@ def outer_apply(node, op, outer, dropped, resolve=lambda name: name):
                  T=node.attr["T"])
     nodes.append(gate)
     a = gate.name + ":0"
-  data = _data_inputs(node)
-  fused = _node(node, None, op_type,
-                data[:grad] + [a, b] + data[grad + 1:] +
-                _control_inputs(node), T=node.attr["T"])
-  for attr in ("use_locking", "use_nesterov"):
-    if attr in node.attr:
-      fused.attr[attr].CopyFrom(node.attr[attr])
+  given = op_nodes.named_inputs(node)
+  del given[grad]
+  fused = op_nodes.node_def(
+      op_type, node.name, device=node.device,
+      control=op_nodes.control_names(node), **given, a=a, b=b,
+      T=node.attr["T"], **{attr: node.attr[attr] for attr in (
+          "use_locking", "use_nesterov") if attr in node.attr})
   return nodes + [fused]
