@@ -6,8 +6,11 @@
 SUITE_ARGS are `python -m benchmarks.suite replicas ...`'s (one repeat a
 run is enough: the runs are the repeats). Each commit is checked out in a
 worktree of its own; the libraries this checkout built are used for both,
-so the C++ sources must be the same at both commits. The runs alternate
-(before, after, before, ...), each a process of its own. Prints, per
+so the C++ sources must be the same at both commits, unless
+`--before-libraries DIR` names a directory holding the libraries built
+from the before commit's sources (e.g. a copy of tensorbow/*.so made
+then). The runs alternate (before, after, before, ...), each a process of
+its own. Prints, per
 configuration, TensorBow's median images/s at each commit, the median of
 its ratio to TensorFlow's in the same process (which machine drift between
 processes moves less), and after / before of each.
@@ -30,10 +33,11 @@ def _git(*args):
                         capture_output=True, text=True).stdout.strip()
 
 
-def _checkout(rev, folder):
-  """A worktree of `rev` in `folder`, with this checkout's libraries."""
+def _checkout(rev, folder, libraries):
+  """A worktree of `rev` in `folder`, with the libraries in directory
+  `libraries`."""
   _git("worktree", "add", "--detach", folder, rev)
-  for library in glob.glob(os.path.join(ROOT, "tensorbow", "*.so")):
+  for library in glob.glob(os.path.join(libraries, "*.so")):
     shutil.copy(library, os.path.join(folder, "tensorbow"))
   return folder
 
@@ -56,12 +60,22 @@ def main(argv=None):
   parser.add_argument("--before", required=True)
   parser.add_argument("--after", default="HEAD")
   parser.add_argument("--runs", type=int, default=5)
+  parser.add_argument(
+      "--before-libraries", metavar="DIR",
+      help="the libraries built from the before commit's C++ sources "
+      "(default: this checkout's, which needs the same sources)")
   parser.add_argument("suite_args", nargs=argparse.REMAINDER)
   args = parser.parse_args(argv)
   suite_args = [a for a in args.suite_args if a != "--"]
-  if _git("diff", "--name-only", args.before, args.after, "--", "cc"):
+  own = os.path.join(ROOT, "tensorbow")
+  libraries = {"before": args.before_libraries or own, "after": own}
+  if args.before_libraries is None and _git(
+      "diff", "--name-only", args.before, args.after, "--", "cc"):
     parser.error(f"the C++ sources differ between {args.before} and "
-                 f"{args.after}: build each and compare with the suite")
+                 f"{args.after}: give --before-libraries, the libraries "
+                 "built from the before commit's sources")
+  if not glob.glob(os.path.join(libraries["before"], "*.so")):
+    parser.error(f"no libraries (*.so) in {libraries['before']}")
   # Resolved now: a branch may move while the runs go on.
   revs = {side: _git("rev-parse", "--short", getattr(args, side))
           for side in ("before", "after")}
@@ -69,7 +83,8 @@ def main(argv=None):
   trees = {}
   try:
     for side in ("before", "after"):
-      trees[side] = _checkout(revs[side], os.path.join(work, side))
+      trees[side] = _checkout(revs[side], os.path.join(work, side),
+                              libraries[side])
     seen = {"before": [], "after": []}
     for run in range(args.runs):
       for side in ("before", "after"):
@@ -81,8 +96,9 @@ def main(argv=None):
     for tree in trees.values():
       _git("worktree", "remove", "--force", tree)
     shutil.rmtree(work, ignore_errors=True)
-  print(f"before {args.before} ({revs['before']}), after {args.after} "
-        f"({revs['after']}), {args.runs} runs each, alternated: "
+  print(f"before {args.before} ({revs['before']}, libraries in "
+        f"{libraries['before']}), after {args.after} ({revs['after']}), "
+        f"{args.runs} runs each, alternated: "
         f"python -m benchmarks.suite {' '.join(suite_args)}\n")
   print("| model | batch | L | algorithm | before img/s | after img/s | "
         "after / before | before vs TF | after vs TF | after / before |")
