@@ -141,7 +141,8 @@ FAILURES = {"assert": _fail_by_assert, "py_func": _fail_by_py_func,
 
 
 @pytest.mark.parametrize("use_resource", [True, False])
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+@pytest.mark.parametrize("optimizer", [
+    "sgd", pytest.param("momentum", marks=pytest.mark.slow), "adam"])
 @pytest.mark.parametrize("failure", sorted(FAILURES))
 def test_failed_task_changes_nothing(failure, optimizer, use_resource):
   m, ref_model = Model(optimizer, use_resource), Model(optimizer, use_resource)

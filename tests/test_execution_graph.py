@@ -247,6 +247,7 @@ with tb.TensorBowSession(replicas=2) as sess:
 """
 
 
+@pytest.mark.slow  # a child process, as TensorFlow checks
 def test_no_op_is_changed_after_a_session_ran_it(tmp_path, tf_mode_statement):
   # TensorFlow warns that such a change has no effect and will be an error.
   script = tmp_path / "mutation.py"

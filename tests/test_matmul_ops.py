@@ -35,7 +35,8 @@ SHAPES = [
     (17, 17, 17),  # neither small: TensorFlow's MatMul kernel
     (64, 100, 70),  # neither small
 ]
-DTYPES = [np.float32, np.float64]
+# float64 in the slow tier.
+DTYPES = [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)]
 FLAGS = list(itertools.product([False, True], [False, True]))
 
 

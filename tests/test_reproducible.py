@@ -73,12 +73,16 @@ def _train(monkeypatch, prefix, algorithm, use_resource, slow):
 
 @pytest.mark.parametrize("use_resource", [False, True],
                          ids=["ref", "resource"])
-@pytest.mark.parametrize(
-    "algorithm", ["sma", "easgd", "ssgd", "none",
-                  tb.algorithms.ASGD(communication_interval=2),
-                  tb.algorithms.LocalSGD(period=2, outer_learning_rate=0.7,
-                                         outer_momentum=0.9, nesterov=True)],
-    ids=["sma", "easgd", "ssgd", "none", "asgd_ci2", "local_sgd_h2"])
+# SMA in the fast tier; every other algorithm in the slow tier.
+@pytest.mark.parametrize("algorithm", [
+    "sma",
+    *(pytest.param(algorithm, id=name, marks=pytest.mark.slow)
+      for name, algorithm in [
+          ("easgd", "easgd"), ("ssgd", "ssgd"), ("none", "none"),
+          ("asgd_ci2", tb.algorithms.ASGD(communication_interval=2)),
+          ("local_sgd_h2", tb.algorithms.LocalSGD(
+              period=2, outer_learning_rate=0.7, outer_momentum=0.9,
+              nesterov=True))])])
 def test_two_runs_give_the_same_model_to_the_bit(monkeypatch, tmp_path,
                                                  algorithm, use_resource):
   runs = [_train(monkeypatch, str(tmp_path / f"run{slow}"), algorithm,

@@ -64,7 +64,8 @@ def test_sma_matches_numpy(use_resource, optimizer, momentum, nesterov):
 
 @pytest.mark.parametrize("use_resource", [True, False])
 @pytest.mark.parametrize("optimizer", ["sgd", "momentum"])
-@pytest.mark.parametrize("replicas", [2, 3, 4, 16])
+@pytest.mark.parametrize("replicas", [
+    2, 3, pytest.param(4, marks=pytest.mark.slow), 16])
 def test_sma_matches_numpy_for_any_replica_count(use_resource, optimizer,
                                                  replicas):
   # 37 rows: uneven shards at every L (19 + 18, ..., 5 x 3 + 11 x 2).

@@ -46,12 +46,18 @@ tf1 = tf.compat.v1
 
 
 BFLOAT16 = tf.bfloat16.as_numpy_dtype
-DTYPES = [np.float16, BFLOAT16, np.float32, np.float64]
+# The fast tier runs each op on float16 and float32 (the kernels' two
+# arithmetics), the tiny and the large shape, and every kind of variable
+# but the locked resource; the slow tier adds bfloat16 and float64, the
+# small shape and the locked resource.
+_SLOW = pytest.mark.slow
+DTYPES = [np.float16, pytest.param(BFLOAT16, marks=_SLOW), np.float32,
+          pytest.param(np.float64, marks=_SLOW)]
 DTYPE_IDS = ["f16", "bf16", "f32", "f64"]
-SHAPES = [(1,), (3, 4), (1000, 300)]
+SHAPES = [(1,), pytest.param((3, 4), marks=_SLOW), (1000, 300)]
 # (variable kind, use_locking).
-KINDS = [("resource", False), ("resource", True), ("ref", False),
-         ("ref", True)]
+KINDS = [("resource", False), pytest.param("resource", True, marks=_SLOW),
+         ("ref", False), ("ref", True)]
 KIND_IDS = ["resource", "resource-locked", "ref", "ref-locked"]
 
 

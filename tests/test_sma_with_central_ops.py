@@ -160,11 +160,14 @@ OPTIMIZERS = pytest.mark.parametrize("optimizer",
 
 @pytest.mark.parametrize("concurrent", [True, False],
                          ids=["one-run", "one-by-one"])
-@LOCKING
+@pytest.mark.parametrize("use_locking", [
+    False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["unlocked", "locked"])  # locked: slow tier
 @SHAPES
 @OPTIMIZERS
-@pytest.mark.parametrize("dtype", [np.float32, np.float64],
-                         ids=["f32", "f64"])
+@pytest.mark.parametrize("dtype", [
+    np.float32, pytest.param(np.float64, marks=pytest.mark.slow)],
+                         ids=["f32", "f64"])  # float64: slow tier
 def test_waves_match_numpy(dtype, optimizer, shape, outer, use_locking,
                            concurrent):
   _check_waves(Wave(optimizer, dtype, shape, use_locking, outer=outer),

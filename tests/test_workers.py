@@ -335,8 +335,10 @@ def test_two_workers_of_two_replicas_are_sma_of_four(
         2 * 16 / (report["compute_seconds"] + report["sync_seconds"]))
 
 
-@pytest.mark.parametrize("algorithm", [
-    "sma", pytest.param("ssgd", marks=pytest.mark.slow)])
+# The fast tier has one job over two workers (SMA of four replicas, above);
+# the other algorithms' are in the slow tier.
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["sma", "ssgd"])
 def test_two_workers_of_one_replica_are_two_replicas(
     tmp_path, tf_mode_statement, algorithm):
   script, data = _worker_script(tmp_path, tf_mode_statement)
@@ -388,11 +390,9 @@ def test_easgd_over_two_workers_is_easgd_of_four(tmp_path,
   _assert_centrals(centrals, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer, resource, fast_kernels", [
-    ("sgd", False, "1"),
-    pytest.param("momentum", True, "0", marks=pytest.mark.slow),
-    pytest.param("momentum", False, "0", marks=pytest.mark.slow),
-])
+    ("sgd", False, "1"), ("momentum", True, "0"), ("momentum", False, "0")])
 def test_local_sgd_over_two_workers_is_local_sgd_of_four(
     tmp_path, tf_mode_statement, optimizer, resource, fast_kernels):
   """One period for both levels: averaging after wave 1 (the warm-up),
@@ -410,10 +410,9 @@ def test_local_sgd_over_two_workers_is_local_sgd_of_four(
   _assert_centrals(centrals, expected[-1][0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer, resource", [
-    ("adam", True),
-    pytest.param("adam", False, marks=pytest.mark.slow),
-    pytest.param("momentum", True, marks=pytest.mark.slow)])
+    ("adam", True), ("adam", False), ("momentum", True)])
 def test_ssgd_over_two_workers_is_tensorflow_on_the_whole_batch(
     tmp_path, tf_mode_statement, optimizer, resource):
   script, data = _worker_script(tmp_path, tf_mode_statement)
@@ -675,7 +674,8 @@ def test_the_launcher_stops_the_others_when_one_fails(tmp_path):
 
 
 @pytest.mark.mode_independent
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [
+    signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
 def test_workers_do_not_outlive_their_launcher(tmp_path, sig):
   script = tmp_path / "job.py"
   script.write_text(
