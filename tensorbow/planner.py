@@ -83,7 +83,12 @@ class Planner(object):
     self._builder = builder
     self._replica_state = replicas
     self._copier = None  # made with the first training run copied
-    self.plans = {}  # training-run signature -> Plan
+    self._plans = {}  # training-run signature -> Plan
+
+  @property
+  def plans(self):
+    """{training-run signature: Plan} of the runs planned so far."""
+    return self._plans
 
   @property
   def graph(self):
@@ -98,14 +103,14 @@ class Planner(object):
   def plan_for(self, route, first):
     """The plan of a training run over `route` (routing.Route), made once
     per signature; `first`: the values of one replica's feeds."""
-    plan = self.plans.get(route.signature)
+    plan = self._plans.get(route.signature)
     if plan is None:
       plan = self.plan(route.handler, route.closure.ops,
                        route.fed + route.pulled,
                        frozenset(route.closure.pulled), first)
       if not self._plain:
         self._algorithm.check_split(plan.atomic is not None)
-      self.plans[route.signature] = plan
+      self._plans[route.signature] = plan
     return plan
 
   def plan(self, handler, ops, fed, pulled=frozenset(), values=None):

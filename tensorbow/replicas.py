@@ -42,8 +42,13 @@ class ReplicaState(object):
     self._before_training = []  # ops run once before the next training run
     self._pending_replicas = set()  # replicas to seed before training
     # The runs the algorithm makes around a wave, over these states.
-    self.runs = algorithm_runs.AlgorithmRuns(builder, algorithm,
-                                             self._states, self._state_key)
+    self._runs = algorithm_runs.AlgorithmRuns(builder, algorithm,
+                                              self._states, self._state_key)
+
+  @property
+  def runs(self):
+    """The setting's `algorithm_runs.AlgorithmRuns`."""
+    return self._runs
 
   @property
   def in_use(self):

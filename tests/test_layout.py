@@ -293,3 +293,38 @@ def test_the_builder_use_check_sees_one():
       "run_before_training"}
   assert not _builder_uses("tb_builder.unflat(name)")
   assert "run_before_training" not in _builder_offers()
+
+
+def _public_attributes_set(source, class_name):
+  """The public attributes a class's methods set on `self`."""
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.ClassDef) and node.name == class_name:
+      return {target.attr for target in ast.walk(node)
+              if isinstance(target, ast.Attribute)
+              and isinstance(target.ctx, ast.Store)
+              and isinstance(target.value, ast.Name)
+              and target.value.id == "self"
+              and not target.attr.startswith("_")}
+  raise AssertionError(f"no class {class_name}")
+
+
+# The session's collaborators of one setting: what the session learns from
+# them, they return or offer as a method or property, not as an attribute
+# one sets and the other reads later (issue 47: the session read the
+# trainer's last_rows after each training run).
+_COLLABORATORS = [("waves.py", "Trainer"), ("planner.py", "Planner"),
+                  ("replicas.py", "ReplicaState"),
+                  ("algorithm_runs.py", "AlgorithmRuns")]
+
+
+@pytest.mark.parametrize("module, class_name", _COLLABORATORS)
+def test_the_sessions_collaborators_set_no_public_attribute(module,
+                                                            class_name):
+  source = open(os.path.join(ROOT, "tensorbow", module)).read()
+  assert not _public_attributes_set(source, class_name)
+
+
+def test_the_public_attribute_check_sees_one():
+  assert _public_attributes_set(
+      "class Trainer:\n  def train(self):\n    self.last_rows = 3\n"
+      "    self._waves = 1\n", "Trainer") == {"last_rows"}
