@@ -51,9 +51,18 @@ def pytest_addoption(parser):
       f"default they run in {MODE_INDEPENDENT_RUNS_IN} mode only)")
 
 
+def _runs_tests(config):
+  """Whether this process runs tests: not pytest-xdist's controller, which
+  hands them to its workers (and need not spend seconds importing
+  TensorFlow first)."""
+  return not (getattr(config.option, "numprocesses", None) and
+              "PYTEST_XDIST_WORKER" not in os.environ)
+
+
 def pytest_configure(config):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  getattr(tf.compat.v1, TF_MODE_SWITCHES[config.getoption("--tf-mode")])()
+  if _runs_tests(config):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    getattr(tf.compat.v1, TF_MODE_SWITCHES[config.getoption("--tf-mode")])()
   # One cache of kernel choices (rewrite/kernel_choice.py) for the test
   # session, not the user's: each shape is timed once per session (by
   # whichever of pytest-xdist's workers times it first).

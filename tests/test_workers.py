@@ -306,12 +306,10 @@ def _run_job(tmp_path, script, data, optimizer, resource, algorithm,
                           for k in range(2)]
 
 
+# Jobs of worker processes are end-to-end tests: slow tier (pytest.ini).
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer, resource", [
-    ("sgd", False),
-    pytest.param("sgd", True, marks=pytest.mark.slow),
-    pytest.param("momentum", False, marks=pytest.mark.slow),
-    pytest.param("momentum", True, marks=pytest.mark.slow),
-])
+    ("sgd", False), ("sgd", True), ("momentum", False), ("momentum", True)])
 def test_two_workers_of_two_replicas_are_sma_of_four(
     tmp_path, tf_mode_statement, optimizer, resource):
   script, data = _worker_script(tmp_path, tf_mode_statement)
@@ -335,8 +333,6 @@ def test_two_workers_of_two_replicas_are_sma_of_four(
         2 * 16 / (report["compute_seconds"] + report["sync_seconds"]))
 
 
-# The fast tier has one job over two workers (SMA of four replicas, above);
-# the other algorithms' are in the slow tier.
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["sma", "ssgd"])
 def test_two_workers_of_one_replica_are_two_replicas(
@@ -674,8 +670,8 @@ def test_the_launcher_stops_the_others_when_one_fails(tmp_path):
 
 
 @pytest.mark.mode_independent
-@pytest.mark.parametrize("sig", [
-    signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_workers_do_not_outlive_their_launcher(tmp_path, sig):
   script = tmp_path / "job.py"
   script.write_text(
