@@ -42,7 +42,7 @@ out="$(bazel info bazel-bin 2>/dev/null)"
 for mode in v1 graph; do
   echo "== Python kernel tests with the Bazel-built libraries, $mode mode =="
   TF_CPP_MIN_LOG_LEVEL=2 TENSORBOW_LIBRARY_DIR="$out" .venv/bin/pytest -q \
-    --tf-mode="$mode" -n auto --dist loadfile tests/test_sma_ops.py \
+    --tf-mode="$mode" -n auto --dist worksteal tests/test_sma_ops.py \
     tests/test_sma_with_central_ops.py tests/test_matmul_ops.py \
     tests/test_replica_ops.py tests/test_op_nodes.py tests/test_bazel_build.py
 done

@@ -9,4 +9,4 @@ bazel test --cache_test_results=no //:scheduler_test //:wave_test \
   //:wave_runner_test
 bazel shutdown
 export TF_CPP_MIN_LOG_LEVEL=2
-.venv/bin/pytest -q tests --tf-mode=v1 -m "not slow" -n auto --dist loadfile "$@"
+.venv/bin/pytest -q tests --tf-mode=v1 -m "not slow" -n auto --dist worksteal "$@"
