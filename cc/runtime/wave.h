@@ -8,8 +8,9 @@
 // SGD replaces those tensors by their mean over the replicas first.
 //
 // Plain C++: no TensorFlow, no Python. KeptWave is a template over the
-// feed and tensor types; the binding uses tf_adapter.h's HostTensor and
-// FetchedTensor, the tests types of their own.
+// feed and tensor types; the wave runner uses host_tensor.h's HostTensor
+// and the session's tensors (tf_adapter.h's FetchedTensor), the tests
+// types of their own.
 #ifndef TENSORBOW_CC_RUNTIME_WAVE_H_
 #define TENSORBOW_CC_RUNTIME_WAVE_H_
 
