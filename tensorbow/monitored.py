@@ -25,7 +25,7 @@ class TensorBowSessionCreator(_train.ChiefSessionCreator):
       as for `tf.compat.v1.train.ChiefSessionCreator`.
     **options: passed to `TensorBowSession` (`replicas`, `algorithm`,
       `alpha`, `central_momentum`, `nonfinite`, `cluster_timeout`,
-      `devices`, `prefetch`).
+      `heartbeat_timeout`, `devices`, `prefetch`).
 
   Raises:
     TypeError: for an option `TensorBowSession` does not take.

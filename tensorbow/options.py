@@ -22,7 +22,8 @@ Settings = collections.namedtuple("Settings", [
 
 def check_options(replicas=2, algorithm="sma", alpha=None,
                   central_momentum=0.9, nonfinite="propagate", workers=1,
-                  cluster_timeout=60.0, devices=1, prefetch=True):
+                  cluster_timeout=60.0, heartbeat_timeout=4.0, devices=1,
+                  prefetch=True):
   """Checks `TensorBowSession`'s options; returns the algorithm resolved for
   `replicas` on each of `workers` workers (for "auto", for the one
   replica it starts with), spread over `devices` devices.
@@ -44,6 +45,11 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
       not cluster_timeout > 0):
     raise ValueError(f"cluster_timeout must be a number of seconds > 0, got "
                      f"{cluster_timeout!r}")
+  if (isinstance(heartbeat_timeout, bool) or
+      not isinstance(heartbeat_timeout, (int, float)) or
+      not heartbeat_timeout >= 1.0):
+    raise ValueError(f"heartbeat_timeout must be a number of seconds >= 1 "
+                     f"(several heartbeats), got {heartbeat_timeout!r}")
   resolved = algorithms.resolve(algorithm, alpha, central_momentum).resolved(
       (1 if replicas == AUTO else replicas) * workers)
   resolved.check_nonfinite(nonfinite)

@@ -57,6 +57,10 @@ class TensorBowSession(compat.SessionInterface):
       re-seeded from the central model, with a warning).
     cluster_timeout: with workers named by `TF_CONFIG`, the seconds a
       wave waits for the other workers before it fails.
+    heartbeat_timeout: with workers named by `TF_CONFIG`, the seconds a
+      worker may send no heartbeat before the others count it lost: their
+      wave fails naming it (a worker that dies is known within about a
+      second, one that stops answering within this bound).
     devices: None or one device (TensorFlow places the model), or the
       devices to spread the replicas over, such as ["/cpu:0", "/cpu:1"]
       (with `ConfigProto(device_count={"CPU": 2})`): each keeps its own copy
@@ -81,13 +85,14 @@ class TensorBowSession(compat.SessionInterface):
 
   def __init__(self, target="", graph=None, config=None, *, replicas=2,
                algorithm="sma", alpha=None, central_momentum=0.9,
-               nonfinite="propagate", cluster_timeout=60.0, devices=None,
-               prefetch=True):
-    self._scale = scaleout.from_environ(cluster_timeout)
+               nonfinite="propagate", cluster_timeout=60.0,
+               heartbeat_timeout=4.0, devices=None, prefetch=True):
+    self._scale = scaleout.from_environ(cluster_timeout, heartbeat_timeout)
     self._workers = self._scale.workers
     devices = tb_devices.check(devices)
     options.check_options(replicas, algorithm, alpha, central_momentum,
                           nonfinite, self._workers, cluster_timeout,
+                          heartbeat_timeout,
                           len(devices) if devices else 1, prefetch)
     # Resolved for L whenever L is set (replicas="auto" changes it).
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,

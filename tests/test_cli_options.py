@@ -25,8 +25,8 @@ SESSION_PARAMETERS = {
 # Every option away from its default.
 EVERY_OPTION = cli_options.SessionOptions(
     replicas=4, algorithm="ssgd", alpha=0.3, central_momentum=0.5,
-    nonfinite="raise", cluster_timeout=5.0, devices=("/cpu:0", "/cpu:1"),
-    prefetch=False)
+    nonfinite="raise", cluster_timeout=5.0, heartbeat_timeout=2.5,
+    devices=("/cpu:0", "/cpu:1"), prefetch=False)
 
 
 def _parse(argv):
@@ -55,7 +55,7 @@ def test_help_lists_a_flag_for_every_session_option(capsys):
                  for flag in (name, name.replace("_", "-")))]
   assert not missing, text
   for flag in ("--devices", "--prefetch", "--no-prefetch",
-               "--cluster-timeout"):
+               "--cluster-timeout", "--heartbeat-timeout"):
     assert flag in text
 
 
@@ -68,7 +68,8 @@ def test_every_option_parses_back_from_its_flags():
   assert EVERY_OPTION.argv() == [
       "--replicas", "4", "--algorithm", "ssgd", "--alpha", "0.3",
       "--central_momentum", "0.5", "--nonfinite", "raise",
-      "--cluster-timeout", "5.0", "--devices", "/cpu:0,/cpu:1",
+      "--cluster-timeout", "5.0", "--heartbeat-timeout", "2.5",
+      "--devices", "/cpu:0,/cpu:1",
       "--no-prefetch"]
   for options in (cli_options.SessionOptions(),
                   cli_options.SessionOptions(replicas="auto", alpha=0.1),
@@ -97,6 +98,8 @@ def test_a_workers_command_parses_back_to_the_same_options():
     (["--no-prefetch", "--prefetch"], dict(prefetch=True)),
     (["--cluster-timeout", "90"], dict(cluster_timeout=90.0)),
     (["--cluster-timeout", "0.5"], dict(cluster_timeout=0.5)),
+    (["--heartbeat-timeout", "1"], dict(heartbeat_timeout=1.0)),
+    (["--heartbeat-timeout", "30"], dict(heartbeat_timeout=30.0)),
 ])
 def test_the_new_flags_reach_the_options(argv, options):
   assert _parse(argv) == cli_options.SessionOptions(**options)
@@ -122,6 +125,10 @@ def test_the_new_flags_reach_the_options(argv, options):
      "--cluster-timeout: must be a number of seconds > 0, got nan"),
     (["--cluster-timeout", "inf"],
      "--cluster-timeout: must be a number of seconds > 0, got inf"),
+    (["--heartbeat-timeout", "0.5"],
+     "--heartbeat-timeout: must be a number of seconds >= 1, got 0.5"),
+    (["--heartbeat-timeout", "inf"],
+     "--heartbeat-timeout: must be a number of seconds >= 1, got inf"),
     (["--prefetch=no"],
      "--prefetch/--no-prefetch: ignored explicit argument 'no'"),
 ])

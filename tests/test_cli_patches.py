@@ -17,8 +17,8 @@ TWO_CPUS = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
 # Every option away from its default (test_cli_options checks that).
 EVERY_OPTION = cli_options.SessionOptions(
     replicas=4, algorithm="ssgd", alpha=0.3, central_momentum=0.5,
-    nonfinite="raise", cluster_timeout=5.0, devices=("/cpu:0", "/cpu:1"),
-    prefetch=False)
+    nonfinite="raise", cluster_timeout=5.0, heartbeat_timeout=2.5,
+    devices=("/cpu:0", "/cpu:1"), prefetch=False)
 
 
 def test_remote_target_gets_a_plain_session():

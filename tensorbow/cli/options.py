@@ -18,16 +18,18 @@ from tensorbow import options as tb_options
 
 class SessionOptions(collections.namedtuple("SessionOptions", [
     "replicas", "algorithm", "alpha", "central_momentum", "nonfinite",
-    "cluster_timeout", "devices", "prefetch"])):
+    "cluster_timeout", "heartbeat_timeout", "devices", "prefetch"])):
   """Every `TensorBowSession` option `tensorbow-run` sets, with the
   session's defaults; `devices` is a tuple of device names or None."""
   __slots__ = ()
 
   def __new__(cls, replicas=2, algorithm="sma", alpha=None,
               central_momentum=0.9, nonfinite="propagate",
-              cluster_timeout=60.0, devices=None, prefetch=True):
+              cluster_timeout=60.0, heartbeat_timeout=4.0, devices=None,
+              prefetch=True):
     return super().__new__(cls, replicas, algorithm, alpha, central_momentum,
-                           nonfinite, cluster_timeout, devices, prefetch)
+                           nonfinite, cluster_timeout, heartbeat_timeout,
+                           devices, prefetch)
 
   def session_kwargs(self):
     """The keyword arguments of `TensorBowSession` (and of
@@ -85,6 +87,11 @@ def _seconds(text):
   # NaN and infinity are floats too, but no timeout.
   return number(text, float, lambda v: 0.0 < v < float("inf"),
                 "a number of seconds > 0")
+
+
+def _heartbeat(text):
+  return number(text, float, lambda v: 1.0 <= v < float("inf"),
+                "a number of seconds >= 1")
 
 
 def _devices(text):
@@ -157,6 +164,11 @@ _FLAGS = (
         type=_seconds, metavar="SECONDS", help="on a cluster of workers, "
         "the seconds a wave waits for the others before it fails "
         "(default: 60)"), _float),
+    _Flag("heartbeat_timeout", "--heartbeat-timeout", dict(
+        type=_heartbeat, metavar="SECONDS", help="on a cluster of workers, "
+        "the seconds a worker may send no heartbeat before the others fail "
+        "naming it (default: 4; a worker that dies is known within about a "
+        "second)"), _float),
     _Flag("devices", "--devices", dict(
         type=_devices, metavar="DEVICE,DEVICE,...", help="spread the "
         "replicas over these devices of each session, such as "

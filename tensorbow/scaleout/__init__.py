@@ -30,12 +30,14 @@ from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow import feeds
 
 
-def from_environ(timeout, environ=None):
+def from_environ(timeout, heartbeat_timeout, environ=None):
   """The ScaleOut of this process: `Workers` if `TF_CONFIG` (in `environ`,
   default os.environ) names a cluster, else `Alone`; `timeout`: seconds a
-  sum waits for the other workers."""
+  sum waits for the other workers; `heartbeat_timeout`: seconds of
+  silence that lose one."""
   found = tb_cluster.from_environ(environ)
-  return Alone() if found is None else Workers(found, timeout)
+  return (Alone() if found is None else
+          Workers(found, timeout, heartbeat_timeout))
 
 
 class Alone(object):
@@ -93,11 +95,14 @@ class Workers(Alone):
   Args:
     cluster: this worker's `cluster.Cluster`.
     timeout: seconds a sum waits for the other workers.
+    heartbeat_timeout: seconds of silence after which a worker is lost.
   """
 
-  def __init__(self, cluster, timeout):
+  def __init__(self, cluster, timeout,
+               heartbeat_timeout=tb_cluster.DEFAULT_HEARTBEAT_TIMEOUT):
     self.cluster = cluster
     self._timeout = timeout
+    self._heartbeat_timeout = heartbeat_timeout
     self._made = None  # the Reducer, made when first used
 
   @property
@@ -115,7 +120,9 @@ class Workers(Alone):
   @property
   def _reducer(self):
     if self._made is None:
-      self._made = tb_cluster.Reducer(self.cluster, self._timeout)
+      self._made = tb_cluster.Reducer(
+          self.cluster, self._timeout,
+          heartbeat_timeout=self._heartbeat_timeout)
     return self._made
 
   @property

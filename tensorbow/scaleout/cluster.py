@@ -8,18 +8,24 @@ a session's `Reducer` sums NumPy arrays over every worker with TensorFlow's
 collective all-reduce (gRPC between the servers), in a small graph of its
 own that runs on this worker's server. The training session itself stays
 in-process: what crosses workers is fetched, summed and fed back.
+
+A worker that dies or stops answering is found by the heartbeats
+(`heartbeat.py`) within a session's `heartbeat_timeout`: a sum under way
+is cancelled and fails naming it, as does every sum after.
 """
 import json
 import logging
 import os
-import socket
 import threading
 import time
 
 import numpy as np
 import tensorflow as tf
 
+from tensorbow.scaleout import heartbeat as tb_heartbeat
+
 DEFAULT_TIMEOUT = 60.0  # seconds a reduction waits for the other workers
+DEFAULT_HEARTBEAT_TIMEOUT = 4.0  # seconds of silence that lose a worker
 DEFAULT_START_TIMEOUT = 300.0  # seconds the first waits for them to start
 
 
@@ -136,7 +142,8 @@ def to_environ(cluster):
                      "task": {"type": "worker", "index": cluster.index}})
 
 
-_servers = {}  # (workers, index) -> the process's server for that task
+_servers = {}  # (workers, index) -> (the process's server for that task,
+#                                      its Heartbeat)
 _servers_lock = threading.Lock()
 _group_keys = [0]  # the last collective group key a reducer took
 
@@ -149,16 +156,39 @@ def server_config():
   return config
 
 
+def session_config(cluster):
+  """A reducer's session's ConfigProto: the servers', its runs seeing this
+  worker alone (the collectives reach the others themselves), so closing
+  the session to cancel a sum does not wait on a worker that is lost."""
+  config = server_config()
+  config.device_filters.append(f"/job:worker/task:{cluster.index}")
+  return config
+
+
 def server(cluster):
   """This process's `tf.distribute.Server` for its task in `cluster`,
-  started on first use (a port can be served once per process)."""
+  started on first use with the process's heartbeats (a port can be
+  served once per process)."""
+  return _started(cluster)[0]
+
+
+def heartbeat(cluster):
+  """This process's `heartbeat.Heartbeat` with the other workers of
+  `cluster`, started with the server."""
+  return _started(cluster)[1]
+
+
+def _started(cluster):
   key = (tuple(cluster.workers), cluster.index)
   with _servers_lock:
     if key not in _servers:
-      _servers[key] = tf.distribute.Server(
+      started = tf.distribute.Server(
           tf.train.ClusterSpec({"worker": cluster.workers}),
           job_name="worker", task_index=cluster.index,
           config=server_config(), start=True)
+      beats = tb_heartbeat.Heartbeat(cluster)
+      beats.start()
+      _servers[key] = (started, beats)
     return _servers[key]
 
 
@@ -172,24 +202,33 @@ class Reducer(object):
     cluster: the `Cluster`.
     timeout: seconds a sum waits for the other workers before it fails.
     start_timeout: seconds the first sum waits for them to start.
+    heartbeat_timeout: seconds a worker may be silent (no heartbeat)
+      before it is lost: a sum under way is cancelled, and it and every
+      later sum fail naming it.
   """
 
   def __init__(self, cluster, timeout=DEFAULT_TIMEOUT,
-               start_timeout=DEFAULT_START_TIMEOUT):
+               start_timeout=DEFAULT_START_TIMEOUT,
+               heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT):
     self._cluster = cluster
     self._timeout = float(timeout)
     self._start_timeout = float(start_timeout)
+    self._heartbeat_timeout = float(heartbeat_timeout)
     with _servers_lock:
       _group_keys[0] += 1
       self._group_key = _group_keys[0]
     self._graph = tf.Graph()
     self._session = None
     self._sums = {}  # (dtype, size) -> (placeholder, sum)
+    self._lost_seen = {}  # worker index -> seconds silent, once lost
+    self._cancel_lock = threading.Lock()
+    self._cancelling = False  # whether a lost worker's sum is cancelled
     self.seconds = 0.0  # in sums, once the workers had started
 
   def close(self):
-    if self._session is not None:
-      self._session.close()
+    with self._cancel_lock:
+      if self._session is not None and not self._cancelling:
+        self._session.close()
       self._session = None
 
   def sum(self, arrays, what):
@@ -253,32 +292,78 @@ class Reducer(object):
   def _run(self, ops, feeds, what):
     if self._session is None:
       self._wait_for_workers()
+      heartbeat(self._cluster).expect()
       self._session = tf.compat.v1.Session(
           server(self._cluster).target, graph=self._graph,
-          config=server_config())
+          config=session_config(self._cluster))
+    if self._lost_now(heartbeat(self._cluster).silent()):
+      raise self._lost_error(what, None)
+    stop = heartbeat(self._cluster).watch(self._cancel_if_lost)
     start = time.perf_counter()
     try:
       return self._session.run(ops, feeds)
     except tf.errors.OpError as e:
-      raise tf.errors.UnavailableError(
-          None, None,
-          f"TensorBow: worker {self._cluster.index} of "
-          f"{self._cluster.num_workers} lost the others during {what}: "
-          f"{self._lost()} ({type(e).__name__}: "
-          f"{e.message.splitlines()[0]})") from None
+      raise self._lost_error(what, e) from None
     finally:
+      stop()
       self.seconds += time.perf_counter() - start
 
-  def _lost(self):
-    """Which other workers look lost: not listening, or (all listening)
-    not answering within the timeout."""
-    down = [i for i in self._others() if not _listening(
-        self._cluster.workers[i], 2.0)]
-    if down:
-      return ", ".join(f"worker {i} ({self._cluster.workers[i]}) is gone"
-                       for i in down)
-    return (f"a worker did not answer within {self._timeout:g} s (workers "
-            f"{', '.join(str(i) for i in self._others())} still listen)")
+  def _lost_now(self, silent):
+    """Records, and returns, the workers `silent` ({index: seconds}) says
+    are lost."""
+    for i, seconds in silent.items():
+      if seconds >= self._heartbeat_timeout:
+        self._lost_seen.setdefault(i, seconds)
+    return self._lost_seen
+
+  def _cancel_if_lost(self, silent):
+    """On the heartbeat's thread: cancels the sum under way once a worker
+    is lost, by closing the session on a thread of its own."""
+    with self._cancel_lock:
+      if (self._cancelling or self._session is None or
+          not self._lost_now(silent)):
+        return
+      self._cancelling = True
+      threading.Thread(target=self._session.close, daemon=True,
+                       name="tensorbow-cancel-sum").start()
+
+  def _lost_error(self, what, error):
+    """The UnavailableError of a sum (`what`) that failed with `error`
+    (None: refused before it ran) naming the workers that look lost."""
+    cause = "" if error is None else (
+        f" ({type(error).__name__}: {error.message.splitlines()[0]})")
+    return tf.errors.UnavailableError(
+        None, None,
+        f"TensorBow: worker {self._cluster.index} of "
+        f"{self._cluster.num_workers} lost the others during {what}: "
+        f"{self._lost(wait=error is not None)}{cause}")
+
+  def _lost(self, wait):
+    """Which other workers look lost: not listening, silent past the
+    heartbeat timeout, or (neither) not answering within the timeout.
+    With `wait`, a sum failed before the heartbeats knew why (another
+    survivor's sum was cancelled first, say): gives them until the bound
+    to find the worker."""
+    deadline = time.monotonic() + (
+        self._heartbeat_timeout + tb_heartbeat.PROBE_AFTER + 1.0 if wait
+        else 0.0)
+    while True:
+      silent = self._lost_now(heartbeat(self._cluster).silent())
+      said = []
+      for i in self._others():
+        address = self._cluster.workers[i]
+        if not tb_heartbeat.listening(address, 1.0):
+          said.append(f"worker {i} ({address}) is gone")
+        elif i in silent:
+          said.append(f"worker {i} ({address}) did not answer heartbeats "
+                      f"for {self._heartbeat_timeout:g} s")
+      if said:
+        return ", ".join(said)
+      if time.monotonic() >= deadline:
+        return (f"a worker did not answer within {self._timeout:g} s "
+                f"(workers {', '.join(str(i) for i in self._others())} "
+                "still listen)")
+      time.sleep(0.1)
 
   def _others(self):
     return [i for i in range(self._cluster.num_workers)
@@ -293,7 +378,7 @@ class Reducer(object):
     waiting = self._others()
     while True:
       waiting = [i for i in waiting
-                 if not _listening(self._cluster.workers[i], 1.0)]
+                 if not tb_heartbeat.listening(self._cluster.workers[i], 1.0)]
       if not waiting:
         return
       names = ", ".join(f"worker {i} ({self._cluster.workers[i]})"
@@ -309,13 +394,3 @@ class Reducer(object):
             names)
         said = time.monotonic() + 10.0
       time.sleep(0.2)
-
-
-def _listening(address, timeout):
-  """Whether a server accepts connections at "host:port"."""
-  host, _, port = address.rpartition(":")
-  try:
-    with socket.create_connection((host, int(port)), timeout=timeout):
-      return True
-  except OSError:
-    return False

@@ -1,0 +1,186 @@
+"""Heartbeats between the workers of a cluster: how a worker learns in
+seconds that another died or stopped answering, beside the waves rather
+than inside them (a slow wave is not a failure).
+
+Each worker process sends a small UDP datagram every `INTERVAL` seconds
+to every other worker, at the host and port number of that worker's
+TensorFlow server (UDP and TCP ports are apart, so the number names both),
+and notes when it last heard from each. A worker silent for a second is
+probed over TCP: a port that refuses connections means the process is
+gone, known at once. A worker still listening (stopped, hung, cut off)
+is lost once it has been silent for a session's `heartbeat_timeout`.
+
+The heartbeats run on a Python thread, so a worker whose own Python holds
+the interpreter lock for longer than the timeout would look lost to the
+others; TensorFlow's runs and TensorBow's waves release it.
+"""
+import logging
+import socket
+import threading
+import time
+
+INTERVAL = 0.25  # seconds between a worker's heartbeats
+PROBE_AFTER = 1.0  # seconds of silence before a worker's port is probed
+_MAGIC = b"tensorbow-heartbeat"
+
+
+class Heartbeat(object):
+  """This process's heartbeats with the other workers of `cluster`.
+
+  Args:
+    cluster: this worker's `cluster.Cluster`.
+    interval: seconds between heartbeats.
+    listening: `listening(address)`, whether a server accepts connections
+      at "host:port" (the probe).
+    clock: seconds, monotonic.
+  """
+
+  def __init__(self, cluster, interval=INTERVAL, listening=None,
+               clock=time.monotonic):
+    self._cluster = cluster
+    self._interval = interval
+    self._listening = listening or listening_now
+    self._clock = clock
+    self._lock = threading.Lock()
+    self._heard = {}  # worker index -> when last heard (or expected from)
+    self._gone = {}  # worker index -> when its port refused connections
+    self._probed = {}  # worker index -> when last probed
+    self._watchers = []
+    self._closed = threading.Event()
+    self._socket = None
+    self._thread = None
+    self._tag = _MAGIC + b" " + ",".join(cluster.workers).encode()
+
+  def start(self):
+    """Binds this worker's UDP port and starts beating; without the port
+    (taken by another program), says so and only probes."""
+    host, _, port = self._cluster.workers[self._cluster.index].rpartition(":")
+    sock = socket.socket(_family(host), socket.SOCK_DGRAM)
+    try:
+      sock.bind(("", int(port)))
+    except OSError as e:
+      sock.close()
+      logging.getLogger("tensorbow").warning(
+          "TensorBow: worker %d cannot take UDP port %s for heartbeats (%s): "
+          "a worker that stops answering is found only by the cluster "
+          "timeout", self._cluster.index, port, e)
+      sock = None
+    else:
+      sock.settimeout(self._interval)
+    self._socket = sock
+    self._thread = threading.Thread(target=self._beat, daemon=True,
+                                    name="tensorbow-heartbeat")
+    self._thread.start()
+
+  def expect(self):
+    """From now on, counts the silence of every other worker not yet
+    heard (called once all of them listen)."""
+    now = self._clock()
+    with self._lock:
+      for i in self._others():
+        self._heard.setdefault(i, now)
+
+  def silent(self):
+    """{worker index: seconds since last heard} for the workers expected;
+    a worker whose port refused connections is silent forever (inf)."""
+    now = self._clock()
+    with self._lock:
+      return {i: float("inf") if i in self._gone else now - t
+              for i, t in self._heard.items()}
+
+  def watch(self, watcher):
+    """Calls `watcher(silent)` after every heartbeat, on the heartbeat's
+    thread (keep it short); returns a function that stops it."""
+    with self._lock:
+      self._watchers.append(watcher)
+
+    def stop():
+      with self._lock:
+        if watcher in self._watchers:
+          self._watchers.remove(watcher)
+    return stop
+
+  def close(self):
+    self._closed.set()
+    if self._thread is not None:
+      self._thread.join()
+    if self._socket is not None:
+      self._socket.close()
+
+  def _others(self):
+    return [i for i in range(self._cluster.num_workers)
+            if i != self._cluster.index]
+
+  def _beat(self):
+    message = self._tag + b" %d" % self._cluster.index
+    peers = {i: _address(self._cluster.workers[i]) for i in self._others()}
+    next_beat = self._clock()
+    while not self._closed.is_set():
+      now = self._clock()
+      if now >= next_beat:
+        next_beat = now + self._interval
+        if self._socket is not None:
+          for address in peers.values():
+            try:
+              self._socket.sendto(message, address)
+            except OSError:
+              pass  # an unresolved or unreachable peer stays silent
+        self._probe(now)
+        silent = self.silent()
+        with self._lock:
+          watchers = list(self._watchers)
+        for watcher in watchers:
+          watcher(silent)
+      self._receive(max(next_beat - self._clock(), 0.0))
+
+  def _receive(self, seconds):
+    if self._socket is None:
+      self._closed.wait(seconds)
+      return
+    self._socket.settimeout(max(seconds, 1e-3))
+    try:
+      data, _ = self._socket.recvfrom(1024)
+    except OSError:  # the timeout, mostly
+      return
+    tag, _, index = data.rpartition(b" ")
+    if tag != self._tag or not index.isdigit():
+      return  # another job's, or not a heartbeat
+    index = int(index)
+    if index in self._others():
+      with self._lock:
+        self._heard[index] = self._clock()
+
+  def _probe(self, now):
+    """Asks the port of every worker silent for PROBE_AFTER seconds, once
+    a second, whether it still accepts connections."""
+    for i, seconds in self.silent().items():
+      if (seconds < PROBE_AFTER or i in self._gone or
+          now - self._probed.get(i, -PROBE_AFTER) < PROBE_AFTER):
+        continue
+      self._probed[i] = now
+      if not self._listening(self._cluster.workers[i]):
+        with self._lock:
+          self._gone[i] = now
+
+
+def listening_now(address):
+  """Whether a server accepts connections at "host:port", asked briefly."""
+  return listening(address, 0.5)
+
+
+def _address(worker):
+  host, _, port = worker.rpartition(":")
+  return host.strip("[]"), int(port)
+
+
+def _family(host):
+  return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def listening(address, timeout):
+  """Whether a server accepts connections at "host:port"."""
+  try:
+    with socket.create_connection(_address(address), timeout=timeout):
+      return True
+  except OSError:
+    return False

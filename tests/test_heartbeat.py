@@ -1,0 +1,152 @@
+"""Heartbeats between workers (scaleout/heartbeat.py): in one process, two
+workers' heartbeats on free ports of 127.0.0.1, and what a reducer makes
+of them. The jobs that kill or stop a worker are in test_workers.py."""
+import socket
+import time
+
+import pytest
+
+from tensorbow.cli import launch
+from tensorbow.scaleout import cluster as tb_cluster
+from tensorbow.scaleout import heartbeat as tb_heartbeat
+
+pytestmark = pytest.mark.mode_independent
+
+INTERVAL = 0.05
+
+
+def _wait_for(condition, seconds=5.0):
+  deadline = time.monotonic() + seconds
+  while not condition():
+    if time.monotonic() > deadline:
+      return False
+    time.sleep(0.01)
+  return True
+
+
+def _pair(listening=lambda address: True):
+  addresses = launch.free_addresses(2)
+  beats = [tb_heartbeat.Heartbeat(tb_cluster.Cluster(addresses, k),
+                                  interval=INTERVAL, listening=listening)
+           for k in range(2)]
+  for b in beats:
+    b.start()
+    b.expect()
+  return addresses, beats
+
+
+def test_workers_that_beat_are_heard_within_an_interval_or_two():
+  _, beats = _pair()
+  try:
+    time.sleep(10 * INTERVAL)
+    for k, b in enumerate(beats):
+      silent = b.silent()
+      assert list(silent) == [1 - k]
+      assert silent[1 - k] < 4 * INTERVAL, silent
+  finally:
+    for b in beats:
+      b.close()
+
+
+def test_a_worker_that_stops_beating_grows_silent_and_is_probed():
+  probed = []
+
+  def listening(address):
+    probed.append(address)
+    return True  # still listening: stopped, not gone
+
+  addresses, beats = _pair(listening)
+  try:
+    assert _wait_for(lambda: beats[0].silent()[1] < 4 * INTERVAL)
+    beats[1].close()
+    stopped = time.monotonic()
+    assert _wait_for(
+        lambda: beats[0].silent()[1] > tb_heartbeat.PROBE_AFTER + 0.2)
+    silent = beats[0].silent()[1]
+    assert silent <= time.monotonic() - stopped + 2 * INTERVAL
+    assert silent != float("inf")
+    assert addresses[1] in probed
+  finally:
+    beats[0].close()
+
+
+def test_a_worker_whose_port_refuses_is_gone_at_the_first_probe():
+  _, beats = _pair(lambda address: False)
+  try:
+    beats[1].close()
+    closed = time.monotonic()
+    assert _wait_for(lambda: beats[0].silent()[1] == float("inf"))
+    assert time.monotonic() - closed < tb_heartbeat.PROBE_AFTER + 1.0
+  finally:
+    beats[0].close()
+
+
+def _lone(addresses, listening):
+  """Worker 0's heartbeat, started, with no worker 1 beating."""
+  lone = tb_heartbeat.Heartbeat(tb_cluster.Cluster(addresses, 0),
+                                interval=INTERVAL, listening=listening)
+  lone.start()
+  return lone
+
+
+def test_a_worker_never_heard_counts_from_when_it_was_expected():
+  lone = _lone(launch.free_addresses(2), lambda address: True)
+  try:
+    assert lone.silent() == {}  # not expected yet: no clock runs
+    lone.expect()
+    time.sleep(0.3)
+    assert 0.3 <= lone.silent()[1] < 1.0
+  finally:
+    lone.close()
+
+
+def test_datagrams_of_another_job_or_not_heartbeats_are_ignored():
+  addresses = launch.free_addresses(2)
+  lone = _lone(addresses, lambda address: True)
+  lone.expect()
+  host, port = addresses[0].split(":")
+  sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+  other = ",".join(launch.free_addresses(2)).encode()
+  try:
+    time.sleep(0.5)
+    for _ in range(20):
+      for junk in (b"hello 1", b"tensorbow-heartbeat " + other + b" 1",
+                   b"tensorbow-heartbeat " +
+                   ",".join(addresses).encode() + b" 0"):
+        sender.sendto(junk, (host, int(port)))
+      time.sleep(0.01)
+    assert lone.silent()[1] >= 0.5
+  finally:
+    sender.close()
+    lone.close()
+
+
+def test_watchers_see_every_beat_until_stopped():
+  _, beats = _pair()
+  seen = []
+  try:
+    stop = beats[0].watch(seen.append)
+    assert _wait_for(lambda: len(seen) >= 3)
+    stop()
+    time.sleep(2 * INTERVAL)
+    count = len(seen)
+    time.sleep(4 * INTERVAL)
+    assert len(seen) == count
+    assert all(list(s) == [1] for s in seen)
+  finally:
+    for b in beats:
+      b.close()
+
+
+def test_a_port_taken_leaves_the_probe_alone(caplog):
+  addresses = launch.free_addresses(2)
+  host, port = addresses[0].split(":")
+  with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+    taken.bind(("", int(port)))
+    lone = _lone(addresses, lambda address: False)
+  try:
+    lone.expect()
+    assert "cannot take UDP port" in caplog.text
+    assert _wait_for(lambda: lone.silent()[1] == float("inf"))
+  finally:
+    lone.close()
