@@ -22,7 +22,7 @@ Settings = collections.namedtuple("Settings", [
 
 def check_options(replicas=2, algorithm="sma", alpha=None,
                   central_momentum=0.9, nonfinite="propagate", workers=1,
-                  cluster_timeout=60.0, heartbeat_timeout=4.0, devices=1,
+                  cluster_timeout=60.0, heartbeat_timeout=3.0, devices=1,
                   prefetch=True):
   """Checks `TensorBowSession`'s options; returns the algorithm resolved for
   `replicas` on each of `workers` workers (for "auto", for the one

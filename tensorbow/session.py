@@ -86,7 +86,7 @@ class TensorBowSession(compat.SessionInterface):
   def __init__(self, target="", graph=None, config=None, *, replicas=2,
                algorithm="sma", alpha=None, central_momentum=0.9,
                nonfinite="propagate", cluster_timeout=60.0,
-               heartbeat_timeout=4.0, devices=None, prefetch=True):
+               heartbeat_timeout=3.0, devices=None, prefetch=True):
     self._scale = scaleout.from_environ(cluster_timeout, heartbeat_timeout)
     self._workers = self._scale.workers
     devices = tb_devices.check(devices)

@@ -25,7 +25,7 @@ class SessionOptions(collections.namedtuple("SessionOptions", [
 
   def __new__(cls, replicas=2, algorithm="sma", alpha=None,
               central_momentum=0.9, nonfinite="propagate",
-              cluster_timeout=60.0, heartbeat_timeout=4.0, devices=None,
+              cluster_timeout=60.0, heartbeat_timeout=3.0, devices=None,
               prefetch=True):
     return super().__new__(cls, replicas, algorithm, alpha, central_momentum,
                            nonfinite, cluster_timeout, heartbeat_timeout,
@@ -167,7 +167,7 @@ _FLAGS = (
     _Flag("heartbeat_timeout", "--heartbeat-timeout", dict(
         type=_heartbeat, metavar="SECONDS", help="on a cluster of workers, "
         "the seconds a worker may send no heartbeat before the others fail "
-        "naming it (default: 4; a worker that dies is known within about a "
+        "naming it (default: 3; a worker that dies is known within about a "
         "second)"), _float),
     _Flag("devices", "--devices", dict(
         type=_devices, metavar="DEVICE,DEVICE,...", help="spread the "

@@ -25,7 +25,7 @@ import tensorflow as tf
 from tensorbow.scaleout import heartbeat as tb_heartbeat
 
 DEFAULT_TIMEOUT = 60.0  # seconds a reduction waits for the other workers
-DEFAULT_HEARTBEAT_TIMEOUT = 4.0  # seconds of silence that lose a worker
+DEFAULT_HEARTBEAT_TIMEOUT = 3.0  # seconds of silence that lose a worker
 DEFAULT_START_TIMEOUT = 300.0  # seconds the first waits for them to start
 
 
