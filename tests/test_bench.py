@@ -491,3 +491,13 @@ def test_lenet_bound_trains_each_replica_as_its_own_lenet():
       got = replica_slice(name, after[name], r)
       assert not np.allclose(got, replica_slice(name, values[name], r))
       np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+# Starts worker processes: slow tier. The mode is the workers' own (v1).
+@pytest.mark.slow
+@pytest.mark.mode_independent
+def test_lost_worker_times_the_survivors_and_checks_they_named_it():
+  from benchmarks import lost_worker  # pylint: disable=g-import-not-at-top
+  took, named = lost_worker.measure(2, "kill", 2, 3.0)
+  assert len(took) == 1 and 0 < took[0] < 10, took
+  assert named
