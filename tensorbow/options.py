@@ -1,6 +1,7 @@
 """`TensorBowSession`'s options, checked before anything is built, and the
 settings a session trains with."""
 import collections
+import os
 
 from tensorbow import algorithms
 from tensorbow import devices as tb_devices
@@ -23,7 +24,7 @@ Settings = collections.namedtuple("Settings", [
 def check_options(replicas=2, algorithm="sma", alpha=None,
                   central_momentum=0.9, nonfinite="propagate", workers=1,
                   cluster_timeout=60.0, heartbeat_timeout=3.0, devices=1,
-                  prefetch=True):
+                  prefetch=True, timeline=None, logdir=None, progress=None):
   """Checks `TensorBowSession`'s options; returns the algorithm resolved for
   `replicas` on each of `workers` workers (for "auto", for the one
   replica it starts with), spread over `devices` devices.
@@ -40,6 +41,15 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
                      f"{replicas!r}")
   if not isinstance(prefetch, bool):
     raise ValueError(f"prefetch must be True or False, got {prefetch!r}")
+  for name, value in (("timeline", timeline), ("logdir", logdir)):
+    if value is not None and not (isinstance(value, (str, os.PathLike)) and
+                                  os.fspath(value)):
+      raise ValueError(f"{name} must be a path or None, got {value!r}")
+  if progress is not None and (
+      isinstance(progress, bool) or not isinstance(progress, (int, float))
+      or not 0 < progress < float("inf")):
+    raise ValueError(f"progress must be a number of seconds > 0 or None, "
+                     f"got {progress!r}")
   if (isinstance(cluster_timeout, bool) or
       not isinstance(cluster_timeout, (int, float)) or
       not cluster_timeout > 0):

@@ -214,6 +214,27 @@ class ReplicaState(object):
       total += dtype.size * shape.num_elements()
     return total
 
+  def distances(self):
+    """A float64 vector: each replica's L2 distance from the central model
+    over the replicated model variables; None if none has replicas."""
+    names = tuple(sorted(n for n in self._seeds
+                         if self._kinds.get(n) == "model"))
+    if not names:
+      return None
+
+    def build():
+      total = 0.0
+      for name in names:
+        copies = self._replicated[name]
+        central = graph_util.read(self._graph.get_operation_by_name(name))
+        apart = tf.cast(copies.stacked(), tf.float64) - tf.cast(
+            central, tf.float64)
+        total += tf.reduce_sum(tf.reshape(tf.square(apart),
+                                          [copies.num_replicas, -1]), 1)
+      return tf.sqrt(total)
+
+    return self._builder.once("distances", names, build)
+
   def pending_seed(self):
     """The replicated variables to be seeded from the central model
     before the next training run."""

@@ -20,6 +20,7 @@ from tensorbow import checkpoint
 from tensorbow import compat
 from tensorbow import devices as tb_devices
 from tensorbow import execution
+from tensorbow import observe
 from tensorbow import options
 from tensorbow import planner
 from tensorbow import prefetch as tb_prefetch
@@ -70,6 +71,11 @@ class TensorBowSession(compat.SessionInterface):
       `tf.data` iterator's `get_next()`, a queue's dequeue) pulls the next
       wave's elements while its wave computes; False takes them only when
       a wave asks for them.
+    timeline: a path: write a Chrome trace of the training runs there
+      (observe.py; with several workers, each its own ".worker<k>" file).
+    logdir: a directory: write TensorBoard scalars of the training runs
+      there (with several workers, a "worker<k>" directory under it).
+    progress: seconds: print a progress line that often.
 
   With `TF_CONFIG` naming two or more workers, this process is one of
   them: it trains `replicas` replicas on its own contiguous part of every
@@ -86,14 +92,16 @@ class TensorBowSession(compat.SessionInterface):
   def __init__(self, target="", graph=None, config=None, *, replicas=2,
                algorithm="sma", alpha=None, central_momentum=0.9,
                nonfinite="propagate", cluster_timeout=60.0,
-               heartbeat_timeout=3.0, devices=None, prefetch=True):
+               heartbeat_timeout=3.0, devices=None, prefetch=True,
+               timeline=None, logdir=None, progress=None):
     self._scale = scaleout.from_environ(cluster_timeout, heartbeat_timeout)
     self._workers = self._scale.workers
     devices = tb_devices.check(devices)
     options.check_options(replicas, algorithm, alpha, central_momentum,
                           nonfinite, self._workers, cluster_timeout,
                           heartbeat_timeout,
-                          len(devices) if devices else 1, prefetch)
+                          len(devices) if devices else 1, prefetch,
+                          timeline, logdir, progress)
     # Resolved for L whenever L is set (replicas="auto" changes it).
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)
@@ -124,6 +132,7 @@ class TensorBowSession(compat.SessionInterface):
     self._closed = False
     self._context = None
     self.counts = {"training_runs": 0}  # completed; outlives the session
+    self._observer = observe.make(timeline, logdir, progress, self._scale)
     self._settings = self._runtime = self._planner = self._trainer = None
     self.retune(1 if self._tuner is not None else replicas)
 
@@ -248,6 +257,7 @@ class TensorBowSession(compat.SessionInterface):
       self._session.close()  # cancels a pull waiting on an empty queue
       self._inputs.join()
       self._scale.close()
+      self._observer.close()
 
   def _check_open(self):
     if self._closed:
@@ -368,12 +378,16 @@ class TensorBowSession(compat.SessionInterface):
   def _train(self, route, fed_values, options, run_metadata):
     """A training run; with replicas="auto", timed for the auto-tuner,
     which may change the setting for the next."""
-    if self._tuner is None:
-      return self._trainer.train(route, fed_values, options,
-                                 run_metadata).results
-    start = time.perf_counter()
+    start = time.monotonic()
     trained = self._trainer.train(route, fed_values, options, run_metadata)
-    seconds = time.perf_counter() - start
+    seconds = time.monotonic() - start
+    self._observer.wave(
+        start, start + seconds, trained.rows, self.replicas, self._runtime,
+        self._scale.take_sums(),
+        self._trainer.replica_distances()
+        if self._observer.wants_distances() else None)
+    if self._tuner is None:
+      return trained.results
     current = (self.replicas, self._runtime.num_stream_groups,
                self._runtime.inline)
     # Each replica's own element of `batch` rows: L b rows a run, weighed

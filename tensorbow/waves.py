@@ -125,6 +125,11 @@ class Trainer(object):
     """What a checkpoint's replica state must have been saved with."""
     return dict(self._config)
 
+  def replica_distances(self):
+    """Each replica's L2 distance from the central model ([] with none)."""
+    distances = self._state.distances() if self._state.in_use else None
+    return [] if distances is None else list(self._session.run(distances))
+
   def replica_state(self):
     """{key: value} of every replica's state (seeded first if due)."""
     self._seed_replicas()

@@ -2,6 +2,7 @@
 `SessionOptions` with every `TensorBowSession` option, a flag for each,
 and the worker's command line that parses back to the same object."""
 import inspect
+import os
 import re
 
 import pytest
@@ -26,7 +27,10 @@ SESSION_PARAMETERS = {
 EVERY_OPTION = cli_options.SessionOptions(
     replicas=4, algorithm="ssgd", alpha=0.3, central_momentum=0.5,
     nonfinite="raise", cluster_timeout=5.0, heartbeat_timeout=2.5,
-    devices=("/cpu:0", "/cpu:1"), prefetch=False)
+    devices=("/cpu:0", "/cpu:1"), prefetch=False,
+    # Written at a first training run, which these tests do not make.
+    timeline="/nowhere/timeline.json", logdir="/nowhere/logs",
+    progress=30.0)
 
 
 def _parse(argv):
@@ -55,7 +59,8 @@ def test_help_lists_a_flag_for_every_session_option(capsys):
                  for flag in (name, name.replace("_", "-")))]
   assert not missing, text
   for flag in ("--devices", "--prefetch", "--no-prefetch",
-               "--cluster-timeout", "--heartbeat-timeout"):
+               "--cluster-timeout", "--heartbeat-timeout", "--timeline",
+               "--logdir", "--progress"):
     assert flag in text
 
 
@@ -69,8 +74,9 @@ def test_every_option_parses_back_from_its_flags():
       "--replicas", "4", "--algorithm", "ssgd", "--alpha", "0.3",
       "--central_momentum", "0.5", "--nonfinite", "raise",
       "--cluster-timeout", "5.0", "--heartbeat-timeout", "2.5",
-      "--devices", "/cpu:0,/cpu:1",
-      "--no-prefetch"]
+      "--devices", "/cpu:0,/cpu:1", "--no-prefetch",
+      "--timeline", "/nowhere/timeline.json", "--logdir", "/nowhere/logs",
+      "--progress", "30.0"]
   for options in (cli_options.SessionOptions(),
                   cli_options.SessionOptions(replicas="auto", alpha=0.1),
                   cli_options.SessionOptions(alpha=1.0 / 3.0,
@@ -100,6 +106,9 @@ def test_a_workers_command_parses_back_to_the_same_options():
     (["--cluster-timeout", "0.5"], dict(cluster_timeout=0.5)),
     (["--heartbeat-timeout", "1"], dict(heartbeat_timeout=1.0)),
     (["--heartbeat-timeout", "30"], dict(heartbeat_timeout=30.0)),
+    (["--timeline", "t.json"], dict(timeline=os.path.abspath("t.json"))),
+    (["--logdir", "/l"], dict(logdir="/l")),
+    (["--progress", "5"], dict(progress=5.0)),
 ])
 def test_the_new_flags_reach_the_options(argv, options):
   assert _parse(argv) == cli_options.SessionOptions(**options)
@@ -129,6 +138,9 @@ def test_the_new_flags_reach_the_options(argv, options):
      "--heartbeat-timeout: must be a number of seconds >= 1, got 0.5"),
     (["--heartbeat-timeout", "inf"],
      "--heartbeat-timeout: must be a number of seconds >= 1, got inf"),
+    (["--timeline", ""], "--timeline: must be a path, got ''"),
+    (["--progress", "0"], "--progress: must be a number of seconds > 0, got "
+     "0"),
     (["--prefetch=no"],
      "--prefetch/--no-prefetch: ignored explicit argument 'no'"),
 ])

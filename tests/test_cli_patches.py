@@ -18,7 +18,10 @@ TWO_CPUS = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
 EVERY_OPTION = cli_options.SessionOptions(
     replicas=4, algorithm="ssgd", alpha=0.3, central_momentum=0.5,
     nonfinite="raise", cluster_timeout=5.0, heartbeat_timeout=2.5,
-    devices=("/cpu:0", "/cpu:1"), prefetch=False)
+    devices=("/cpu:0", "/cpu:1"), prefetch=False,
+    # Written at a first training run, which these tests do not make.
+    timeline="/nowhere/timeline.json", logdir="/nowhere/logs",
+    progress=30.0)
 
 
 def test_remote_target_gets_a_plain_session():

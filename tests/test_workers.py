@@ -7,6 +7,7 @@ in time; every process they start is stopped before they return. The
 fast tier keeps one such job per algorithm; failures, restarts and real
 scripts are in the slow tier.
 """
+import glob
 import io
 import json
 import os
@@ -810,3 +811,56 @@ def test_tensorbow_run_takes_workers_and_hosts(tmp_path):
        "--worker-index", "0", str(script)],
       env=_environ(), capture_output=True, timeout=120)
   assert bad.returncode == 2 and b"two or more workers" in bad.stderr
+
+
+TIMELINE_SCRIPT = """\
+import numpy as np
+import tensorflow as tf
+{mode}
+rng = np.random.RandomState(3)
+x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+w = tf.compat.v1.get_variable("w", initializer=rng.randn(3, 1).astype("f"))
+loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+with tf.compat.v1.Session() as sess:
+  sess.run(tf.compat.v1.global_variables_initializer())
+  for _ in range(6):
+    sess.run(train, {{x: rng.randn(8, 3), y: rng.randn(8, 1)}})
+"""
+
+
+@pytest.mark.slow
+def test_two_workers_write_one_timeline_and_their_own_scalars(
+    tmp_path, tf_mode_statement):
+  script = tmp_path / "job.py"
+  script.write_text(TIMELINE_SCRIPT.format(mode=tf_mode_statement))
+  timeline, logdir = tmp_path / "timeline.json", tmp_path / "logs"
+  done = subprocess.run(
+      [sys.executable, "-m", "tensorbow.run", "--workers", "2",
+       "--replicas", "2", "--timeline", str(timeline), "--logdir",
+       str(logdir), str(script)],
+      env=_environ(), capture_output=True, text=True, timeout=240)
+  assert done.returncode == 0, done.stderr[-3000:]
+  events = json.loads(timeline.read_text())
+  for event in events:
+    assert {"ph", "ts", "dur", "pid", "tid"} <= set(event), event
+  for pid in (0, 1):
+    mine = [e for e in events if e["pid"] == pid]
+    tracks = sorted(e["args"]["name"] for e in mine
+                    if e["name"] == "thread_name")
+    assert tracks == ["stream group 0", "stream group 1", "waves",
+                      "workers"], tracks
+    waves = [e for e in mine if e["name"].startswith("wave ")]
+    assert len(waves) == 6
+    sums = [e for e in mine if e["name"] == "sum over the workers"]
+    # Worker 0's model taken before wave 1, then a sum after each wave.
+    assert len(sums) >= 6, sums
+    assert all(e["ph"] == "X" and e["dur"] > 0 for e in waves + sums)
+  for k in (0, 1):
+    files = glob.glob(str(logdir / f"worker{k}" / "events.out.tfevents.*"))
+    assert len(files) == 1, files
+    workers = [v.simple_value
+               for e in tf.compat.v1.train.summary_iterator(files[0])
+               for v in e.summary.value if v.tag == "workers"]
+    assert workers == [2.0] * 6

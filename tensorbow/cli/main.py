@@ -41,6 +41,7 @@ import runpy
 import sys
 
 from tensorbow.scaleout import cluster as tb_cluster
+from tensorbow import observe
 from tensorbow import session as tb_session
 from tensorbow.cli import launch
 from tensorbow.cli import options as cli_options
@@ -150,9 +151,12 @@ def main(argv=None):
   except ValueError as e:
     command.error(str(e))
   if args.workers > 1:
-    return launch.run_workers(
+    status = launch.run_workers(
         worker_command(options, args.script, args.script_args),
         args.workers, args.threads)
+    if options.timeline is not None:
+      _merge_timelines(options.timeline, args.workers)
+    return status
   print(f"tensorbow-run: {args.script} runs with TensorBowSession, "
         f"{options.replicas} replicas (algorithm {options.algorithm})",
         file=sys.stderr, flush=True)
@@ -169,6 +173,16 @@ def main(argv=None):
     sys.path[:] = saved_path
     print(report, file=sys.stderr, flush=True)
   return 0
+
+
+def _merge_timelines(path, workers):
+  """Joins the workers' timelines (those written) into one at `path`."""
+  written = [p for p in (observe.worker_path(path, k, workers)
+                         for k in range(workers)) if os.path.isfile(p)]
+  if written:
+    observe.merge(written, path)
+    print(f"tensorbow-run: timeline of {len(written)} workers: {path}",
+          file=sys.stderr, flush=True)
 
 
 def worker_command(options, script, script_args):

@@ -10,6 +10,7 @@ another.
 """
 import argparse
 import collections
+import os
 
 import tensorflow as tf
 
@@ -18,7 +19,8 @@ from tensorbow import options as tb_options
 
 class SessionOptions(collections.namedtuple("SessionOptions", [
     "replicas", "algorithm", "alpha", "central_momentum", "nonfinite",
-    "cluster_timeout", "heartbeat_timeout", "devices", "prefetch"])):
+    "cluster_timeout", "heartbeat_timeout", "devices", "prefetch",
+    "timeline", "logdir", "progress"])):
   """Every `TensorBowSession` option `tensorbow-run` sets, with the
   session's defaults; `devices` is a tuple of device names or None."""
   __slots__ = ()
@@ -26,10 +28,10 @@ class SessionOptions(collections.namedtuple("SessionOptions", [
   def __new__(cls, replicas=2, algorithm="sma", alpha=None,
               central_momentum=0.9, nonfinite="propagate",
               cluster_timeout=60.0, heartbeat_timeout=3.0, devices=None,
-              prefetch=True):
+              prefetch=True, timeline=None, logdir=None, progress=None):
     return super().__new__(cls, replicas, algorithm, alpha, central_momentum,
                            nonfinite, cluster_timeout, heartbeat_timeout,
-                           devices, prefetch)
+                           devices, prefetch, timeline, logdir, progress)
 
   def session_kwargs(self):
     """The keyword arguments of `TensorBowSession` (and of
@@ -87,6 +89,12 @@ def _seconds(text):
   # NaN and infinity are floats too, but no timeout.
   return number(text, float, lambda v: 0.0 < v < float("inf"),
                 "a number of seconds > 0")
+
+
+def _path(text):
+  if not text:
+    raise argparse.ArgumentTypeError("must be a path, got ''")
+  return os.path.abspath(text)  # the workers' too, whatever their cwd
 
 
 def _heartbeat(text):
@@ -179,6 +187,17 @@ _FLAGS = (
         action=argparse.BooleanOptionalAction, help="pull the next wave's "
         "input pipeline elements while a wave computes (default: "
         "--prefetch)"), None),
+    _Flag("timeline", "--timeline", dict(
+        type=_path, metavar="FILE", help="write a Chrome trace of the "
+        "training runs (chrome://tracing, Perfetto); with --workers, one "
+        "file of every worker"), _text),
+    _Flag("logdir", "--logdir", dict(
+        type=_path, metavar="DIR", help="write TensorBoard scalars of the "
+        "training runs: wave time, images/s, L, workers, each replica's "
+        "distance from the central model"), _text),
+    _Flag("progress", "--progress", dict(
+        type=_seconds, metavar="SECONDS", help="print a progress line this "
+        "often (waves, images/s, L)"), _float),
 )
 
 

@@ -17,7 +17,7 @@ cluster (`scaleout/cluster.py`), which sums over the workers with its
 - `merge`: after the wave, an algorithm's merge over every worker's
   replicas in place of the worker's own;
 - `seconds`: the time spent summing, which the scaling model counts as
-  synchronisation.
+  synchronisation; `take_sums`: when each sum ran (for a timeline).
 
 Around plain runs: `checkpoint_worker` names whose replica state a
 checkpoint holds, and `leaves_save` says a Saver's save is worker 0's to
@@ -84,6 +84,11 @@ class Alone(object):
     """Whether a Saver's save is another process's to write: this one
     keeps its replicas' state beside the checkpoint."""
     return False
+
+  def take_sums(self):
+    """(start, end, what) of each sum over the workers since the last call,
+    in seconds of time.monotonic."""
+    return []
 
   def close(self):
     pass
@@ -174,6 +179,9 @@ class Workers(Alone):
     added, sums, apply, fed = run
     totals = self._reducer.sum(session.run(added), f"wave {wave}")
     session.run(apply, {**fed, **dict(zip(sums, totals))})
+
+  def take_sums(self):
+    return self._made.take_spans() if self._made is not None else []
 
   def leaves_save(self):
     if self.cluster.is_chief:

@@ -224,6 +224,13 @@ class Reducer(object):
     self._cancel_lock = threading.Lock()
     self._cancelling = False  # whether a lost worker's sum is cancelled
     self.seconds = 0.0  # in sums, once the workers had started
+    self._spans = []  # (start, end, what) of the sums not yet taken
+
+  def take_spans(self):
+    """The (start, end, what) of the sums since the last call, in seconds
+    of time.monotonic."""
+    spans, self._spans = self._spans, []
+    return spans
 
   def close(self):
     with self._cancel_lock:
@@ -299,14 +306,17 @@ class Reducer(object):
     if self._lost_now(heartbeat(self._cluster).silent()):
       raise self._lost_error(what, None)
     stop = heartbeat(self._cluster).watch(self._cancel_if_lost)
-    start = time.perf_counter()
+    start = time.monotonic()
     try:
       return self._session.run(ops, feeds)
     except tf.errors.OpError as e:
       raise self._lost_error(what, e) from None
     finally:
       stop()
-      self.seconds += time.perf_counter() - start
+      end = time.monotonic()
+      self.seconds += end - start
+      if len(self._spans) < 4096:  # kept until an observer takes them
+        self._spans.append((start, end, what))
 
   def _lost_now(self, silent):
     """Records, and returns, the workers `silent` ({index: seconds}) says
