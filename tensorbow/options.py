@@ -104,9 +104,6 @@ def _check_devices(replicas, algorithm, nonfinite, workers, devices):
   if nonfinite == "skip":
     raise ValueError("nonfinite='skip' cannot leave replicas out of a wave "
                      "spread over several devices")
-  if workers > 1:
-    raise ValueError("devices= on each worker of a cluster is not supported: "
-                     "give each worker one device")
 
 
 def checkpoint_config(settings):

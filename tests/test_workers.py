@@ -74,9 +74,13 @@ if "LOCAL_SGD" in env:  # LocalSGD's arguments, as JSON
   algorithm = tb.algorithms.LocalSGD(**json.loads(env["LOCAL_SGD"]))
 saver = tf.compat.v1.train.Saver()
 first = int(env.get("FIRST", 0))
-with tb.TensorBowSession(replicas=int(env.get("REPLICAS", 2)),
-                         algorithm=algorithm,
-                         cluster_timeout=float(sys.argv[6])) as sess:
+devices = int(env.get("DEVICES", 1))  # each worker's CPU devices
+with tb.TensorBowSession(
+    replicas=int(env.get("REPLICAS", 2)), algorithm=algorithm,
+    cluster_timeout=float(sys.argv[6]),
+    config=tf.compat.v1.ConfigProto(device_count={{"CPU": devices}}),
+    devices=[f"/cpu:{{d}}" for d in range(devices)] if devices > 1 else None
+    ) as sess:
   sess.run(tf.compat.v1.global_variables_initializer())
   if first:
     saver.restore(sess, os.path.join(env["CKPT"], "model"))
@@ -864,3 +868,38 @@ def test_two_workers_write_one_timeline_and_their_own_scalars(
                for e in tf.compat.v1.train.summary_iterator(files[0])
                for v in e.summary.value if v.tag == "workers"]
     assert workers == [2.0] * 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["sma", "easgd", "ssgd"])
+def test_two_workers_of_two_devices_of_two_replicas_are_one_of_eight(
+    tmp_path, tf_mode_statement, algorithm):
+  script, data = _worker_script(tmp_path, tf_mode_statement)
+  _, centrals = _run_job(tmp_path, script, data, "sgd", False, algorithm,
+                         REPLICAS="4", DEVICES="2")
+  if algorithm == "ssgd":  # SGD on the whole batch
+    expected = [W0.astype(np.float64), B0.astype(np.float64)]
+    for xb, yb in zip(XS, YS):
+      grads, _ = references.least_squares(expected, xb, yb)
+      expected = [p - LR * g for p, g in zip(expected, grads)]
+  else:  # EASGD is SMA without central momentum, alpha 0.9 / replicas
+    alpha, mu = (1 / 8, 0.9) if algorithm == "sma" else (0.9 / 8, 0.0)
+    expected = references.sma([W0, B0], list(zip(XS, YS)), 8, alpha, mu,
+                              LR)[-1][0]
+  _assert_centrals(centrals, expected)
+
+
+@pytest.mark.slow
+def test_local_sgd_over_two_workers_of_two_devices_is_local_sgd_of_eight(
+    tmp_path, tf_mode_statement):
+  """One period for every level: the devices' and the workers' replicas
+  averaged together at each exchange."""
+  arguments = dict(period=2, outer_learning_rate=0.7, outer_momentum=0.9,
+                   nesterov=True, warmup_waves=1)
+  script, data = _worker_script(tmp_path, tf_mode_statement, waves=8)
+  _, centrals = _run_job(tmp_path, script, data, "momentum", False,
+                         "local_sgd", LOCAL_SGD=json.dumps(arguments),
+                         REPLICAS="4", DEVICES="2")
+  expected = references.local_sgd(
+      [W0, B0], list(zip(XS, YS)) * 2, 8, LR, 0.9, 2, 0.7, 0.9, True, 1)
+  _assert_centrals(centrals, expected[-1][0])

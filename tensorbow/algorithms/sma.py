@@ -332,8 +332,20 @@ class SMA(base.Algorithm):
     before = tf.raw_ops.AssignVariableOp(
         resource=handle, value=central + momentum * (central - prev))
     base = tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype)
-    return (before, graph_util.read(var) - base,
-            lambda total: graph_util.assign(var, base + total))
+
+    def apply(total):
+      # With devices, the wave's device sum came first and set every
+      # device's copy to this worker's model: they take the workers' too.
+      assign = graph_util.assign(var, base + total)
+      if not state.devices:
+        return assign
+      with tf.control_dependencies([assign]):
+        new = graph_util.read(var)
+      return tf.group(assign, *[
+          tf.raw_ops.AssignVariableOp(resource=c.var, value=new)
+          for c in state.devices])
+
+    return before, graph_util.read(var) - base, apply
 
   # ---- The replicas' life cycle --------------------------------------------
 
