@@ -13,9 +13,11 @@ does nothing, else a `Recorder`:
   "waves" track holds each training run; a "workers" track the sums over
   the workers and the membership. Times are the wall clock, so that the
   files of several workers on one machine line up (`merge`).
-- *TensorBoard*: an event file in `logdir` with, per wave, `wave_ms`,
-  `images_per_second`, `replicas` (L, as `auto` chose it) and `workers`,
-  and every `DISTANCE_EVERY` seconds each replica's distance from the
+- *TensorBoard*: an event file in `logdir` with, every `SCALARS_EVERY`
+  seconds, `wave_ms` and `images_per_second` over the waves since the
+  last write (training time only), `replicas` (L, as `auto` chose it) and
+  `workers`, at the step of the last wave; and every `DISTANCE_EVERY`
+  seconds each replica's distance from the
   central model (`replica_distance/<r>`, the L2 norm over the model
   variables), which costs a read of every replica.
 - *Progress*: a line on stderr every `progress` seconds: waves, images a
@@ -29,6 +31,7 @@ import time
 import tensorflow as tf
 
 DISTANCE_EVERY = 10.0  # seconds between reads of the replicas' distances
+SCALARS_EVERY = 1.0  # seconds between writes of the other scalars
 # Track ids of a worker's timeline beside its stream groups' (0, 1, ...).
 WAVES_TRACK = 1000
 WORKERS_TRACK = 1001
@@ -106,6 +109,9 @@ class Recorder(Quiet):
     # Opened at the first training run: a session that never trains (one
     # that only evaluates) leaves another's files alone.
     self._trace = self._events = None
+    self._flushed = self._wrote = clock()
+    self._pending = (0, 0, 0.0)  # waves, rows and seconds not yet written
+    self._replicas = None  # L at the latest wave
     self._groups = set()  # the stream groups with a track
     self._runtime = self._last_task = None  # whose timings were read
     self._progress = progress
@@ -133,10 +139,12 @@ class Recorder(Quiet):
       self._trace_wave(start, end, rows, replicas, self._new_timings(runtime),
                        sums)
     if self._events is not None:
-      seconds = end - start
-      self._scalars({"wave_ms": 1e3 * seconds,
-                     "images_per_second": rows / max(seconds, 1e-9),
-                     "replicas": replicas, "workers": self._workers})
+      waves, rows_in, seconds = self._pending
+      self._pending = (waves + 1, rows_in + rows, seconds + end - start)
+      self._replicas = replicas
+      if end - self._wrote >= SCALARS_EVERY:
+        self._write_pending()
+        self._wrote = end
       if distances is not None:
         self._read_distances = self._clock()
         self._scalars({f"replica_distance/{r}": d
@@ -158,6 +166,7 @@ class Recorder(Quiet):
       self._trace.close()
       self._trace = None
     if self._events is not None:
+      self._write_pending()
       self._events.close()
       self._events = None
 
@@ -195,7 +204,7 @@ class Recorder(Quiet):
     old (a setting of L has a runtime of its own)."""
     if runtime is not self._runtime:
       self._runtime, self._last_task = runtime, None
-    last = 64
+    last = 16
     while True:
       timings = runtime.task_timings(last)
       new = [t for t in timings
@@ -221,7 +230,9 @@ class Recorder(Quiet):
     for t0, t1, what in sums:
       self._event("X", "sum over the workers", t0, t1 - t0, WORKERS_TRACK,
                   args={"what": what})
-    self._trace.flush()  # what a process that dies leaves is readable
+    if self._waves == 1 or end - self._flushed >= 1.0:  # what a process
+      self._trace.flush()  # that dies leaves, up to a second before
+      self._flushed = end
 
   def _meta(self, kind, label, tid=0):
     return {"ph": "M", "name": kind, "pid": self._index, "tid": tid,
@@ -229,8 +240,8 @@ class Recorder(Quiet):
 
   def _event(self, ph, name, start, seconds, tid, args=None, **extra):
     self._put(dict({"ph": ph, "name": name, "pid": self._index, "tid": tid,
-                    "ts": round((start + self._offset) * 1e6, 1),
-                    "dur": round(seconds * 1e6, 1), "args": args or {}},
+                    "ts": int((start + self._offset) * 1e6),
+                    "dur": int(seconds * 1e6), "args": args or {}},
                    **extra))
 
   def _put(self, event):
@@ -238,6 +249,14 @@ class Recorder(Quiet):
     self._separator = ",\n"
 
   # ---- TensorBoard -------------------------------------------------------
+
+  def _write_pending(self):
+    waves, rows, seconds = self._pending
+    if waves:
+      self._scalars({"wave_ms": 1e3 * seconds / waves,
+                     "images_per_second": rows / max(seconds, 1e-9),
+                     "replicas": self._replicas, "workers": self._workers})
+      self._pending = (0, 0, 0.0)
 
   def _scalars(self, values):
     self._write_event(tf.compat.v1.Event(

@@ -26,8 +26,9 @@ YS = RNG.randn(5, 8, 1).astype(np.float32)
 def _train(tmp_path, monkeypatch, **options):
   """Five SMA waves of least squares at L = 2, observed; (the session's
   task timings, the stderr it printed)."""
-  # Every wave's distances, not every 10 s's.
+  # Every wave's scalars and distances, not every 1 s's and 10 s's.
   monkeypatch.setattr(observe, "DISTANCE_EVERY", 0.0)
+  monkeypatch.setattr(observe, "SCALARS_EVERY", 0.0)
   model = graphs.build(
       lambda: tf.compat.v1.train.GradientDescentOptimizer(LR),
       use_resource=False)
@@ -63,7 +64,7 @@ def test_the_timeline_is_a_trace_whose_waves_hold_their_tasks(
   # One event per task the runtime timed, at its times and place.
   assert len(tasks) == len(timings)
   assert sorted((e["tid"], e["dur"]) for e in tasks) == sorted(
-      (t[2], round((t[6] - t[5]) * 1e6, 1)) for t in timings)
+      (t[2], int((t[6] - t[5]) * 1e6)) for t in timings)
   names = {f"replica {r} {p}" for r in range(2)
            for p in ("compute", "commit")}
   assert {e["name"] for e in tasks} <= names | {"synchronisation"}
@@ -71,8 +72,8 @@ def test_the_timeline_is_a_trace_whose_waves_hold_their_tasks(
   # Each task lies within its wave, by the wall clock of both.
   for task in tasks:
     wave = waves[task["args"]["wave"] - 1]
-    assert wave["ts"] - 1 <= task["ts"], (wave, task)
-    assert task["ts"] + task["dur"] <= wave["ts"] + wave["dur"] + 1, (
+    assert wave["ts"] - 2 <= task["ts"], (wave, task)
+    assert task["ts"] + task["dur"] <= wave["ts"] + wave["dur"] + 2, (
         wave, task)
   assert abs(waves[0]["ts"] / 1e6 - os.path.getmtime(path)) < 60
 
@@ -187,3 +188,26 @@ def test_recorder_writes_progress_to_the_stream_it_is_given():
   recorder._said = -10.0
   recorder.wave(1.0, 2.0, 10, 3, _Runtime([]), [], None)
   assert out.getvalue().startswith("TensorBow: worker 0 of 1, wave 2, ")
+
+
+def test_scalars_between_writes_are_averaged_and_the_rest_written_at_close(
+    tmp_path):
+  now = [100.0]
+  recorder = observe.Recorder(None, str(tmp_path), None,
+                              clock=lambda: now[0], wall=lambda: 5e8)
+  # Waves of 0.1, 0.2, 0.3 s of 10 rows, written 1 s after the first
+  # wave; then one of 0.5 s, written at close.
+  for start, seconds in ((100.0, 0.1), (100.5, 0.2), (101.0, 0.3),
+                         (101.5, 0.5)):
+    recorder.wave(start, start + seconds, 10, 2, _Runtime([]), [], None)
+  recorder.close()
+  (path,) = glob.glob(str(tmp_path / "events.out.tfevents.*"))
+  written = [(e.step, {v.tag: v.simple_value for v in e.summary.value})
+             for e in tf.compat.v1.train.summary_iterator(path)
+             if e.summary.value]
+  assert [step for step, _ in written] == [3, 4]
+  np.testing.assert_allclose(written[0][1]["wave_ms"], 200.0, rtol=1e-6)
+  np.testing.assert_allclose(written[0][1]["images_per_second"], 50.0,
+                             rtol=1e-6)
+  np.testing.assert_allclose(written[1][1]["wave_ms"], 500.0, rtol=1e-6)
+  assert written[1][1]["replicas"] == 2 and written[1][1]["workers"] == 1
