@@ -6,6 +6,7 @@ import os
 import re
 
 import pytest
+import tensorflow as tf
 
 import tensorbow
 from tensorbow.cli import main
@@ -100,6 +101,7 @@ def test_a_workers_command_parses_back_to_the_same_options():
     (["--devices", "/cpu:0, /device:CPU:1"],
      dict(devices=("/cpu:0", "/device:CPU:1"))),
     (["--devices", "/gpu:0"], dict(devices=("/gpu:0",))),
+    (["--devices", "3"], dict(devices=("/cpu:0", "/cpu:1", "/cpu:2"))),
     (["--no-prefetch"], dict(prefetch=False)),
     (["--no-prefetch", "--prefetch"], dict(prefetch=True)),
     (["--cluster-timeout", "90"], dict(cluster_timeout=90.0)),
@@ -115,13 +117,15 @@ def test_the_new_flags_reach_the_options(argv, options):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--devices", ""], "--devices: must be a comma-separated list of "
-     "device names such as /cpu:0,/cpu:1, got ''"),
-    (["--devices", "/cpu:0,,/cpu:1"], "--devices: must be a comma-separated "
-     "list of device names such as /cpu:0,/cpu:1, got '/cpu:0,,/cpu:1'"),
-    (["--devices", "/cpu:0,cpu0"], "--devices: must be a comma-separated "
-     "list of device names such as /cpu:0,/cpu:1; 'cpu0' is not a device "
-     "name"),
+    (["--devices", ""], "--devices: must be a count of CPUs or a "
+     "comma-separated list of device names such as /cpu:0,/cpu:1, got ''"),
+    (["--devices", "/cpu:0,,/cpu:1"], "--devices: must be a count of CPUs or "
+     "a comma-separated list of device names such as /cpu:0,/cpu:1, got "
+     "'/cpu:0,,/cpu:1'"),
+    (["--devices", "/cpu:0,cpu0"], "--devices: must be a count of CPUs or a "
+     "comma-separated list of device names such as /cpu:0,/cpu:1; 'cpu0' is "
+     "not a device name"),
+    (["--devices", "0"], "--devices: must be a count >= 1 or names, got 0"),
     (["--devices", "/cpu:0,/cpu:1,/cpu:0"],
      "--devices: names /cpu:0 twice in '/cpu:0,/cpu:1,/cpu:0'"),
     (["--cluster-timeout", "0"],
@@ -161,3 +165,21 @@ def test_check_refuses_what_the_session_would():
   with pytest.raises(ValueError, match="algorithm 'asgd' cannot keep the "
                      "workers of a cluster together"):
     cli_options.SessionOptions(algorithm="asgd").check(workers=2)
+
+
+@pytest.mark.parametrize("devices, asked, given", [
+    (None, None, None), (("/cpu:0",), None, None),
+    (("/cpu:0", "/cpu:1"), None, 2), (("/cpu:0", "/cpu:2"), 1, 3),
+    (("/cpu:0", "/cpu:1"), 4, 4), (("/gpu:0",), None, None),
+])
+def test_a_session_gets_the_cpus_devices_names(devices, asked, given):
+  config = (None if asked is None else
+            tf.compat.v1.ConfigProto(device_count={"CPU": asked},
+                                     log_device_placement=True))
+  made = cli_options.SessionOptions(devices=devices).session_config(config)
+  if given is None or given == asked:
+    assert made is config  # left as the script gave it
+  else:
+    assert made.device_count["CPU"] == given
+    assert made.log_device_placement == (config is not None)
+    assert config is None or config.device_count["CPU"] == asked

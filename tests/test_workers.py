@@ -626,17 +626,25 @@ print("steps", steps)
 """
 
 
+def _tensorbow_run(tmp_path, tf_mode_statement, template, flags, *args):
+  """`tensorbow-run FLAGS job.py DATA ARGS` run to its end, job.py being
+  `template` in this TF1 mode and DATA the tests' waves; the finished
+  process, its output as text."""
+  _, data = _worker_script(tmp_path, tf_mode_statement)
+  script = tmp_path / "job.py"
+  script.write_text(template.format(mode=tf_mode_statement, lr=LR))
+  return subprocess.run(
+      [sys.executable, "-m", "tensorbow.run", *flags, str(script), str(data),
+       *map(str, args)],
+      env=_environ(), capture_output=True, text=True, timeout=300)
+
+
 @pytest.mark.slow
 def test_a_monitored_worker_that_is_not_chief_trains_with_the_chief(
     tmp_path, tf_mode_statement):
-  _, data = _worker_script(tmp_path, tf_mode_statement)
-  script = tmp_path / "monitored.py"
-  script.write_text(MONITORED.format(mode=tf_mode_statement, lr=LR))
-  done = subprocess.run(
-      [sys.executable, "-m", "tensorbow.run", "--workers", "2",
-       "--replicas", "2", str(script), str(data), str(tmp_path / "ckpt"),
-       str(tmp_path / "central")],
-      env=_environ(), capture_output=True, text=True, timeout=300)
+  done = _tensorbow_run(tmp_path, tf_mode_statement, MONITORED,
+                        ["--workers", "2", "--replicas", "2"],
+                        tmp_path / "ckpt", tmp_path / "central")
   assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
   assert "[0] steps 4" in done.stdout and "[1] steps 4" in done.stdout
   _assert_centrals(
@@ -903,3 +911,44 @@ def test_local_sgd_over_two_workers_of_two_devices_is_local_sgd_of_eight(
   expected = references.local_sgd(
       [W0, B0], list(zip(XS, YS)) * 2, 8, LR, 0.9, 2, 0.7, 0.9, True, 1)
   _assert_centrals(centrals, expected[-1][0])
+
+
+DEVICES_SCRIPT = """\
+import json
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+{mode}
+data = np.load(sys.argv[1])
+x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+w = tf.compat.v1.get_variable("w", initializer=data["w0"])
+b = tf.compat.v1.get_variable("b", initializer=data["b0"])
+loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(loss)
+with tf.compat.v1.Session() as sess:  # one device, as the script wrote it
+  sess.run(tf.compat.v1.global_variables_initializer())
+  for xb, yb in zip(data["xs"], data["ys"]):
+    sess.run(train, {{x: xb, y: yb}})
+  index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+  np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b))
+  print("CPUS", sum(d.device_type == "CPU" for d in sess.list_devices()))
+"""
+
+
+@pytest.mark.slow
+def test_tensorbow_run_spreads_each_workers_replicas_over_its_devices(
+    tmp_path, tf_mode_statement):
+  done = _tensorbow_run(tmp_path, tf_mode_statement, DEVICES_SCRIPT,
+                        ["--workers", "2", "--replicas", "4", "--devices",
+                         "2"], tmp_path / "central")
+  assert done.returncode == 0, done.stderr[-3000:]
+  # Each worker's session got the two CPUs its script did not ask for.
+  assert sorted(line for line in done.stdout.splitlines()
+                if "CPUS" in line) == ["[0] CPUS 2", "[1] CPUS 2"]
+  expected = references.sma([W0, B0], list(zip(XS, YS)), 8, 1 / 8, 0.9,
+                            LR)[-1][0]
+  _assert_centrals([np.load(tmp_path / f"central{k}.npz") for k in range(2)],
+                   expected)

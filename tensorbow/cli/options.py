@@ -47,6 +47,24 @@ class SessionOptions(collections.namedtuple("SessionOptions", [
     """
     tb_options.check_session_options(workers, **self.session_kwargs())
 
+  def session_config(self, config):
+    """`config` (a ConfigProto or None) with at least as many logical
+    CPUs as `devices` names: a script written for one device need not
+    ask for the CPU devices `--devices` spreads its replicas over."""
+    needed = 0
+    for name in self.devices or ():
+      spec = tf.DeviceSpec.from_string(name)
+      if (spec.device_type or "").upper() == "CPU" and not spec.job:
+        needed = max(needed, (spec.device_index or 0) + 1)
+    has = config.device_count.get("CPU", 1) if config is not None else 1
+    if needed <= has:
+      return config
+    more = tf.compat.v1.ConfigProto()
+    if config is not None:
+      more.CopyFrom(config)
+    more.device_count["CPU"] = needed
+    return more
+
   def argv(self):
     """The flags that parse back to these options (`from_args`)."""
     argv = []
@@ -103,9 +121,14 @@ def _heartbeat(text):
 
 
 def _devices(text):
-  """A comma-separated list of device names, as a tuple."""
+  """A comma-separated list of device names, as a tuple; a count N names
+  the logical CPUs /cpu:0 to /cpu:N-1."""
+  if text.strip().isdigit():
+    count = number(text, int, lambda v: v >= 1, "a count >= 1 or names")
+    return tuple(f"/cpu:{d}" for d in range(count))
   names = tuple(n.strip() for n in text.split(","))
-  accepted = "a comma-separated list of device names such as /cpu:0,/cpu:1"
+  accepted = ("a count of CPUs or a comma-separated list of device names "
+              "such as /cpu:0,/cpu:1")
   if not all(names):
     raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}")
   for name in names:
@@ -178,11 +201,11 @@ _FLAGS = (
         "naming it (default: 3; a worker that dies is known within about a "
         "second)"), _float),
     _Flag("devices", "--devices", dict(
-        type=_devices, metavar="DEVICE,DEVICE,...", help="spread the "
+        type=_devices, metavar="N|DEVICE,DEVICE,...", help="spread the "
         "replicas over these devices of each session, such as "
-        "/cpu:0,/cpu:1 (the script's session must have them: for several "
-        "CPUs, ConfigProto(device_count={'CPU': 2})); default: one device "
-        "as TensorFlow places it"), _names),
+        "/cpu:0,/cpu:1, or N logical CPUs (a session gets the CPU devices "
+        "named, whatever its ConfigProto asks); default: one device as "
+        "TensorFlow places it"), _names),
     _Flag("prefetch", "--prefetch", dict(
         action=argparse.BooleanOptionalAction, help="pull the next wave's "
         "input pipeline elements while a wave computes (default: "

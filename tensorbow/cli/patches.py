@@ -134,7 +134,8 @@ def session_class(original, made, options, report=None):
     def __new__(cls, target="", graph=None, config=None):
       if target:
         return original(target, graph, config)
-      return _told(report, made(target, graph, config, **kwargs))
+      return _told(report, made(target, graph,
+                                options.session_config(config), **kwargs))
 
   Session.__qualname__ = Session.__name__ = original.__name__
   return Session
@@ -161,8 +162,10 @@ def creator_class(original, options, report=None):
 
     def __init__(self, scaffold=None, master="", config=None,
                  checkpoint_dir=None, checkpoint_filename_with_path=None):
-      super().__init__(scaffold, master, config, checkpoint_dir,
-                       checkpoint_filename_with_path, **kwargs)
+      super().__init__(scaffold, master,
+                       config if master else options.session_config(config),
+                       checkpoint_dir, checkpoint_filename_with_path,
+                       **kwargs)
 
     def _get_session_manager(self):
       if self._master:
