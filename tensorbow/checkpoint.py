@@ -70,6 +70,9 @@ def save(prefix, config, arrays, worker=None, waves=0):
   runs `waves` beside `prefix`."""
   path = state_path(prefix, worker)
   tmp = path + ".tmp"
+  # As TensorFlow's save makes the prefix's directory: on a cluster the
+  # chief's may not have made it yet when another worker writes here.
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
   with open(tmp, "wb") as f:
     np.savez(f, **{_CONFIG: np.asarray(_described(config)),
                    _WAVES: np.asarray(waves, np.int64)}, **arrays)

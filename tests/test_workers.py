@@ -23,6 +23,7 @@ import tensorflow as tf
 
 import tensorbow
 from tensorbow.scaleout import cluster as tb_cluster
+from tensorbow import checkpoint
 from tensorbow import feeds
 from tensorbow import options
 from tensorbow import scaling
@@ -264,6 +265,17 @@ def test_scaling_model_is_lemma_3_1_and_gadeis_rule():
   assert report.bandwidth == pytest.approx(2 * 1000 / 0.12)
   # Before any wave, nothing to predict from.
   assert scaling.report(2, 0, 0.0, 0.0, 1000).efficiency[64] == 1.0
+
+
+def test_a_workers_replica_state_makes_the_checkpoints_directory(tmp_path):
+  """A worker that is not the chief writes its state beside a checkpoint
+  whose directory the chief's Saver may not have made yet."""
+  prefix = str(tmp_path / "not" / "yet" / "model-1")
+  config = {"replicas": 2, "algorithm": "sma"}
+  checkpoint.save(prefix, config, {"w": np.arange(3.0)}, worker=1, waves=7)
+  loaded = checkpoint.load(prefix, config, worker=1)
+  assert checkpoint.pop_waves(loaded, 0) == 7
+  np.testing.assert_array_equal(loaded["w"], np.arange(3.0))
 
 
 def test_only_the_chief_writes_checkpoint_files_and_summaries(tmp_path):
