@@ -23,6 +23,7 @@ from tensorbow import execution
 from tensorbow import observe
 from tensorbow import options
 from tensorbow import planner
+from tensorbow import preemption
 from tensorbow import prefetch as tb_prefetch
 from tensorbow import replicas as tb_replicas
 from tensorbow import routing
@@ -58,10 +59,8 @@ class TensorBowSession(compat.SessionInterface):
       re-seeded from the central model, with a warning).
     cluster_timeout: with workers named by `TF_CONFIG`, the seconds a
       wave waits for the other workers before it fails.
-    heartbeat_timeout: with workers named by `TF_CONFIG`, the seconds a
-      worker may send no heartbeat before the others count it lost: their
-      wave fails naming it (a worker that dies is known within about a
-      second, one that stops answering within this bound).
+    heartbeat_timeout: with workers, the seconds a worker may send no
+      heartbeat before the others fail naming it (scaleout/heartbeat.py).
     devices: None or one device (TensorFlow places the model), or the
       devices to spread the replicas over, such as ["/cpu:0", "/cpu:1"]
       (with `ConfigProto(device_count={"CPU": 2})`): each keeps its own copy
@@ -71,11 +70,8 @@ class TensorBowSession(compat.SessionInterface):
       `tf.data` iterator's `get_next()`, a queue's dequeue) pulls the next
       wave's elements while its wave computes; False takes them only when
       a wave asks for them.
-    timeline: a path: write a Chrome trace of the training runs there
-      (observe.py; with several workers, each its own ".worker<k>" file).
-    logdir: a directory: write TensorBoard scalars of the training runs
-      there (with several workers, a "worker<k>" directory under it).
-    progress: seconds: print a progress line that often.
+    timeline, logdir, progress: a path for a Chrome trace, a directory
+      for TensorBoard scalars, seconds between progress lines (observe.py).
 
   With `TF_CONFIG` naming two or more workers, this process is one of
   them: it trains `replicas` replicas on its own contiguous part of every
@@ -94,7 +90,8 @@ class TensorBowSession(compat.SessionInterface):
                nonfinite="propagate", cluster_timeout=60.0,
                heartbeat_timeout=3.0, devices=None, prefetch=True,
                timeline=None, logdir=None, progress=None):
-    self._scale = scaleout.from_environ(cluster_timeout, heartbeat_timeout)
+    self._scale = scaleout.from_environ(cluster_timeout, heartbeat_timeout,
+                                       preemption.notice().requested)
     self._workers = self._scale.workers
     devices = tb_devices.check(devices)
     options.check_options(replicas, algorithm, alpha, central_momentum,
@@ -133,6 +130,7 @@ class TensorBowSession(compat.SessionInterface):
     self._context = None
     self.counts = {"training_runs": 0}  # completed; outlives the session
     self._observer = observe.make(timeline, logdir, progress, self._scale)
+    self._preemption = preemption.Preemption(self._scale)
     self._settings = self._runtime = self._planner = self._trainer = None
     self.retune(1 if self._tuner is not None else replicas)
 
@@ -386,6 +384,8 @@ class TensorBowSession(compat.SessionInterface):
         self._scale.take_sums(),
         self._trainer.replica_distances()
         if self._observer.wants_distances() else None)
+    self._preemption.after_wave(self.counts["training_runs"] + 1,
+                                lambda r, v: self._plain_run(r, v, None, None))
     if self._tuner is None:
       return trained.results
     current = (self.replicas, self._runtime.num_stream_groups,
@@ -422,6 +422,7 @@ class TensorBowSession(compat.SessionInterface):
     feeds = {t.name: v for t, v in zip(route.fed, fed_values)}
     saver = checkpoint.saver_call(ops, dict(zip(route.fed, fed_values)),
                                   self.graph)
+    self._preemption.saw(saver, route, fed_values)
     if (saver is not None and saver[0] == "save" and
         [t.dtype for t in handler.fetches()] == [tf.string] and
         self._scale.leaves_save()):

@@ -11,6 +11,7 @@ import glob
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow import checkpoint
 from tensorbow import feeds
 from tensorbow import options
+from tensorbow import preemption
 from tensorbow import scaling
 from tensorbow.cli import chief
 from tensorbow.cli import launch
@@ -608,6 +610,19 @@ def test_tensorbow_run_trains_an_unmodified_script_on_two_workers(
 
 # A distributed-style TF1 script: MonitoredTrainingSession, is_chief from
 # TF_CONFIG, the chief alone given a checkpoint folder.
+# Least squares from each worker's own start (`index`: its place), the
+# global step counting the waves: the middle of the scripts below.
+STEPPED = """\
+x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+w = tf.compat.v1.get_variable("w", initializer=data["w0"] + index)
+b = tf.compat.v1.get_variable("b", initializer=data["b0"])
+loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+step = tf.compat.v1.train.get_or_create_global_step()
+train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(
+    loss, global_step=step)
+"""
+
 MONITORED = """\
 import json
 import os
@@ -619,15 +634,7 @@ import tensorflow as tf
 
 data = np.load(sys.argv[1])
 index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-x = tf.compat.v1.placeholder(tf.float32, [None, 3])
-y = tf.compat.v1.placeholder(tf.float32, [None, 1])
-w = tf.compat.v1.get_variable("w", initializer=data["w0"] + index)
-b = tf.compat.v1.get_variable("b", initializer=data["b0"])
-loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
-step = tf.compat.v1.train.get_or_create_global_step()
-train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(
-    loss, global_step=step)
-with tf.compat.v1.train.MonitoredTrainingSession(
+""" + STEPPED + """with tf.compat.v1.train.MonitoredTrainingSession(
     is_chief=index == 0,
     checkpoint_dir=sys.argv[2] if index == 0 else None) as sess:
   for xb, yb in zip(data["xs"], data["ys"]):
@@ -964,3 +971,124 @@ def test_tensorbow_run_spreads_each_workers_replicas_over_its_devices(
                             LR)[-1][0]
   _assert_centrals([np.load(tmp_path / f"central{k}.npz") for k in range(2)],
                    expected)
+
+
+PREEMPTED = """\
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+{mode}
+data, ckpt = np.load(sys.argv[1]), sys.argv[2]
+index = json.loads(os.environ.get("TF_CONFIG", '{{"task": {{"index": 0}}}}')
+                   )["task"]["index"]
+print("pid", os.getpid(), flush=True)
+""" + STEPPED + """saver = tf.compat.v1.train.Saver()
+with tf.compat.v1.Session() as sess:
+  sess.run(tf.compat.v1.global_variables_initializer())
+  if tf.train.latest_checkpoint(ckpt):
+    saver.restore(sess, tf.train.latest_checkpoint(ckpt))
+  for k in range(sess.run(step), len(data["xs"])):
+    sess.run(train, {{x: data["xs"][k], y: data["ys"][k]}})
+    print("wave", k + 1, "done", flush=True)
+    if k + 1 == 1:
+      saver.save(sess, os.path.join(ckpt, "model"), global_step=step)
+    time.sleep(float(os.environ.get("SLEEP", 0)))
+  np.savez(sys.argv[3] + str(index) + ".npz", w=sess.run(w), b=sess.run(b))
+"""
+
+
+def _preempted_job(tmp_path, tf_mode_statement, flags):
+  """(the `tensorbow-run FLAGS` command of PREEMPTED over 40 waves, its
+  checkpoint directory)."""
+  _, data = _worker_script(tmp_path, tf_mode_statement, waves=40)
+  script, ckpt = tmp_path / "job.py", tmp_path / "ckpt"
+  script.write_text(PREEMPTED.format(mode=tf_mode_statement, lr=LR))
+  return [sys.executable, "-m", "tensorbow.run", *flags, str(script),
+          str(data), str(ckpt), str(tmp_path / "central")], ckpt
+
+
+@pytest.mark.slow
+def test_sigterm_saves_every_worker_at_one_wave_and_a_rerun_resumes(
+    tmp_path, tf_mode_statement):
+  command, ckpt = _preempted_job(tmp_path, tf_mode_statement,
+                                 ["--workers", "2", "--replicas", "2"])
+  launcher = subprocess.Popen(command, env=dict(_environ(), SLEEP="0.1"),
+                              stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+  try:
+    said = []
+    for line in iter(launcher.stdout.readline, ""):
+      said.append(line)
+      if line.startswith("[1] pid "):
+        pid = int(line.split()[2])
+      if line.startswith("[1] wave 3 "):
+        os.kill(pid, signal.SIGTERM)
+        break
+    rest, _ = launcher.communicate(timeout=120)
+  finally:
+    if launcher.poll() is None:
+      os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait()
+  text = "".join(said) + rest
+  assert launcher.returncode == preemption.EXIT_CODE, text[-3000:]
+  saved = sorted(re.findall(r"\[(\d)\] .*preempted: saved (\S+) at wave "
+                            r"(\d+)", text))
+  assert [k for k, _, _ in saved] == ["0", "1"], text[-3000:]
+  assert saved[0][1:] == saved[1][1:]  # one prefix, one wave, on both
+  prefix, wave = saved[0][1], int(saved[0][2])
+  assert 3 <= wave < 40
+  assert tf.train.latest_checkpoint(str(ckpt)) == prefix
+  # Plain TensorFlow restores it: the central model of wave `wave`.
+  graph = tf.Graph()
+  with graph.as_default():
+    w = tf.compat.v1.get_variable("w", shape=[3, 1])
+    b = tf.compat.v1.get_variable("b", shape=[1])
+    tf.compat.v1.train.get_or_create_global_step()
+    with tf.compat.v1.Session(graph=graph) as sess:
+      tf.compat.v1.train.Saver().restore(sess, prefix)
+      central = sess.run({"w": w, "b": b})
+  _assert_centrals([central], references.sma(
+      [W0, B0], list(zip(XS, YS)) * 10, 4, 0.25, 0.9, LR)[wave - 1][0])
+  # The same command again resumes from it to the end, as if the job had
+  # never stopped.
+  again = subprocess.run(command, env=_environ(), capture_output=True,
+                         text=True, timeout=240)
+  assert again.returncode == 0, again.stdout[-3000:]
+  assert f"[0] wave {wave + 1} done" in again.stdout
+  assert f"[0] wave {wave} done" not in again.stdout
+  _assert_centrals(
+      [np.load(tmp_path / f"central{k}.npz") for k in range(2)],
+      references.sma([W0, B0], list(zip(XS, YS)) * 10, 4, 0.25, 0.9,
+                     LR)[-1][0])
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_process_saves_at_the_wave_and_a_rerun_resumes(
+    tmp_path, tf_mode_statement):
+  command, ckpt = _preempted_job(tmp_path, tf_mode_statement,
+                                 ["--replicas", "2"])
+  child = subprocess.Popen(command, env=dict(_environ(), SLEEP="0.1"),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+  try:
+    for line in iter(child.stdout.readline, ""):
+      if line.startswith("wave 3 "):
+        os.kill(child.pid, signal.SIGTERM)
+        break
+    _, err = child.communicate(timeout=120)
+  finally:
+    _stop_all([child])
+  assert child.returncode == preemption.EXIT_CODE, err[-3000:]
+  prefix, wave = re.search(r"preempted: saved (\S+) at wave (\d+)",
+                           err).groups()
+  assert tf.train.latest_checkpoint(str(ckpt)) == prefix
+  again = subprocess.run(command, env=_environ(), capture_output=True,
+                         text=True, timeout=240)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert f"wave {int(wave) + 1} done" in again.stdout.splitlines()[1]
+  _assert_centrals([np.load(tmp_path / "central0.npz")], references.sma(
+      [W0, B0], list(zip(XS, YS)) * 10, 2, 0.5, 0.9, LR)[-1][0])

@@ -16,10 +16,13 @@ import sys
 import threading
 import time
 
+from tensorbow import preemption
 from tensorbow.scaleout import cluster as tb_cluster
 
 # Seconds a stopped worker has to exit after SIGTERM before SIGKILL.
 _GRACE = 5.0
+# Seconds the others get to finish saving once a worker exits preempted.
+_PREEMPTED_GRACE = 120.0
 
 
 def free_addresses(count):
@@ -121,16 +124,22 @@ def _copy_lines(stream, prefix, out, lock):
   stream.close()
 
 
-def _wait(children):
+def _wait(children, preempted_grace=_PREEMPTED_GRACE):
   """The first non-zero exit status among `children`, or 0 once all exit
-  with 0."""
+  with 0. A worker preempted (preemption.EXIT_CODE) saved at a wave the
+  others agreed on and are saving at too: they get `preempted_grace`
+  seconds to finish before they are stopped."""
+  deadline = None
   while True:
     codes = [c.poll() for c in children]
     failed = [c for c in codes if c not in (None, 0)]
-    if failed:
-      return failed[0]
-    if all(c == 0 for c in codes):
-      return 0
+    other = [c for c in failed if c != preemption.EXIT_CODE]
+    if other:
+      return other[0]
+    if failed and deadline is None:
+      deadline = time.monotonic() + preempted_grace
+    if None not in codes or (deadline and time.monotonic() > deadline):
+      return failed[0] if failed else 0
     time.sleep(0.1)
 
 

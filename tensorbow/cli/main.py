@@ -38,10 +38,12 @@ import contextlib
 import logging
 import os
 import runpy
+import signal
 import sys
 
 from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow import observe
+from tensorbow import preemption
 from tensorbow import session as tb_session
 from tensorbow.cli import launch
 from tensorbow.cli import options as cli_options
@@ -164,6 +166,9 @@ def main(argv=None):
   sys.argv = [args.script] + list(args.script_args)
   sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
   report = Report()
+  # SIGTERM saves at a wave and exits preemption.EXIT_CODE (preemption.py).
+  previous = signal.getsignal(signal.SIGTERM)
+  preemption.install()
   try:
     with patches.patch_session(options, report), \
         _tuner_log(options.replicas == "auto"):
@@ -171,6 +176,7 @@ def main(argv=None):
   finally:
     sys.argv = saved_argv
     sys.path[:] = saved_path
+    signal.signal(signal.SIGTERM, previous)
     print(report, file=sys.stderr, flush=True)
   return 0
 

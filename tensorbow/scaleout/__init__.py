@@ -30,14 +30,15 @@ from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow import feeds
 
 
-def from_environ(timeout, heartbeat_timeout, environ=None):
+def from_environ(timeout, heartbeat_timeout, requested=None, environ=None):
   """The ScaleOut of this process: `Workers` if `TF_CONFIG` (in `environ`,
   default os.environ) names a cluster, else `Alone`; `timeout`: seconds a
   sum waits for the other workers; `heartbeat_timeout`: seconds of
-  silence that lose one."""
+  silence that lose one; `requested()`: whether this process was asked
+  to stop (preemption.py), told to the others with every sum."""
   found = tb_cluster.from_environ(environ)
   return (Alone() if found is None else
-          Workers(found, timeout, heartbeat_timeout))
+          Workers(found, timeout, heartbeat_timeout, requested))
 
 
 class Alone(object):
@@ -90,6 +91,11 @@ class Alone(object):
     in seconds of time.monotonic."""
     return []
 
+  def preempting(self, requested):
+    """After a wave: whether every process stops now, this one having been
+    asked to if `requested`."""
+    return requested
+
   def close(self):
     pass
 
@@ -104,10 +110,12 @@ class Workers(Alone):
   """
 
   def __init__(self, cluster, timeout,
-               heartbeat_timeout=tb_cluster.DEFAULT_HEARTBEAT_TIMEOUT):
+               heartbeat_timeout=tb_cluster.DEFAULT_HEARTBEAT_TIMEOUT,
+               requested=None):
     self.cluster = cluster
     self._timeout = timeout
     self._heartbeat_timeout = heartbeat_timeout
+    self._requested = requested
     self._made = None  # the Reducer, made when first used
 
   @property
@@ -127,7 +135,8 @@ class Workers(Alone):
     if self._made is None:
       self._made = tb_cluster.Reducer(
           self.cluster, self._timeout,
-          heartbeat_timeout=self._heartbeat_timeout)
+          heartbeat_timeout=self._heartbeat_timeout,
+          requested=self._requested)
     return self._made
 
   @property
@@ -182,6 +191,12 @@ class Workers(Alone):
 
   def take_sums(self):
     return self._made.take_spans() if self._made is not None else []
+
+  def preempting(self, requested):
+    # Agreed through the sums: every worker learns of any worker's request
+    # in the same sum, so all stop after the same wave.
+    del requested
+    return self._made is not None and self._made.stopping
 
   def leaves_save(self):
     if self.cluster.is_chief:

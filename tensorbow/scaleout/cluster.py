@@ -205,11 +205,14 @@ class Reducer(object):
     heartbeat_timeout: seconds a worker may be silent (no heartbeat)
       before it is lost: a sum under way is cancelled, and it and every
       later sum fail naming it.
+    requested: `requested()`, whether this worker was asked to stop; every
+      sum carries it, and `stopping` says whether any worker was asked by
+      the last sum.
   """
 
   def __init__(self, cluster, timeout=DEFAULT_TIMEOUT,
                start_timeout=DEFAULT_START_TIMEOUT,
-               heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT):
+               heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, requested=None):
     self._cluster = cluster
     self._timeout = float(timeout)
     self._start_timeout = float(start_timeout)
@@ -224,6 +227,8 @@ class Reducer(object):
     self._cancel_lock = threading.Lock()
     self._cancelling = False  # whether a lost worker's sum is cancelled
     self.seconds = 0.0  # in sums, once the workers had started
+    self._requested = requested or (lambda: False)
+    self.stopping = False  # a worker was asked to stop (by the last sum)
     self._spans = []  # (start, end, what) of the sums not yet taken
 
   def take_spans(self):
@@ -246,7 +251,9 @@ class Reducer(object):
       tf.errors.UnavailableError: a worker was lost or did not answer
         within the timeout.
     """
-    arrays = [np.asarray(a) for a in arrays]
+    # Each worker's request to stop rides along: all learn of it at once.
+    arrays = [np.asarray(a) for a in arrays] + [
+        np.array([float(self._requested())], np.float64)]
     by_dtype = {}
     for i, a in enumerate(arrays):
       by_dtype.setdefault(a.dtype, []).append(i)
@@ -265,7 +272,8 @@ class Reducer(object):
         n = arrays[i].size
         out[i] = flat[offset:offset + n].reshape(arrays[i].shape)
         offset += n
-    return out
+    self.stopping = self.stopping or out[-1][0] > 0
+    return out[:-1]
 
   def from_chief(self, values, what):
     """{name: the chief's value} of `values` ({name: this worker's array}),

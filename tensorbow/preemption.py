@@ -1,0 +1,122 @@
+"""Preemption: SIGTERM, what a scheduler sends before it reclaims a
+machine, makes a training job save at one wave and exit for a restart.
+
+`tensorbow-run` installs the handler (`install`) in the process that runs
+the script. The first SIGTERM only takes note (a second one terminates
+as the default would). After the wave under way, every worker learns of
+the notice at the same wave: on one process at once; on a cluster
+through the next sum over the workers, which carries each worker's note
+(`scaleout`). Each worker then saves through the script's own `Saver`,
+as it last saved (its save run again, at a prefix of that wave, the
+replicas' state beside it and the chief's checkpoint state file naming
+it), and raises `SystemExit(EXIT_CODE)`. A re-run of the same command
+that restores the latest checkpoint (as `MonitoredTrainingSession`
+does) goes on from that wave. A script that has not saved yet exits
+without a checkpoint, saying so.
+"""
+import logging
+import os
+import re
+import signal
+import threading
+
+import tensorflow as tf
+
+# What a preempted job exits with: TensorFlow's PreemptionCheckpointHandler
+# uses the same for "restart me".
+EXIT_CODE = 42
+
+
+class Notice(object):
+  """Whether this process was asked to stop (by SIGTERM)."""
+
+  def __init__(self):
+    self._requested = threading.Event()
+
+  def requested(self):
+    return self._requested.is_set()
+
+  def request(self):
+    self._requested.set()
+
+
+_NOTICE = Notice()
+
+
+def notice():
+  """This process's notice (signals are the process's)."""
+  return _NOTICE
+
+
+def install(given=None):
+  """Makes SIGTERM request `given` (default: the process's notice); a
+  second SIGTERM terminates the process as the default handler would.
+  From the main thread only, as Python's signal handlers."""
+  given = given or _NOTICE
+
+  def on_sigterm(signum, frame):
+    del frame
+    if given.requested():
+      signal.signal(signum, signal.SIG_DFL)
+      os.kill(os.getpid(), signum)
+      return
+    logging.getLogger("tensorbow").warning(
+        "TensorBow: SIGTERM: saving after this wave, then exiting with "
+        "status %d (a second SIGTERM ends the process now)", EXIT_CODE)
+    given.request()
+
+  signal.signal(signal.SIGTERM, on_sigterm)
+
+
+class Preemption(object):
+  """A session's side of preemption: the script's last save, and what to
+  do after each wave.
+
+  Args:
+    scale: the session's scale-out object, which says when the workers
+      agree to stop (`preempting`) and whether a save is the chief's
+      (`leaves_save`).
+    given: the Notice (default: the process's).
+  """
+
+  def __init__(self, scale, given=None):
+    self._scale = scale
+    self._notice = given or _NOTICE
+    self._last_save = None  # (route, fed values, index of the prefix)
+
+  def saw(self, saver, route, fed_values):
+    """A plain run was `saver` (checkpoint.saver_call's, or None) of
+    `route` fed `fed_values`: a save is kept to be run again."""
+    if saver is None or saver[0] != "save":
+      return
+    for i, tensor in enumerate(route.fed):
+      if tensor.dtype == tf.string and tensor.shape.rank == 0:
+        self._last_save = (route, list(fed_values), i)
+        return
+
+  def after_wave(self, wave, plain_run):
+    """After training run `wave`: if the workers agree to stop, saves with
+    `plain_run(route, fed values)` and raises SystemExit(EXIT_CODE)."""
+    if not self._scale.preempting(self._notice.requested()):
+      return
+    log = logging.getLogger("tensorbow")
+    if self._last_save is None:
+      log.warning("TensorBow: preempted after wave %d; the script has not "
+                  "saved with a Saver yet, so there is no checkpoint to "
+                  "resume from", wave)
+      raise SystemExit(EXIT_CODE)
+    route, values, i = self._last_save
+    last = values[i]
+    last = last.decode() if isinstance(last, bytes) else str(last)
+    prefix = f"{re.sub(r'-[0-9]+$', '', last)}-preempted-{wave}"
+    values = values[:i] + [prefix] + values[i + 1:]
+    plain_run(route, values)
+    if not self._scale.leaves_save():
+      directory = os.path.dirname(prefix) or "."
+      state = tf.train.get_checkpoint_state(directory)
+      tf.compat.v1.train.update_checkpoint_state(
+          directory, prefix,
+          list(state.all_model_checkpoint_paths if state else []) + [prefix])
+    log.warning("TensorBow: preempted: saved %s at wave %d; exiting with "
+                "status %d", prefix, wave, EXIT_CODE)
+    raise SystemExit(EXIT_CODE)
