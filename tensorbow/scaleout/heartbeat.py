@@ -9,6 +9,8 @@ and notes when it last heard from each. A worker silent for a second is
 probed over TCP: a port that refuses connections means the process is
 gone, known at once. A worker still listening (stopped, hung, cut off)
 is lost once it has been silent for a session's `heartbeat_timeout`.
+A worker never heard at all (UDP blocked between hosts) is only probed,
+with a warning: better slow detection than losing a live worker.
 
 The heartbeats run on a Python thread, so a worker whose own Python holds
 the interpreter lock for longer than the timeout would look lost to the
@@ -21,6 +23,7 @@ import time
 
 INTERVAL = 0.25  # seconds between a worker's heartbeats
 PROBE_AFTER = 1.0  # seconds of silence before a worker's port is probed
+NEVER_HEARD = 10.0  # seconds without a first heartbeat before a warning
 _MAGIC = b"tensorbow-heartbeat"
 
 
@@ -43,8 +46,10 @@ class Heartbeat(object):
     self._clock = clock
     self._lock = threading.Lock()
     self._heard = {}  # worker index -> when last heard (or expected from)
+    self._ever = set()  # the workers heard at least once
     self._gone = {}  # worker index -> when its port refused connections
     self._probed = {}  # worker index -> when last probed
+    self._told = set()  # the workers warned of as never heard
     self._watchers = []
     self._closed = threading.Event()
     self._socket = None
@@ -82,10 +87,14 @@ class Heartbeat(object):
 
   def silent(self):
     """{worker index: seconds since last heard} for the workers expected;
-    a worker whose port refused connections is silent forever (inf)."""
+    a worker whose port refused connections is silent forever (inf). One
+    never heard counts as heard now: its heartbeats may not get through
+    (a firewall on UDP), so only the probe and the cluster timeout can
+    lose it."""
     now = self._clock()
     with self._lock:
-      return {i: float("inf") if i in self._gone else now - t
+      return {i: float("inf") if i in self._gone else
+              now - t if i in self._ever else 0.0
               for i, t in self._heard.items()}
 
   def watch(self, watcher):
@@ -149,12 +158,25 @@ class Heartbeat(object):
     if index in self._others():
       with self._lock:
         self._heard[index] = self._clock()
+        self._ever.add(index)
 
   def _probe(self, now):
-    """Asks the port of every worker silent for PROBE_AFTER seconds, once
-    a second, whether it still accepts connections."""
-    for i, seconds in self.silent().items():
-      if (seconds < PROBE_AFTER or i in self._gone or
+    """Asks the port of every worker silent (or never heard) for
+    PROBE_AFTER seconds, once a second, whether it still accepts
+    connections; says once of a worker never heard for NEVER_HEARD s."""
+    with self._lock:
+      since = {i: now - t for i, t in self._heard.items()
+               if i not in self._gone}
+      never = {i for i in since if i not in self._ever}
+    for i, seconds in since.items():
+      if i in never and seconds >= NEVER_HEARD and i not in self._told:
+        self._told.add(i)
+        logging.getLogger("tensorbow").warning(
+            "TensorBow: worker %d has had no heartbeat from worker %d (%s) "
+            "in %g s: is UDP to its port blocked? A worker that stops "
+            "answering is then found only by the cluster timeout",
+            self._cluster.index, i, self._cluster.workers[i], NEVER_HEARD)
+      if (seconds < PROBE_AFTER or
           now - self._probed.get(i, -PROBE_AFTER) < PROBE_AFTER):
         continue
       self._probed[i] = now
