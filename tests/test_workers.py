@@ -1012,8 +1012,9 @@ def _preempted_job(tmp_path, tf_mode_statement, flags):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("whom", ["worker", "launcher"])
 def test_sigterm_saves_every_worker_at_one_wave_and_a_rerun_resumes(
-    tmp_path, tf_mode_statement):
+    tmp_path, tf_mode_statement, whom):
   command, ckpt = _preempted_job(tmp_path, tf_mode_statement,
                                  ["--workers", "2", "--replicas", "2"])
   launcher = subprocess.Popen(command, env=dict(_environ(), SLEEP="0.1"),
@@ -1026,7 +1027,8 @@ def test_sigterm_saves_every_worker_at_one_wave_and_a_rerun_resumes(
       if line.startswith("[1] pid "):
         pid = int(line.split()[2])
       if line.startswith("[1] wave 3 "):
-        os.kill(pid, signal.SIGTERM)
+        # A scheduler's notice to one worker, or to the whole job.
+        os.kill(pid if whom == "worker" else launcher.pid, signal.SIGTERM)
         break
     rest, _ = launcher.communicate(timeout=120)
   finally:
@@ -1053,6 +1055,8 @@ def test_sigterm_saves_every_worker_at_one_wave_and_a_rerun_resumes(
       central = sess.run({"w": w, "b": b})
   _assert_centrals([central], references.sma(
       [W0, B0], list(zip(XS, YS)) * 10, 4, 0.25, 0.9, LR)[wave - 1][0])
+  if whom == "launcher":
+    return  # the resume is the same as the worker case's
   # The same command again resumes from it to the end, as if the job had
   # never stopped.
   again = subprocess.run(command, env=_environ(), capture_output=True,

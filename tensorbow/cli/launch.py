@@ -68,7 +68,10 @@ def run_workers(command, workers, threads=None, out=None, environ=None):
   Returns:
     0 if every worker exited with 0; else the first non-zero status seen
     (a negative signal number for a worker killed by a signal), the
-    others having been stopped.
+    others having been stopped. SIGTERM to the launcher goes to every
+    worker, which under `tensorbow-run` saves at one wave and exits
+    preemption.EXIT_CODE: that is the status once all did, else 128 +
+    the signal.
   """
   out = sys.stdout if out is None else out
   addresses = free_addresses(workers)
@@ -78,7 +81,7 @@ def run_workers(command, workers, threads=None, out=None, environ=None):
   # Stopped by a signal, the launcher still stops its workers.
   handled = threading.current_thread() is threading.main_thread()
   if handled:
-    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    previous = signal.signal(signal.SIGTERM, _terminated)
   try:
     for k in range(workers):
       env = worker_environ(tb_cluster.Cluster(addresses, k), threads, environ)
@@ -93,6 +96,10 @@ def run_workers(command, workers, threads=None, out=None, environ=None):
       reader.start()
       readers.append(reader)
     status = _wait(children)
+  except _Terminated as e:
+    _stop(children, _PREEMPTED_GRACE)
+    saved = {c.returncode for c in children} == {preemption.EXIT_CODE}
+    status = preemption.EXIT_CODE if saved else 128 + e.args[0]
   finally:
     _stop(children)
     for reader in readers:
@@ -102,9 +109,13 @@ def run_workers(command, workers, threads=None, out=None, environ=None):
   return status
 
 
-def _exit_on_signal(signum, frame):
+class _Terminated(Exception):
+  """The launcher was sent SIGTERM (args: the signal)."""
+
+
+def _terminated(signum, frame):
   del frame
-  sys.exit(128 + signum)
+  raise _Terminated(signum)
 
 
 def _die_with_parent():
@@ -143,13 +154,13 @@ def _wait(children, preempted_grace=_PREEMPTED_GRACE):
     time.sleep(0.1)
 
 
-def _stop(children):
+def _stop(children, grace=_GRACE):
   """Stops the children still running (their process groups): SIGTERM,
-  then SIGKILL after a grace period."""
+  then SIGKILL after `grace` seconds."""
   running = [c for c in children if c.poll() is None]
   for c in running:
     _signal_group(c, signal.SIGTERM)
-  deadline = time.monotonic() + _GRACE
+  deadline = time.monotonic() + grace
   for c in running:
     try:
       c.wait(timeout=max(0.0, deadline - time.monotonic()))
