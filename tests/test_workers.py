@@ -891,10 +891,12 @@ def test_two_workers_write_one_timeline_and_their_own_scalars(
   for k in (0, 1):
     files = glob.glob(str(logdir / f"worker{k}" / "events.out.tfevents.*"))
     assert len(files) == 1, files
-    workers = [v.simple_value
+    # Written once a second and at close: the last at wave 6.
+    workers = [(e.step, v.simple_value)
                for e in tf.compat.v1.train.summary_iterator(files[0])
                for v in e.summary.value if v.tag == "workers"]
-    assert workers == [2.0] * 6
+    assert workers and workers[-1] == (6, 2.0), workers
+    assert {value for _, value in workers} == {2.0}
 
 
 @pytest.mark.slow
