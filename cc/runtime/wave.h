@@ -73,7 +73,7 @@ class KeptWave {
   // OK if a commit with `commit_flags` flags (one per replica) and, unless
   // `by_group`, `calls` calls (one per replica) fits the kept wave.
   Status CheckCommit(size_t commit_flags, bool by_group, size_t calls) const {
-    if (tensors_.empty() || commit_flags != tensors_.size() ||
+    if (tensors_.empty() || commit_flags != tensors_.size() || calls == 0 ||
         (!by_group && calls != tensors_.size())) {
       return Status(kInvalidArgument,
                     "TensorBow: Commit needs a computed wave");

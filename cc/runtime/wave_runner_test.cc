@@ -410,6 +410,9 @@ void TestCommitWithoutComputeIsRefused() {
          kNeeds);
   EXPECT(runner.Commit({3, 4}, false, {true}, -1, {}, &result).message() ==
          kNeeds);
+  // By stream group, a commit needs a call to give the groups.
+  EXPECT(runner.Commit({}, true, {true, true}, -1, {}, &result).message() ==
+         kNeeds);
   runner.Discard();
   EXPECT(runner.Commit({3, 4}, false, {true, true}, -1, {}, &result)
              .message() == kNeeds);
