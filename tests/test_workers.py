@@ -254,6 +254,31 @@ def test_a_sum_under_way_is_cancelled_once_a_worker_is_lost():
   reducer.close()  # the cancelled session is not closed twice
 
 
+@pytest.mark.parametrize("requested", [False, True])
+def test_a_stop_request_rides_in_the_sums_own_all_reduces(requested):
+  reducer = tb_cluster.Reducer(
+      tb_cluster.Cluster(launch.free_addresses(2), 0),
+      requested=lambda: requested)
+  run = []
+
+  def both_workers(ops, feeds, what):  # two workers that fed the same
+    run.append((len(ops), what))
+    return [2 * value for value in feeds.values()]
+
+  reducer._run = both_workers
+  one = reducer.sum([np.arange(3, dtype=np.float32), np.ones((2, 2), "f")],
+                    "wave 1")
+  np.testing.assert_array_equal(one[0], [0, 2, 4])
+  np.testing.assert_array_equal(one[1], np.full((2, 2), 2))
+  assert reducer.stopping == requested
+  # float32 alone: one all-reduce, the request in it; with float64 and
+  # int64 too, one each.
+  two = reducer.sum([np.ones(2, np.float64), np.ones(1, np.float32),
+                     np.ones(1, np.int64)], "wave 2")
+  assert [t.dtype for t in two] == [np.float64, np.float32, np.int64]
+  assert run == [(1, "wave 1"), (3, "wave 2")]
+
+
 def test_scaling_model_is_lemma_3_1_and_gadeis_rule():
   # T_C = 0.1 s, T_O = 0.02 s on 2 workers: r = 0.2 / 2 = 0.1.
   report = scaling.report(2, 10, 1.0, 0.2, 1000, predicted=(1, 2, 8))

@@ -251,9 +251,13 @@ class Reducer(object):
       tf.errors.UnavailableError: a worker was lost or did not answer
         within the timeout.
     """
-    # Each worker's request to stop rides along: all learn of it at once.
-    arrays = [np.asarray(a) for a in arrays] + [
-        np.array([float(self._requested())], np.float64)]
+    arrays = [np.asarray(a) for a in arrays]
+    # Each worker's request to stop rides along, so all learn of it in the
+    # same sum. It takes a dtype the sum has already (a count of workers
+    # is exact in any): there is one all-reduce per dtype.
+    carrier = next((a.dtype for a in arrays if a.dtype.kind in "fi"),
+                   np.dtype(np.float64))
+    arrays.append(np.array([self._requested()], carrier))
     by_dtype = {}
     for i, a in enumerate(arrays):
       by_dtype.setdefault(a.dtype, []).append(i)
