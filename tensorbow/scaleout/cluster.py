@@ -67,6 +67,11 @@ class Cluster(object):
     return len(self.workers)
 
   @property
+  def others(self):
+    """The indices of the other workers."""
+    return [i for i in range(self.num_workers) if i != self.index]
+
+  @property
   def is_chief(self):
     return self.index == 0
 
@@ -361,35 +366,27 @@ class Reducer(object):
         f"{self._lost(wait=error is not None)}{cause}")
 
   def _lost(self, wait):
-    """Which other workers look lost: not listening, silent past the
-    heartbeat timeout, or (neither) not answering within the timeout.
-    With `wait`, a sum failed before the heartbeats knew why (another
-    survivor's sum was cancelled first, say): gives them until the bound
-    to find the worker."""
+    """Which other workers the heartbeats found lost: gone (their port
+    refused connections) or silent past the heartbeat timeout; else that
+    one did not answer within the timeout. With `wait`, a sum failed
+    before the heartbeats knew why (another survivor's sum was cancelled
+    first, say): gives them until their bound to find the worker."""
     deadline = time.monotonic() + (
         self._heartbeat_timeout + tb_heartbeat.PROBE_AFTER + 1.0 if wait
         else 0.0)
     while True:
-      silent = self._lost_now(heartbeat(self._cluster).silent())
-      said = []
-      for i in self._others():
-        address = self._cluster.workers[i]
-        if not tb_heartbeat.listening(address, 1.0):
-          said.append(f"worker {i} ({address}) is gone")
-        elif i in silent:
-          said.append(f"worker {i} ({address}) did not answer heartbeats "
-                      f"for {self._heartbeat_timeout:g} s")
+      silent = heartbeat(self._cluster).silent()
+      lost = self._lost_now(silent)
+      said = [f"worker {i} ({self._cluster.workers[i]}) " + (
+          "is gone" if silent.get(i) == float("inf") else
+          f"did not answer heartbeats for {self._heartbeat_timeout:g} s")
+              for i in sorted(lost)]
       if said:
         return ", ".join(said)
       if time.monotonic() >= deadline:
         return (f"a worker did not answer within {self._timeout:g} s "
-                f"(workers {', '.join(str(i) for i in self._others())} "
-                "still listen)")
+                "(the heartbeats found none of the others lost)")
       time.sleep(0.1)
-
-  def _others(self):
-    return [i for i in range(self._cluster.num_workers)
-            if i != self._cluster.index]
 
   def _wait_for_workers(self):
     """Waits, with a message every 10 s, until every other worker's server
@@ -397,7 +394,7 @@ class Reducer(object):
     server(self._cluster)
     deadline = time.monotonic() + self._start_timeout
     said = time.monotonic()
-    waiting = self._others()
+    waiting = self._cluster.others
     while True:
       waiting = [i for i in waiting
                  if not tb_heartbeat.listening(self._cluster.workers[i], 1.0)]

@@ -82,7 +82,7 @@ class Heartbeat(object):
     heard (called once all of them listen)."""
     now = self._clock()
     with self._lock:
-      for i in self._others():
+      for i in self._cluster.others:
         self._heard.setdefault(i, now)
 
   def silent(self):
@@ -116,13 +116,10 @@ class Heartbeat(object):
     if self._socket is not None:
       self._socket.close()
 
-  def _others(self):
-    return [i for i in range(self._cluster.num_workers)
-            if i != self._cluster.index]
-
   def _beat(self):
     message = self._tag + b" %d" % self._cluster.index
-    peers = {i: _address(self._cluster.workers[i]) for i in self._others()}
+    peers = {i: _address(self._cluster.workers[i])
+             for i in self._cluster.others}
     next_beat = self._clock()
     while not self._closed.is_set():
       now = self._clock()
@@ -155,7 +152,7 @@ class Heartbeat(object):
     if tag != self._tag or not index.isdigit():
       return  # another job's, or not a heartbeat
     index = int(index)
-    if index in self._others():
+    if index in self._cluster.others:
       with self._lock:
         self._heard[index] = self._clock()
         self._ever.add(index)
