@@ -51,6 +51,18 @@ def check(devices):
   return tuple(devices)
 
 
+def cpus_needed(devices):
+  """How many logical CPU devices of this process the device names
+  `devices` (or None) need: one past the highest /cpu:k named, 0 if none
+  is a local CPU."""
+  needed = 0
+  for name in devices or ():
+    spec = tf.DeviceSpec.from_string(name)
+    if (spec.device_type or "").upper() == "CPU" and not spec.job:
+      needed = max(needed, (spec.device_index or 0) + 1)
+  return needed
+
+
 def resolve(devices, available):
   """The full names of `devices` (names as the user gives them) among
   `available` (a session's device names).

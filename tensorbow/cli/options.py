@@ -14,6 +14,7 @@ import os
 
 import tensorflow as tf
 
+from tensorbow import devices as tb_devices
 from tensorbow import options as tb_options
 
 
@@ -51,11 +52,7 @@ class SessionOptions(collections.namedtuple("SessionOptions", [
     """`config` (a ConfigProto or None) with at least as many logical
     CPUs as `devices` names: a script written for one device need not
     ask for the CPU devices `--devices` spreads its replicas over."""
-    needed = 0
-    for name in self.devices or ():
-      spec = tf.DeviceSpec.from_string(name)
-      if (spec.device_type or "").upper() == "CPU" and not spec.job:
-        needed = max(needed, (spec.device_index or 0) + 1)
+    needed = tb_devices.cpus_needed(self.devices)
     has = config.device_count.get("CPU", 1) if config is not None else 1
     if needed <= has:
       return config
