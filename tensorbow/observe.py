@@ -77,8 +77,8 @@ def read(path):
 class Quiet(object):
   """No timeline, no TensorBoard, no progress: does nothing."""
 
-  def wave(self, start, end, rows, replicas, timings, sums, distances):
-    del start, end, rows, replicas, timings, sums, distances
+  def wave(self, start, end, rows, replicas, runtime, sums, distances):
+    del start, end, rows, replicas, runtime, sums, distances
 
   def wants_distances(self):
     return False
@@ -118,7 +118,7 @@ class Recorder(Quiet):
     self._out = out or sys.stderr
     self._waves = 0
     self._said = self._read_distances = clock()
-    self._said_waves = self._said_rows = self._rows = 0
+    self._said_rows = self._rows = 0
 
   def wants_distances(self):
     """Whether the next `wave` should be given the replicas' distances."""
