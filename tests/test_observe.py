@@ -78,8 +78,11 @@ def test_the_timeline_is_a_trace_whose_waves_hold_their_tasks(
   assert abs(waves[0]["ts"] / 1e6 - os.path.getmtime(path)) < 60
 
 
+@pytest.mark.parametrize("fast_kernels", ["all", "0"])
 def test_tensorboard_holds_the_scalars_and_smas_distances(tmp_path,
-                                                          monkeypatch):
+                                                          monkeypatch,
+                                                          fast_kernels):
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", fast_kernels)
   _train(tmp_path, monkeypatch, logdir=str(tmp_path / "logs"))
   files = glob.glob(str(tmp_path / "logs" / "events.out.tfevents.*"))
   assert len(files) == 1

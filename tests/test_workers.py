@@ -932,12 +932,14 @@ def test_two_workers_write_one_timeline_and_their_own_scalars(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["sma", "easgd", "ssgd"])
+@pytest.mark.parametrize("algorithm, fast_kernels", [
+    ("sma", "all"), ("sma", "0"), ("easgd", "all"), ("ssgd", "all")])
 def test_two_workers_of_two_devices_of_two_replicas_are_one_of_eight(
-    tmp_path, tf_mode_statement, algorithm):
+    tmp_path, tf_mode_statement, algorithm, fast_kernels):
   script, data = _worker_script(tmp_path, tf_mode_statement)
   _, centrals = _run_job(tmp_path, script, data, "sgd", False, algorithm,
-                         REPLICAS="4", DEVICES="2")
+                         REPLICAS="4", DEVICES="2",
+                         TENSORBOW_FAST_KERNELS=fast_kernels)
   if algorithm == "ssgd":  # SGD on the whole batch
     expected = [W0.astype(np.float64), B0.astype(np.float64)]
     for xb, yb in zip(XS, YS):
@@ -988,6 +990,7 @@ with tf.compat.v1.Session() as sess:  # one device, as the script wrote it
   index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
   np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b))
   print("CPUS", sum(d.device_type == "CPU" for d in sess.list_devices()))
+  print("MEMBERS", sess.scaling_report().workers)  # workers x devices
 """
 
 
@@ -1001,6 +1004,8 @@ def test_tensorbow_run_spreads_each_workers_replicas_over_its_devices(
   # Each worker's session got the two CPUs its script did not ask for.
   assert sorted(line for line in done.stdout.splitlines()
                 if "CPUS" in line) == ["[0] CPUS 2", "[1] CPUS 2"]
+  # Its replicas spread over them: 2 workers of 2 devices sum together.
+  assert "[0] MEMBERS 4" in done.stdout and "[1] MEMBERS 4" in done.stdout
   expected = references.sma([W0, B0], list(zip(XS, YS)), 8, 1 / 8, 0.9,
                             LR)[-1][0]
   _assert_centrals([np.load(tmp_path / f"central{k}.npz") for k in range(2)],
