@@ -10,6 +10,7 @@ import logging
 
 import tensorflow as tf
 
+from tensorbow import checkpoint
 from tensorbow import compat
 from tensorbow.rewrite import analysis
 
@@ -56,6 +57,44 @@ class Router(object):
     self._closures = {}  # signature -> Closure
     self._routes = {}  # _run_key -> Route
     self._warned = set()  # variable sets warned of (_warn_hand_written)
+
+  def detached(self, fetches):
+    """The route of a plain run, fed nothing, that no replica's state
+    concerns: it reads and writes no variable, saves nothing and takes
+    from no pipeline (a queue runner's enqueue, run once a record); None
+    for any other run.
+
+    Such a run needs nothing of TensorBow's around it, and TensorFlow's
+    callable costs a fraction of a `run` call: a reader's queue runners
+    call it from several threads against the wave's.
+    """
+    route, _ = self.route(fetches, {})
+    closure = route.closure
+    uses = closure.pipelines
+    if (closure.training or closure.reads or closure.written is None or
+        closure.written or uses.takes or uses.resets or uses.saves or
+        checkpoint.saver_call(closure.ops, {}, self._graph) is not None):
+      return None
+    return route
+
+  def partial_run_setup(self, session, fetches, feeds):
+    """`session.partial_run_setup` of `fetches` and `feeds`, refusing a
+    training run (tf.errors.UnimplementedError)."""
+    handler = compat.fetch_handler(self._graph, fetches, {})
+    feeds = [self._graph.as_graph_element(f, allow_tensor=True,
+                                          allow_operation=False).name
+             for f in tf.nest.flatten(feeds or [])]
+    self.refuse_training(handler, feeds, "partial_run")
+    return session.partial_run_setup(names(handler), feeds)
+
+  def partial_run(self, session, owner, handle, fetches, feed_dict):
+    """`session.partial_run` of `fetches`, its results as `owner`'s."""
+    feeds = compat.feed_items(self._graph, feed_dict or {})
+    handler = compat.fetch_handler(self._graph, fetches,
+                                   {t.ref(): v for t, v in feeds})
+    values = session.partial_run(handle, names(handler),
+                                 {t.name: v for t, v in feeds})
+    return handler.build_results(owner, values[:len(handler.fetches())])
 
   def route(self, fetches, feed_dict):
     """(Route, fed values in the route's order) of a `run()` call.
@@ -210,3 +249,9 @@ def _leaf_key(leaf):
   if isinstance(leaf, str):
     return leaf
   raise _Uncacheable()
+
+
+def names(handler):
+  """The names a fetch handler's fetches and targets go by."""
+  return ([t.name for t in handler.fetches()] +
+          [op.name for op in handler.targets()])

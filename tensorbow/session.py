@@ -287,22 +287,13 @@ class TensorBowSession(compat.SessionInterface):
       tf.errors.UnimplementedError: the fetches take a training step.
     """
     self._sync()
-    handler = compat.fetch_handler(self.graph, fetches, {})
-    feeds = [self.graph.as_graph_element(f, allow_tensor=True,
-                                         allow_operation=False).name
-             for f in tf.nest.flatten(feeds or [])]
-    self._router.refuse_training(handler, feeds, "partial_run")
-    return self._session.partial_run_setup(_names(handler), feeds)
+    return self._router.partial_run_setup(self._session, fetches, feeds)
 
   def partial_run(self, handle, fetches, feed_dict=None):
     """As `tf.compat.v1.Session.partial_run` (plain runs only)."""
     self._sync()
-    feeds = compat.feed_items(self.graph, feed_dict or {})
-    handler = compat.fetch_handler(self.graph, fetches,
-                                   {t.ref(): v for t, v in feeds})
-    values = self._session.partial_run(handle, _names(handler),
-                                       {t.name: v for t, v in feeds})
-    return handler.build_results(self, values[:len(handler.fetches())])
+    return self._router.partial_run(self._session, self, handle, fetches,
+                                    feed_dict)
 
   def make_callable(self, fetches, feed_list=None, accept_options=False):
     """A callable running `fetches` with positional feeds for `feed_list`.
@@ -317,26 +308,15 @@ class TensorBowSession(compat.SessionInterface):
     return compat.make_callable(self.run, fetches, feed_list, accept_options)
 
   def _detached_callable(self, fetches):
-    """TensorFlow's own callable for a plain run, fed nothing, that no
-    replica's state concerns: it reads and writes no variable, saves
-    nothing and takes from no pipeline (a queue runner's enqueue, run
-    once a record). None for any other run.
-
-    Such a run needs nothing of TensorBow's around it, and TensorFlow's
-    callable costs a fraction of a `run` call: a reader's queue runners
-    call it from several threads against the wave's.
-    """
+    """TensorFlow's own callable for a plain run that needs nothing of
+    TensorBow's around it (routing.Router.detached), else None."""
     self._check_open()
     self._sync()
-    route, _ = self._router.route(fetches, {})
-    closure = route.closure
-    uses = closure.pipelines
-    if (closure.training or closure.reads or closure.written is None or
-        closure.written or uses.takes or uses.resets or uses.saves or
-        checkpoint.saver_call(closure.ops, {}, self.graph) is not None):
+    route = self._router.detached(fetches)
+    if route is None:
       return None
     handler = route.handler
-    call = self._session.make_callable(_names(handler))
+    call = self._session.make_callable(routing.names(handler))
     count = len(handler.fetches())
 
     def run():
@@ -442,7 +422,7 @@ class TensorBowSession(compat.SessionInterface):
     # Not under the lock: a run that blocks inside TensorFlow (a dequeue)
     # must not block the session's other runs, as with TensorFlow.
     try:
-      values = self._session.run(_names(handler), feeds, options,
+      values = self._session.run(routing.names(handler), feeds, options,
                                  run_metadata)
     except (TypeError, ValueError):
       self._inputs.give_back(served)
@@ -492,8 +472,3 @@ def _cpu_devices(session):
   cpus = [d.name for d in session.list_devices() if d.device_type == "CPU"]
   return sorted(cpus, key=lambda n: int(n.rsplit(":", 1)[1]))
 
-
-def _names(handler):
-  """The names a fetch handler's fetches and targets go by."""
-  return ([t.name for t in handler.fetches()] +
-          [op.name for op in handler.targets()])
