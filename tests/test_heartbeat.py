@@ -160,3 +160,17 @@ def test_a_port_taken_leaves_the_probe_alone(caplog):
     assert _wait_for(lambda: lone.silent()[1] == float("inf"))
   finally:
     lone.close()
+
+
+def test_a_heartbeat_carries_a_proposal_to_the_others():
+  _, beats = _pair()
+  try:
+    beats[1].propose("hello 1")
+    assert _wait_for(lambda: beats[0].proposals() == {1: "hello 1"})
+    assert beats[1].proposals() == {}  # worker 0 proposed nothing
+    beats[1].propose("hello again")
+    assert _wait_for(lambda: beats[0].proposals() == {1: "hello again"})
+    assert beats[0].silent()[1] < 4 * INTERVAL  # still a heartbeat
+  finally:
+    for b in beats:
+      b.close()

@@ -55,6 +55,8 @@ class Heartbeat(object):
     self._socket = None
     self._thread = None
     self._tag = _MAGIC + b" " + ",".join(cluster.workers).encode()
+    self._proposal = b""  # what this worker's heartbeats carry
+    self._proposals = {}  # worker index -> what its last heartbeat carried
 
   def start(self):
     """Binds this worker's UDP port and starts beating; without the port
@@ -97,6 +99,18 @@ class Heartbeat(object):
               now - t if i in self._ever else 0.0
               for i, t in self._heard.items()}
 
+  def propose(self, text):
+    """From the next heartbeat on, every heartbeat carries `text` (a
+    membership proposal, membership.py) to the other workers."""
+    with self._lock:
+      self._proposal = text.encode()
+
+  def proposals(self):
+    """{worker index: the text its last heartbeat carried}, for the
+    workers whose heartbeats carried one."""
+    with self._lock:
+      return dict(self._proposals)
+
   def watch(self, watcher):
     """Calls `watcher(silent)` after every heartbeat, on the heartbeat's
     thread (keep it short); returns a function that stops it."""
@@ -117,7 +131,7 @@ class Heartbeat(object):
       self._socket.close()
 
   def _beat(self):
-    message = self._tag + b" %d" % self._cluster.index
+    head = self._tag + b" %d" % self._cluster.index
     peers = {i: _address(self._cluster.workers[i])
              for i in self._cluster.others}
     next_beat = self._clock()
@@ -125,6 +139,8 @@ class Heartbeat(object):
       now = self._clock()
       if now >= next_beat:
         next_beat = now + self._interval
+        with self._lock:
+          message = head + (b"|" + self._proposal if self._proposal else b"")
         if self._socket is not None:
           for address in peers.values():
             try:
@@ -145,9 +161,10 @@ class Heartbeat(object):
       return
     self._socket.settimeout(max(seconds, 1e-3))
     try:
-      data, _ = self._socket.recvfrom(1024)
+      data, _ = self._socket.recvfrom(4096)
     except OSError:  # the timeout, mostly
       return
+    data, _, proposal = data.partition(b"|")
     tag, _, index = data.rpartition(b" ")
     if tag != self._tag or not index.isdigit():
       return  # another job's, or not a heartbeat
@@ -156,6 +173,8 @@ class Heartbeat(object):
       with self._lock:
         self._heard[index] = self._clock()
         self._ever.add(index)
+        if proposal:
+          self._proposals[index] = proposal.decode(errors="replace")
 
   def _probe(self, now):
     """Asks the port of every worker silent (or never heard) for
