@@ -365,6 +365,12 @@ class ReplicaState(object):
       keys.extend(k if isinstance(k, list) else [k])
     return keys
 
+  def replicated_parts(self):
+    """[rewrite.builder.Replicated]: the copies per replica of every
+    replicated variable's state, which are no graph's variables."""
+    return [part for name in sorted(self._seeds)
+            for keys, part in self._state_of(name) if isinstance(keys, list)]
+
   def state_tensors(self):
     """{key: tensor} reading every replica's copy of every replicated
     variable and the algorithm's state for each model variable."""

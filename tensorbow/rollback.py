@@ -1,0 +1,121 @@
+"""A session's variables as they were before a wave, to put back: what
+lets the survivors of a lost worker drop the wave in flight, whatever it
+had written, and run it again among themselves (scaleout, elasticity).
+
+`save` copies every initialised variable of the execution graph (the
+user's, the algorithm's) and the replicas' copies (kept by TensorBow's
+kernels, not as variables) to backup variables beside them, in one
+TensorFlow run and without leaving the device; `restore` copies them
+back. State outside variables is not kept: a `tf.data` iterator
+or a queue (a wave's elements are put back by the trainer instead) and
+a stateful random op's position, so a wave run again draws new random
+numbers.
+"""
+import tensorflow as tf
+
+_KINDS = ("VariableV2", "VarHandleOp")
+_SCOPE = "tensorbow_backup"
+
+
+class Backup(object):
+  """The variables of `graph`, run by `session`, kept before each wave."""
+
+  def __init__(self, session, graph):
+    self._session = session
+    self._graph = graph
+    self._version = None  # the graph's version `_variables` looked at
+    self._variables = {}  # variable op name -> (save op, restore op)
+    self._unset = []  # variable ops not initialised when last looked at
+    self._replicated = {}  # Replicated's name -> (save op, restore op)
+    self._ops = (None, None)  # (save, restore) of all kept
+    self._keeps = None  # the names of what they keep
+    self.saved = False  # whether there is a wave's start to put back
+
+  def save(self, replicated=()):
+    """Keeps the value of every initialised variable and of the replicas'
+    copies `replicated` (rewrite.builder.Replicated, ReplicaState's)."""
+    if self._graph.version != self._version or self._unset:
+      self._update()
+    keeps = (tuple(self._variables), tuple(p.name for p in replicated))
+    if keeps != self._keeps:
+      with self._graph.as_default():
+        for part in replicated:
+          if part.name not in self._replicated:
+            self._replicated[part.name] = _replicated_pair(part)
+        pairs = list(self._variables.values()) + [
+            self._replicated[p.name] for p in replicated]
+        self._ops = (tf.group(*[s for s, _ in pairs], name=f"{_SCOPE}/save"),
+                     tf.group(*[r for _, r in pairs],
+                              name=f"{_SCOPE}/restore"))
+      self._keeps = keeps
+      self._version = self._graph.version
+    self._session.run(self._ops[0])
+    self.saved = True
+
+  def restore(self):
+    """Puts back what the last `save` kept, unless `forget` came since."""
+    if self.saved:
+      self._session.run(self._ops[1])
+    self.saved = False
+
+  def forget(self):
+    """The wave saved for is done: nothing is to be put back."""
+    self.saved = False
+
+  def _update(self):
+    new = [op for op in self._graph.get_operations()
+           if op.type in _KINDS and op.name not in self._variables and
+           not op.name.startswith(_SCOPE + "/")]
+    ops = list({op.name: op for op in self._unset + new}.values())
+    with self._graph.as_default():
+      checks = [_initialized(op) for op in ops]
+    done = self._session.run(checks) if checks else []
+    self._unset = [op for op, d in zip(ops, done) if not d]
+    with self._graph.as_default():
+      for op, d in zip(ops, done):
+        if d:
+          self._variables[op.name] = _pair(op)
+    self._version = self._graph.version
+
+
+def _initialized(op):
+  with tf.name_scope(f"{_SCOPE}/"):
+    if op.type == "VarHandleOp":
+      return tf.raw_ops.VarIsInitializedOp(resource=op.outputs[0])
+    return tf.raw_ops.IsVariableInitialized(ref=op.outputs[0])
+
+
+def _pair(op):
+  """(op copying variable `op` to its backup, op copying it back)."""
+  dtype = op.get_attr("dtype")
+  with tf.name_scope(f"{_SCOPE}/"), tf.compat.v1.colocate_with(op):
+    backup = tf.raw_ops.VarHandleOp(
+        dtype=dtype, shape=tf.TensorShape(None),
+        shared_name=f"{_SCOPE}/{op.name}")
+    kept = tf.raw_ops.ReadVariableOp(resource=backup, dtype=dtype)
+    if op.type == "VarHandleOp":
+      value = tf.raw_ops.ReadVariableOp(resource=op.outputs[0], dtype=dtype)
+      back = tf.raw_ops.AssignVariableOp(resource=op.outputs[0], value=kept)
+    else:
+      value = op.outputs[0]
+      back = tf.raw_ops.Assign(ref=op.outputs[0], value=kept,
+                               validate_shape=False).op
+    # A copy: a read may share the variable's buffer, which a kernel that
+    # writes in place (a reference variable's) would change under it.
+    save = tf.raw_ops.AssignVariableOp(resource=backup,
+                                       value=tf.raw_ops.DeepCopy(x=value))
+  return save, back
+
+
+def _replicated_pair(part):
+  """(op copying every replica's copy of `part` to a backup, op copying
+  them back)."""
+  with tf.name_scope(f"{_SCOPE}/"):
+    backup = tf.raw_ops.VarHandleOp(
+        dtype=part.dtype, shape=tf.TensorShape(None),
+        shared_name=f"{_SCOPE}/{part.name}")
+    save = tf.raw_ops.AssignVariableOp(resource=backup, value=part.stacked())
+    back = part.set(
+        tf.raw_ops.ReadVariableOp(resource=backup, dtype=part.dtype),
+        tf.range(part.num_replicas, dtype=tf.int32), stacked=True)
+  return save, back

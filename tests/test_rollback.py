@@ -1,0 +1,40 @@
+"""What a wave's backup keeps and puts back (rollback.py): the variables
+of a graph, in both kinds; the replicas' copies are put back by the
+dropped-wave tests of test_elastic.py."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tensorbow import rollback
+
+
+@pytest.mark.parametrize("resource", [False, True])
+def test_a_backup_puts_back_every_variable_initialised_when_it_saved(
+    resource):
+  graph = tf.Graph()
+  with graph.as_default():
+    v = tf.compat.v1.get_variable("v", initializer=[1.0, 2.0],
+                                  use_resource=resource)
+    late = tf.compat.v1.get_variable("late", initializer=[5],
+                                     use_resource=resource)
+    change = tf.group(v.assign([7.0, 8.0]), late.assign([9]))
+  with tf.compat.v1.Session(graph=graph) as sess:
+    sess.run(v.initializer)
+    backup = rollback.Backup(sess, graph)
+    backup.save()  # `late` is not initialised yet: not kept
+    sess.run(late.initializer)
+    sess.run(change)
+    backup.restore()
+    np.testing.assert_array_equal(sess.run(v), [1.0, 2.0])
+    assert sess.run(late) == [9]
+    backup.save()  # now kept
+    sess.run(change)
+    sess.run(v.assign([0.0, 0.0]))
+    backup.forget()  # the wave finished: nothing to put back
+    backup.restore()
+    np.testing.assert_array_equal(sess.run(v), [0.0, 0.0])
+    backup.save()
+    sess.run(change)
+    backup.restore()
+    np.testing.assert_array_equal(sess.run(v), [0.0, 0.0])
+    assert sess.run(late) == [9]
