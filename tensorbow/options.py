@@ -24,7 +24,8 @@ Settings = collections.namedtuple("Settings", [
 def check_options(replicas=2, algorithm="sma", alpha=None,
                   central_momentum=0.9, nonfinite="propagate", workers=1,
                   cluster_timeout=60.0, heartbeat_timeout=3.0, devices=1,
-                  prefetch=True, timeline=None, logdir=None, progress=None):
+                  prefetch=True, timeline=None, logdir=None, progress=None,
+                  min_workers=None):
   """Checks `TensorBowSession`'s options; returns the algorithm resolved for
   `replicas` on each of `workers` workers (for "auto", for the one
   replica it starts with), spread over `devices` devices.
@@ -60,6 +61,13 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
       not heartbeat_timeout >= 1.0):
     raise ValueError(f"heartbeat_timeout must be a number of seconds >= 1 "
                      f"(several heartbeats), got {heartbeat_timeout!r}")
+  # Alone, the bound waits for the cluster a worker's TF_CONFIG names.
+  if min_workers is not None and (
+      isinstance(min_workers, bool) or not isinstance(min_workers, int) or
+      min_workers < 1 or 1 < workers < min_workers):
+    raise ValueError(f"min_workers must be None or an int >= 1 and at most "
+                     f"the workers of the cluster ({workers}), got "
+                     f"{min_workers!r}")
   resolved = algorithms.resolve(algorithm, alpha, central_momentum).resolved(
       (1 if replicas == AUTO else replicas) * workers)
   resolved.check_nonfinite(nonfinite)

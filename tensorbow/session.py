@@ -26,6 +26,7 @@ from tensorbow import planner
 from tensorbow import preemption
 from tensorbow import prefetch as tb_prefetch
 from tensorbow import replicas as tb_replicas
+from tensorbow import rollback
 from tensorbow import routing
 from tensorbow import runtime as tb_runtime
 from tensorbow import scaleout
@@ -61,6 +62,8 @@ class TensorBowSession(compat.SessionInterface):
       wave waits for the other workers before it fails.
     heartbeat_timeout: with workers, the seconds a worker may send no
       heartbeat before the others fail naming it (scaleout/heartbeat.py).
+    min_workers: with workers, how many must remain for the survivors of
+      a lost one to go on without it (None: the others fail).
     devices: None or one device (TensorFlow places the model), or the
       devices to spread the replicas over, such as ["/cpu:0", "/cpu:1"]
       (with `ConfigProto(device_count={"CPU": 2})`): each keeps its own copy
@@ -89,16 +92,16 @@ class TensorBowSession(compat.SessionInterface):
                algorithm="sma", alpha=None, central_momentum=0.9,
                nonfinite="propagate", cluster_timeout=60.0,
                heartbeat_timeout=3.0, devices=None, prefetch=True,
-               timeline=None, logdir=None, progress=None):
-    self._scale = scaleout.from_environ(cluster_timeout, heartbeat_timeout,
-                                       preemption.notice().requested)
-    self._workers = self._scale.workers
+               timeline=None, logdir=None, progress=None, min_workers=None):
+    self._scale = scaleout.from_environ(
+        cluster_timeout, heartbeat_timeout, preemption.notice().requested,
+        min_workers=min_workers)
     devices = tb_devices.check(devices)
     options.check_options(replicas, algorithm, alpha, central_momentum,
-                          nonfinite, self._workers, cluster_timeout,
+                          nonfinite, self._scale.workers, cluster_timeout,
                           heartbeat_timeout,
                           len(devices) if devices else 1, prefetch,
-                          timeline, logdir, progress)
+                          timeline, logdir, progress, min_workers)
     # Resolved for L whenever L is set (replicas="auto" changes it).
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)
@@ -131,27 +134,31 @@ class TensorBowSession(compat.SessionInterface):
     self.counts = {"training_runs": 0}  # completed; outlives the session
     self._observer = observe.make(timeline, logdir, progress, self._scale)
     self._preemption = preemption.Preemption(self._scale)
+    # With elasticity, a wave that lost a worker puts back what it wrote.
+    self._backup = (rollback.Backup(self._session, self._exec.graph)
+                    if self._scale.elastic else None)
     self._settings = self._runtime = self._planner = self._trainer = None
     self.retune(1 if self._tuner is not None else replicas)
 
-  def retune(self, replicas, stream_groups=None, inline=False):
+  def retune(self, replicas, stream_groups=None, inline=False, anew=False):
     """Trains `replicas` replicas on `stream_groups` (None: the default),
     each task's ops on its own thread if `inline`, from the next training
     run on, seeded from the central model (refreshed from the replicas).
 
     Only the threads change, and the plans stay, if L and the stream groups
-    do not.
+    do not (and not `anew`: after a change of the workers).
     """
     with self._lock:
       settings = self._settings
       if settings is not None:
-        if (replicas == settings.replicas and
+        if (replicas == settings.replicas and not anew and
             stream_groups in (None, self._runtime.num_stream_groups)):
           self._runtime.inline = inline
           return
         self._trainer.refresh()
         self._runtime.close()
-      algorithm = self._algorithm_spec.resolved(replicas * self._workers)
+      algorithm = self._algorithm_spec.resolved(
+          replicas * self._scale.workers)
       groups = stream_groups or tb_runtime.default_stream_groups(replicas)
       placement = (tb_devices.place(self._devices, replicas, groups)
                    if self._devices else None)
@@ -178,7 +185,7 @@ class TensorBowSession(compat.SessionInterface):
       self._trainer = waves.Trainer(
           self._session, settings, self._planner, self._runtime, builder,
           state, self._graph, self._lock, self._check_open, self._scale,
-          self._inputs, self._noise)
+          self._inputs, self._noise, self._backup)
 
   # ---- SessionInterface ----------------------------------------------------
 
@@ -357,7 +364,13 @@ class TensorBowSession(compat.SessionInterface):
     """A training run; with replicas="auto", timed for the auto-tuner,
     which may change the setting for the next."""
     start = time.monotonic()
-    trained = self._trainer.train(route, fed_values, options, run_metadata)
+    while True:
+      try:
+        trained = self._trainer.train(route, fed_values, options,
+                                      run_metadata)
+        break
+      except scaleout.MembershipChanged as change:
+        self._go_on_without(change)
     seconds = time.monotonic() - start
     self._observer.wave(
         start, start + seconds, trained.rows, self.replicas, self._runtime,
@@ -382,6 +395,17 @@ class TensorBowSession(compat.SessionInterface):
     if following is not None and following != current:
       self.retune(*following)
     return trained.results
+
+  def _go_on_without(self, change):
+    """After `change` (scaleout.MembershipChanged): this worker's setting
+    made again for the workers that go on, its replicas' state and count
+    of waves carried over, to run the same wave again among them."""
+    with self._lock:
+      previous = self._trainer
+      self._scale.reform(change)
+      self.retune(self.replicas, self._runtime.num_stream_groups,
+                  self._runtime.inline, anew=True)
+      self._trainer.carry(previous)
 
   def _sync(self):
     """Brings the execution graph up to the user's graph."""
@@ -449,7 +473,8 @@ class TensorBowSession(compat.SessionInterface):
     bandwidth GaDei's rule asks of them and the efficiency Lemma 3.1
     predicts for each number of devices or workers in `predicted`."""
     waves, compute, sync, model_bytes = self._trainer.timing()
-    members = self._workers * (len(self._devices) if self._devices else 1)
+    members = self._scale.workers * (len(self._devices) if self._devices
+                                     else 1)
     return scaling.report(members, waves, compute, sync, model_bytes,
                           predicted)
 

@@ -9,6 +9,7 @@ slots, marks written variables for re-seeding and saves or loads the
 replicas' own state beside a checkpoint.
 """
 import collections
+import contextlib
 import logging
 import time
 
@@ -33,8 +34,7 @@ class Trainer(object):
   Args:
     session: the `tf.compat.v1.Session` on the execution graph.
     settings: the setting's `options.Settings`.
-    plans: the setting's `planner.Planner`, which plans each training run
-      once and keeps its plan.
+    plans: the setting's `planner.Planner` (plans each training run once).
     runtime: the setting's `runtime.Runtime`, which runs the waves.
     builder: the setting's `rewrite.builder.Builder` (names errors as the
       user's ops).
@@ -43,17 +43,17 @@ class Trainer(object):
     lock: the session's lock.
     check_open: raises if the session was closed.
     scale: the session's `scaleout.ScaleOut`: what crosses processes.
-    inputs: the session's `prefetch.Prefetcher`, which takes a training
-      run's elements from its input pipeline (and pulls the next wave's
-      while this one computes); None: one of its own that pulls only
-      when a wave asks.
+    inputs: the session's `prefetch.Prefetcher` of input pipelines'
+      elements (None: one of its own that pulls only when a wave asks).
     noise: the session's `autotune.NoiseScale`, given the replicas'
       gradients of the waves it wants (replicas="auto"); None: no sample.
+    backup: with elasticity, the session's `rollback.Backup`: what a wave
+      that lost a worker puts back before it runs again.
   """
 
   def __init__(self, session, settings, plans, runtime, builder, replicas,
                user_graph, lock, check_open, scale=None, inputs=None,
-               noise=None):
+               noise=None, backup=None):
     self._session = session
     self._replicas = settings.replicas
     self._algorithm = settings.algorithm
@@ -76,6 +76,7 @@ class Trainer(object):
     self._schedule = None  # a pooled algorithm's (Algorithm.schedule)
     self._inputs = inputs or prefetch.Prefetcher(session, ahead=False)
     self._noise = noise
+    self._backup = backup
 
   @property
   def plans(self):
@@ -87,17 +88,13 @@ class Trainer(object):
     return list(self._schedule.history) if self._schedule else []
 
   def timing(self):
-    """(waves, seconds computing, seconds summing over the workers) of the
-    training runs so far, and the central model's bytes."""
+    """(waves, seconds computing, seconds summing), the model's bytes."""
     return tuple(self._timing) + (self._state.model_bytes(),)
 
   def refresh(self, reads=None):
     """Brings user-named slots up to date before a plain run that reads
-    variables `reads` (None: any) runs.
-
-    A run that reads no replicated variable (a queue runner's enqueue)
-    neither waits for a wave in flight nor is waited for by one.
-    """
+    variables `reads` (None: any) runs; one that reads no replicated
+    variable (a queue runner's enqueue) does not wait for a wave."""
     state = self._state
     if (not self._needs_refresh or not state.in_use or
         (reads is not None and not state.replicates_any(reads))):
@@ -121,6 +118,17 @@ class Trainer(object):
         self._waves = checkpoint.pop_waves(loaded, self._waves)
         self._loaded_state, self._written_since_load = loaded, set()
 
+  @property
+  def waves(self):
+    """The training runs completed."""
+    return self._waves
+
+  def carry(self, previous):
+    """Trains on from `previous` (the Trainer of the session's setting
+    before this one): its replicas' state and its count of waves."""
+    self._loaded_state = previous.replica_state()
+    self._written_since_load, self._waves = set(), previous.waves
+
   def config(self):
     """What a checkpoint's replica state must have been saved with."""
     return dict(self._config)
@@ -141,8 +149,8 @@ class Trainer(object):
     return dict(zip(keys, self._session.run([tensors[k] for k in keys])))
 
   def _seed_replicas(self):
-    """Sets replicas due for it from a restored checkpoint's state or from
-    the central model."""
+    """Sets replicas due for it from state carried or restored, or else
+    from the central model."""
     rep = self._state
     if self._loaded_state is not None:
       names = [n for n in rep.replicated_variables()
@@ -158,11 +166,8 @@ class Trainer(object):
 
   def reseed(self, written):
     """A plain run wrote variables `written` (None: maybe any): their
-    replicas are set from the central model before the next wave.
-
-    Without the lock when none of them is replicated (a queue runner's
-    epoch counter): such runs proceed while a wave runs.
-    """
+    replicas are set from the central model before the next wave (without
+    the lock if none is replicated: a queue runner's epoch counter)."""
     if written is not None and not written:
       return
     if written is not None:
@@ -208,7 +213,7 @@ class Trainer(object):
                                    for i in range(len(route.pulled))]
       else:
         first = fed_values = fed_values + taken[0]
-    with self._lock:
+    with self._lock, self._dropped_on_loss(route, route.pulled and taken):
       start = time.perf_counter()
       synced = self._scale.seconds
       try:
@@ -245,6 +250,8 @@ class Trainer(object):
       if self._state.in_use:
         self._scale.take_model(self._state, self._session, self._waves + 1)
         self._seed_replicas()
+        if self._backup is not None:
+          self._backup.save(self._state.replicated_parts())
         prepare = self._state.runs.wave_run(self._waves + 1, sizes)
         sync = self._scale.worker_sync(self._state.runs)
         if sync:  # the workers' common base, in the same run
@@ -284,6 +291,8 @@ class Trainer(object):
       self._waves += 1
       if self._state.in_use:
         self._after_wave(sizes)
+        if self._backup is not None:
+          self._backup.forget()
         if self._schedule is not None:
           self._after_pool_wave(updates)
       synced = self._scale.seconds - synced
@@ -320,6 +329,21 @@ class Trainer(object):
         k += 1
     return Trained(handler.build_results(self, results), rows, batch)
 
+  @contextlib.contextmanager
+  def _dropped_on_loss(self, route, taken):
+    """Around a wave: if it lost a worker (scaleout.MembershipChanged),
+    puts back its writes, its count and the elements `taken`."""
+    waves, timing = self._waves, list(self._timing)
+    try:
+      yield
+    except scaleout.MembershipChanged:
+      self._backup.restore()
+      self._reset_barriers()
+      self._waves, self._timing = waves, timing
+      if taken:
+        self._inputs.put_back(route, taken)
+      raise
+
   def _checked(self, route, fed_values, first):
     """(plan, checked values) of a training run over `route` fed
     `fed_values`, `first` the values of one replica's element."""
@@ -327,14 +351,8 @@ class Trainer(object):
     return plan, self._scale.checked(plan, fed_values, self._replicas)
 
   def _pool_wave(self, plan, values, batch_sizes, options):
-    """A pooled algorithm's training run: the batch cut into chunks that
-    the replicas take as they come free, `batch_sizes` rows each
-    (runtime.run_pool).
-
-    Returns:
-      (per chunk its fetches, its rows, its replica), in the order of the
-      rows.
-    """
+    """A pooled algorithm's training run (runtime.run_pool): (per chunk of
+    `batch_sizes` rows, in their order, its fetches, rows and replica)."""
     chunks = self._runtime.run_pool(
         plan.calls, [feeds.contiguous(v) for v in values], plan.dtypes,
         plan.batch, batch_sizes, options)
@@ -375,15 +393,14 @@ class Trainer(object):
       raise
 
   def _after_failed_writes(self):
-    """After a wave failed while writing: replicas that finished their step
-    are put back on the central model, which the wave did not change."""
+    """After a wave failed while writing: its replicas are put back on the
+    central model, which it did not change."""
     if self._state.in_use:
       self._state.reseed()
       self._reset_barriers()
 
   def _reset_barriers(self):
-    """Restarts the algorithm's synchronisation (SMA's leader counts)
-    after a wave that did not finish."""
+    """Restarts the algorithm's barriers after a wave that did not end."""
     reset = self._state.reset_op()
     if reset is not None:
       self._session.run(reset)

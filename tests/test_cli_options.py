@@ -31,7 +31,7 @@ EVERY_OPTION = cli_options.SessionOptions(
     devices=("/cpu:0", "/cpu:1"), prefetch=False,
     # Written at a first training run, which these tests do not make.
     timeline="/nowhere/timeline.json", logdir="/nowhere/logs",
-    progress=30.0)
+    progress=30.0, min_workers=2)
 
 
 def _parse(argv):
@@ -75,7 +75,7 @@ def test_every_option_parses_back_from_its_flags():
       "--replicas", "4", "--algorithm", "ssgd", "--alpha", "0.3",
       "--central_momentum", "0.5", "--nonfinite", "raise",
       "--cluster-timeout", "5.0", "--heartbeat-timeout", "2.5",
-      "--devices", "/cpu:0,/cpu:1", "--no-prefetch",
+      "--min-workers", "2", "--devices", "/cpu:0,/cpu:1", "--no-prefetch",
       "--timeline", "/nowhere/timeline.json", "--logdir", "/nowhere/logs",
       "--progress", "30.0"]
   for options in (cli_options.SessionOptions(),
@@ -111,6 +111,7 @@ def test_a_workers_command_parses_back_to_the_same_options():
     (["--timeline", "t.json"], dict(timeline=os.path.abspath("t.json"))),
     (["--logdir", "/l"], dict(logdir="/l")),
     (["--progress", "5"], dict(progress=5.0)),
+    (["--min-workers", "3"], dict(min_workers=3)),
 ])
 def test_the_new_flags_reach_the_options(argv, options):
   assert _parse(argv) == cli_options.SessionOptions(**options)
@@ -143,6 +144,8 @@ def test_the_new_flags_reach_the_options(argv, options):
     (["--heartbeat-timeout", "inf"],
      "--heartbeat-timeout: must be a number of seconds >= 1, got inf"),
     (["--timeline", ""], "--timeline: must be a path, got ''"),
+    (["--min-workers", "0"], "--min-workers: must be an int >= 1, got 0"),
+    (["--min-workers", "two"], "--min-workers: must be an int >= 1, got two"),
     (["--progress", "0"], "--progress: must be a number of seconds > 0, got "
      "0"),
     (["--prefetch=no"],

@@ -86,6 +86,9 @@ def _count(text):
 
 def _hosts(text):
   hosts = [h.strip() for h in text.split(",") if h.strip()]
+  if len(hosts) < 2:
+    raise argparse.ArgumentTypeError(
+        f"a cluster needs two or more workers, got {hosts}")
   try:
     tb_cluster.Cluster(hosts, 0)
   except ValueError as e:

@@ -21,7 +21,7 @@ from tensorbow import options as tb_options
 class SessionOptions(collections.namedtuple("SessionOptions", [
     "replicas", "algorithm", "alpha", "central_momentum", "nonfinite",
     "cluster_timeout", "heartbeat_timeout", "devices", "prefetch",
-    "timeline", "logdir", "progress"])):
+    "timeline", "logdir", "progress", "min_workers"])):
   """Every `TensorBowSession` option `tensorbow-run` sets, with the
   session's defaults; `devices` is a tuple of device names or None."""
   __slots__ = ()
@@ -29,10 +29,12 @@ class SessionOptions(collections.namedtuple("SessionOptions", [
   def __new__(cls, replicas=2, algorithm="sma", alpha=None,
               central_momentum=0.9, nonfinite="propagate",
               cluster_timeout=60.0, heartbeat_timeout=3.0, devices=None,
-              prefetch=True, timeline=None, logdir=None, progress=None):
+              prefetch=True, timeline=None, logdir=None, progress=None,
+              min_workers=None):
     return super().__new__(cls, replicas, algorithm, alpha, central_momentum,
                            nonfinite, cluster_timeout, heartbeat_timeout,
-                           devices, prefetch, timeline, logdir, progress)
+                           devices, prefetch, timeline, logdir, progress,
+                           min_workers)
 
   def session_kwargs(self):
     """The keyword arguments of `TensorBowSession` (and of
@@ -110,6 +112,10 @@ def _path(text):
   if not text:
     raise argparse.ArgumentTypeError("must be a path, got ''")
   return os.path.abspath(text)  # the workers' too, whatever their cwd
+
+
+def _positive(text):
+  return number(text, int, lambda v: v >= 1, "an int >= 1")
 
 
 def _heartbeat(text):
@@ -197,6 +203,11 @@ _FLAGS = (
         "the seconds a worker may send no heartbeat before the others fail "
         "naming it (default: 3; a worker that dies is known within about a "
         "second)"), _float),
+    _Flag("min_workers", "--min-workers", dict(
+        type=_positive, metavar="M", help="on a cluster of workers, go on "
+        "without a lost worker while at least M remain: the wave under way "
+        "runs again among the survivors (default: a lost worker ends the "
+        "job)"), _text),
     _Flag("devices", "--devices", dict(
         type=_devices, metavar="N|DEVICE,DEVICE,...", help="spread the "
         "replicas over these devices of each session, such as "

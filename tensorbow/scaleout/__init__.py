@@ -21,24 +21,42 @@ cluster (`scaleout/cluster.py`), which sums over the workers with its
 
 Around plain runs: `checkpoint_worker` names whose replica state a
 checkpoint holds, and `leaves_save` says a Saver's save is worker 0's to
-write. Nothing else in a session or a trainer knows of other processes;
-the elastic work extends this object.
+write. Nothing else in a session or a trainer knows of other processes.
+
+With `min_workers`, a worker lost during a wave is a change of
+membership, not a failure: the sum raises `MembershipChanged`, the
+trainer puts the wave's writes back, and `reform` agrees with the
+survivors on a new cluster of themselves (membership.py), over which the
+session runs the same wave again.
 """
 import logging
 
 from tensorbow.scaleout import cluster as tb_cluster
+from tensorbow.scaleout import membership
 from tensorbow import feeds
 
 
-def from_environ(timeout, heartbeat_timeout, requested=None, environ=None):
+def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
+                 min_workers=None):
   """The ScaleOut of this process: `Workers` if `TF_CONFIG` (in `environ`,
   default os.environ) names a cluster, else `Alone`; `timeout`: seconds a
   sum waits for the other workers; `heartbeat_timeout`: seconds of
   silence that lose one; `requested()`: whether this process was asked
-  to stop (preemption.py), told to the others with every sum."""
+  to stop (preemption.py), told to the others with every sum;
+  `min_workers`: how many must remain for the survivors of a loss to go
+  on (None: a loss fails the others)."""
   found = tb_cluster.from_environ(environ)
   return (Alone() if found is None else
-          Workers(found, timeout, heartbeat_timeout, requested))
+          Workers(found, timeout, heartbeat_timeout, requested, min_workers))
+
+
+class MembershipChanged(Exception):
+  """Workers `lost` were lost during `wave`: nothing of it may commit,
+  and it is to run again among the survivors once `reform` has run."""
+
+  def __init__(self, wave, lost, message):
+    super().__init__(message)
+    self.wave, self.lost = wave, tuple(lost)
 
 
 class Alone(object):
@@ -48,6 +66,7 @@ class Alone(object):
   index = 0  # this one's place among them
   seconds = 0.0  # spent summing over them
   checkpoint_worker = None  # whose replica state a checkpoint holds
+  elastic = False  # whether a lost worker is a change of membership
 
   def replicates_one(self):
     """Whether one replica trains copies (not the user's own variables)."""
@@ -111,12 +130,19 @@ class Workers(Alone):
 
   def __init__(self, cluster, timeout,
                heartbeat_timeout=tb_cluster.DEFAULT_HEARTBEAT_TIMEOUT,
-               requested=None):
+               requested=None, min_workers=None):
     self.cluster = cluster
     self._timeout = timeout
     self._heartbeat_timeout = heartbeat_timeout
     self._requested = requested
+    self._min_workers = min_workers
     self._made = None  # the Reducer, made when first used
+    self._first = list(range(cluster.num_workers))  # each one's first index
+    self.membership = membership.Log()
+
+  @property
+  def elastic(self):
+    return self._min_workers is not None
 
   @property
   def workers(self):
@@ -160,8 +186,8 @@ class Workers(Alone):
     its own: before `wave`, the variables due to be seeded take worker
     0's values on every worker."""
     names, tensors = state.central_tensors(state.pending_seed())
-    first = names and self._reducer.from_chief(
-        dict(zip(names, session.run(tensors))),
+    first = names and self._summed(
+        wave, self._reducer.from_chief, dict(zip(names, session.run(tensors))),
         f"the chief's model before wave {wave}")
     if first:
       session.run(*state.set_central_run(first))
@@ -170,7 +196,8 @@ class Workers(Alone):
     return runs.worker_sync()
 
   def commit_sum(self, wave):
-    return lambda arrays: self._reducer.sum(arrays, f"wave {wave}")
+    return lambda arrays: self._summed(wave, self._reducer.sum, arrays,
+                                       f"wave {wave}")
 
   def merge(self, runs, session, wave, sizes):
     spanning = runs.worker_merge_run(wave, sizes)
@@ -186,8 +213,56 @@ class Workers(Alone):
 
   def _apply_sum(self, run, session, wave):
     added, sums, apply, fed = run
-    totals = self._reducer.sum(session.run(added), f"wave {wave}")
+    totals = self._summed(wave, self._reducer.sum, session.run(added),
+                          f"wave {wave}")
     session.run(apply, {**fed, **dict(zip(sums, totals))})
+
+  def _summed(self, wave, how, values, what):
+    """`how(values, what)`: a sum over the workers during `wave`; with
+    elasticity, one that lost workers raises MembershipChanged."""
+    try:
+      return how(values, what)
+    except tb_cluster.WorkerLost as e:
+      if not self.elastic:
+        raise
+      raise MembershipChanged(wave, e.lost, e.message) from None
+
+  def reform(self, change):
+    """After `change` (a MembershipChanged): agrees with the survivors on
+    the workers that go on and becomes one of their new cluster.
+
+    Raises:
+      tf.errors.UnavailableError: fewer than `min_workers` remain, or the
+        survivors could not agree.
+    """
+    old = self.cluster
+    members = [i for i in range(old.num_workers) if i not in change.lost]
+    self._check_enough(members, change)  # before waiting on the others
+    members, addresses = membership.agree(
+        tb_cluster.heartbeat(old), old, change.lost,
+        len(self.membership.changes) + 1, change.wave, self._timeout,
+        self._heartbeat_timeout)
+    self._check_enough(members, change)
+    lost = [self._first[i] for i in range(old.num_workers)
+            if i not in members]
+    if self._made is not None:
+      self._made.close()
+      self._made = None
+    self._first = [self._first[i] for i in members]
+    self.cluster = tb_cluster.Cluster(addresses, members.index(old.index))
+    self.membership.record(change.wave, self._first, lost, self.index)
+
+  def _check_enough(self, members, change):
+    """Raises WorkerLost if `members` (indices of the workers that go on
+    after `change`) are fewer than min_workers."""
+    if len(members) < self._min_workers:
+      lost = [self._first[i] for i in range(self.cluster.num_workers)
+              if i not in members]
+      raise tb_cluster.WorkerLost(
+          f"TensorBow: {len(members)} of the job's workers remain after "
+          f"losing worker(s) {', '.join(map(str, lost))} during wave "
+          f"{change.wave}, fewer than min_workers={self._min_workers}: "
+          f"{change}", change.lost)
 
   def take_sums(self):
     return self._made.take_spans() if self._made is not None else []

@@ -33,17 +33,19 @@ class Cluster(object):
   """The workers of a job and which of them this process is.
 
   Args:
-    workers: the workers' "host:port" addresses, two or more.
+    workers: the workers' "host:port" addresses: two or more as
+      `TF_CONFIG` gives them, or those that went on after a loss (one
+      alone, maybe).
     index: this process's place among them; worker 0 is the chief.
 
   Raises:
-    ValueError: fewer than two workers, or an index out of range.
+    ValueError: no worker, or an index out of range.
   """
 
   def __init__(self, workers, index):
     workers = [str(w) for w in workers]
-    if len(workers) < 2:
-      raise ValueError(f"a cluster needs two or more workers, got {workers}")
+    if not workers:
+      raise ValueError("a cluster needs a worker")
     if isinstance(index, bool) or not isinstance(index, int) or not (
         0 <= index < len(workers)):
       raise ValueError(f"worker index must be an int in [0, {len(workers)}), "
@@ -197,6 +199,14 @@ def _started(cluster):
     return _servers[key]
 
 
+class WorkerLost(tf.errors.UnavailableError):
+  """A sum failed because workers were lost (`lost`: their indices)."""
+
+  def __init__(self, message, lost):
+    super().__init__(None, None, message)
+    self.lost = tuple(lost)
+
+
 class Reducer(object):
   """Sums arrays over the workers of a cluster, one all-reduce per dtype.
 
@@ -257,6 +267,9 @@ class Reducer(object):
         within the timeout.
     """
     arrays = [np.asarray(a) for a in arrays]
+    if self._cluster.num_workers == 1:  # the last worker left
+      self.stopping = self.stopping or bool(self._requested())
+      return [a.copy() for a in arrays]
     # Each worker's request to stop rides along, so all learn of it in the
     # same sum. It takes a dtype the sum has already (a count of workers
     # is exact in any): there is one all-reduce per dtype.
@@ -359,18 +372,20 @@ class Reducer(object):
     (None: refused before it ran) naming the workers that look lost."""
     cause = "" if error is None else (
         f" ({type(error).__name__}: {error.message.splitlines()[0]})")
-    return tf.errors.UnavailableError(
-        None, None,
-        f"TensorBow: worker {self._cluster.index} of "
-        f"{self._cluster.num_workers} lost the others during {what}: "
-        f"{self._lost(wait=error is not None)}{cause}")
+    said, lost = self._lost(wait=error is not None)
+    message = (f"TensorBow: worker {self._cluster.index} of "
+               f"{self._cluster.num_workers} lost the others during {what}: "
+               f"{said}{cause}")
+    return (WorkerLost(message, lost) if lost else
+            tf.errors.UnavailableError(None, None, message))
 
   def _lost(self, wait):
-    """Which other workers the heartbeats found lost: gone (their port
-    refused connections) or silent past the heartbeat timeout; else that
-    one did not answer within the timeout. With `wait`, a sum failed
-    before the heartbeats knew why (another survivor's sum was cancelled
-    first, say): gives them until their bound to find the worker."""
+    """(what to say, their indices) of the other workers the heartbeats
+    found lost: gone (their port refused connections) or silent past the
+    heartbeat timeout; else that one did not answer within the timeout.
+    With `wait`, a sum failed before the heartbeats knew why (another
+    survivor's sum was cancelled first, say): gives them until their
+    bound to find the worker."""
     deadline = time.monotonic() + (
         self._heartbeat_timeout + tb_heartbeat.PROBE_AFTER + 1.0 if wait
         else 0.0)
@@ -382,10 +397,10 @@ class Reducer(object):
           f"did not answer heartbeats for {self._heartbeat_timeout:g} s")
               for i in sorted(lost)]
       if said:
-        return ", ".join(said)
+        return ", ".join(said), sorted(lost)
       if time.monotonic() >= deadline:
         return (f"a worker did not answer within {self._timeout:g} s "
-                "(the heartbeats found none of the others lost)")
+                "(the heartbeats found none of the others lost)"), []
       time.sleep(0.1)
 
   def _wait_for_workers(self):

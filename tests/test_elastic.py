@@ -1,0 +1,284 @@
+"""Survivors that go on (DESIGN.md, "Two levels": elasticity): how the
+survivors of a lost worker agree on a new cluster (scaleout/membership.py),
+how a wave that lost a worker is put back (rollback.py) and run again in
+one process, and jobs of three workers on 127.0.0.1 that lose one.
+
+The jobs start real workers on free ports, each bounded in time; every
+process they start is stopped before they return.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tensorbow
+from tensorbow import options
+from tensorbow import scaleout
+from tensorbow.cli import launch
+from tensorbow.scaleout import cluster as tb_cluster
+from tensorbow.scaleout import membership
+
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
+LR = 0.1
+RNG = np.random.RandomState(5)
+W0 = RNG.randn(3, 1).astype(np.float32)
+B0 = np.array([0.1], np.float32)
+# Twelve rows a wave: two each for 6 replicas, three each for 4.
+XS = RNG.randn(6, 12, 3).astype(np.float32)
+YS = RNG.randn(6, 12, 1).astype(np.float32)
+
+
+# ---- Agreeing on who goes on ----------------------------------------------
+
+
+class _Beats(object):
+  """Stands in for a Heartbeat: what the other workers propose, and how
+  long each has been silent."""
+
+  def __init__(self, heard, silent=None):
+    self.heard = heard  # index -> Proposal, or a function of ours
+    self._silent = silent or {}
+    self.proposed = []
+
+  def propose(self, text):
+    self.proposed.append(membership.Proposal.parse(text))
+
+  def proposals(self):
+    mine = self.proposed[-1]
+    return {i: (p(mine) if callable(p) else p).text()
+            for i, p in self.heard.items()}
+
+  def silent(self):
+    return dict(self._silent)
+
+
+def _cluster(index, workers=3):
+  return tb_cluster.Cluster([f"127.0.0.1:{2000 + k}" for k in range(workers)],
+                            index)
+
+
+def _echo(port, members=None, wave=None):
+  """A survivor that proposes what we propose, at its own `port`."""
+  return lambda mine: mine._replace(
+      port=port, members=mine.members if members is None else members,
+      wave=mine.wave if wave is None else wave)
+
+
+@pytest.mark.mode_independent
+def test_a_proposal_reads_back_and_anything_else_is_none():
+  p = membership.Proposal(2, 17, (0, 2), 4321)
+  assert membership.Proposal.parse(p.text()) == p
+  for junk in ("", "[1, 2]", "not json", '["a", 1, [0], 2]'):
+    assert membership.Proposal.parse(junk) is None
+
+
+@pytest.mark.mode_independent
+def test_survivors_agree_on_themselves_in_their_old_order_at_new_ports():
+  beats = _Beats({0: _echo(5000)})
+  members, addresses = membership.agree(beats, _cluster(2), [1], 1, 7, 5.0,
+                                        3.0)
+  assert members == (0, 2)
+  assert addresses[0] == "127.0.0.1:5000"
+  assert addresses[1] == f"127.0.0.1:{beats.proposed[-1].port}"
+  assert beats.proposed[-1].wave == 7 and beats.proposed[-1].change == 1
+
+
+@pytest.mark.mode_independent
+def test_a_survivor_that_lost_another_too_narrows_the_proposal():
+  # Worker 3 saw worker 2 lost as well: worker 0 follows it.
+  beats = _Beats({3: _echo(5003, members=(0, 3)), 2: _echo(5002)})
+  members, addresses = membership.agree(beats, _cluster(0, 4), [1], 1, 7,
+                                        5.0, 3.0)
+  assert members == (0, 3)
+  assert addresses[1] == "127.0.0.1:5003"
+  assert beats.proposed[0].members == (0, 2, 3)
+
+
+@pytest.mark.mode_independent
+def test_a_survivor_silent_past_the_bound_is_left_out():
+  beats = _Beats({0: _echo(5000), 2: _echo(5002)}, silent={0: 0.1, 2: 9.0})
+  members, _ = membership.agree(beats, _cluster(1, 3), [], 1, 7, 5.0, 3.0)
+  assert members == (0, 1)
+
+
+@pytest.mark.parametrize("heard, message", [
+    ({0: _echo(5000, wave=8)}, "at waves [7, 8]"),
+    ({0: _echo(5000, members=(0,))}, "went on without worker 2"),
+    ({}, "no agreement within 0.3 s with worker 0 (127.0.0.1:2000)"),
+])
+def test_survivors_that_cannot_agree_fail_saying_why(heard, message):
+  with pytest.raises(tf.errors.UnavailableError, match=re.escape(message)):
+    membership.agree(_Beats(heard), _cluster(2), [1], 1, 7, 0.3, 3.0)
+
+
+# ---- The option -------------------------------------------------------
+
+
+@pytest.mark.mode_independent
+@pytest.mark.parametrize("value", [0, -1, 4, 1.5, True, "2"])
+def test_min_workers_is_checked(value):
+  with pytest.raises(ValueError, match="min_workers"):
+    options.check_options(2, "sma", workers=3, min_workers=value)
+
+
+# ---- A wave put back and run again, in one process -------------------------
+
+
+class _LosesOnce(scaleout.Alone):
+  """One process that sees a worker lost once, at wave `at`: before the
+  wave (`take_model`), in the sum before its commit (`commit_sum`) or
+  after it (`sync`)."""
+
+  elastic = True
+
+  def __init__(self, at, where):
+    self._at, self._where, self.reformed = at, where, []
+
+  def _lose(self, wave, where):
+    if wave == self._at and where == self._where and not self.reformed:
+      raise scaleout.MembershipChanged(wave, [1], "lost worker 1")
+
+  def take_model(self, state, session, wave):
+    self._lose(wave, "take_model")
+
+  def commit_sum(self, wave):
+    def summed(arrays):
+      self._lose(wave, "commit_sum")
+      return arrays
+    return summed
+
+  def sync(self, runs, session, wave):
+    self._lose(wave, "sync")
+
+  def reform(self, change):
+    self.reformed.append(change.wave)
+
+
+def _train(algorithm, scale, monkeypatch, resource):
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+    w = tf.compat.v1.get_variable("w", initializer=W0, use_resource=resource)
+    b = tf.compat.v1.get_variable("b", initializer=B0, use_resource=resource)
+    loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+    opt = tf.compat.v1.train.MomentumOptimizer(LR, 0.9)
+    step = tf.compat.v1.train.get_or_create_global_step()
+    train = opt.minimize(loss, global_step=step)
+    init = tf.compat.v1.global_variables_initializer()
+  if scale is not None:
+    monkeypatch.setattr(scaleout, "from_environ", lambda *a, **k: scale)
+  with tensorbow.TensorBowSession(graph=graph, replicas=4,
+                                  algorithm=algorithm) as sess:
+    sess.run(init)
+    losses = [sess.run([train, loss], {x: xs, y: ys})[1]
+              for xs, ys in zip(XS, YS)]
+    return sess.run([w, b, step]) + [losses]
+
+
+@pytest.mark.parametrize("algorithm, where", [
+    ("sma", "sync"), ("sma", "take_model"), ("easgd", "sync"),
+    ("ssgd", "commit_sum"), ("local_sgd", "sync")])
+@pytest.mark.parametrize("resource", [False, True])
+def test_a_wave_that_lost_a_worker_runs_again_as_if_it_had_not_failed(
+    monkeypatch, algorithm, where, resource):
+  scale = _LosesOnce(3, where)
+  got = _train(algorithm, scale, monkeypatch, resource)
+  assert scale.reformed == [3]
+  monkeypatch.undo()
+  plain = _train(algorithm, None, monkeypatch, resource)
+  for g, p in zip(got, plain):
+    np.testing.assert_array_equal(g, p)
+  assert got[2] == len(XS)  # the global step counts the dropped wave once
+
+
+# ---- Jobs of three workers that lose one ---------------------------------
+
+# An unmodified TF1 script (tf.compat.v1.Session) but for the test's
+# fault: the worker KILL sends itself SIGKILL before its wave KILL_AT.
+SCRIPT = """\
+import json
+import os
+import signal
+import sys
+
+import numpy as np
+import tensorflow as tf
+{mode}
+
+data = np.load(sys.argv[1])
+env = os.environ
+index = json.loads(env["TF_CONFIG"])["task"]["index"]
+x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+w = tf.compat.v1.get_variable("w", initializer=data["w0"] + index)
+b = tf.compat.v1.get_variable("b", initializer=data["b0"] - index)
+loss = 0.5 * tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+step = tf.compat.v1.train.get_or_create_global_step()
+train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(
+    loss, global_step=step)
+
+
+def killed(wave):
+  if wave == int(env["KILL_AT"]) and index == int(env["KILL"]):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+{body}
+np.savez(sys.argv[2] + str(index) + ".npz", w=w_value, b=b_value)
+print("steps", steps, flush=True)
+"""
+
+PLAIN = """\
+with tf.compat.v1.Session() as sess:
+  sess.run(tf.compat.v1.global_variables_initializer())
+  for wave, (xb, yb) in enumerate(zip(data["xs"], data["ys"]), 1):
+    killed(wave)
+    sess.run(train, {{x: xb, y: yb}})
+    print("wave", wave, "done", flush=True)
+  w_value, b_value, steps = sess.run([w, b, step])
+"""
+
+def _environ(**extra):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **extra)
+  env["PYTHONPATH"] = os.pathsep.join(
+      [PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                        if p])
+  return env
+
+
+@pytest.mark.slow
+def test_fewer_survivors_than_min_workers_fail_naming_the_bound(
+    tmp_path, tf_mode_statement):
+  data = tmp_path / "data.npz"
+  np.savez(data, w0=W0, b0=B0, xs=XS, ys=YS)
+  script = tmp_path / "job.py"
+  body = PLAIN.replace("tf.compat.v1.Session()", "tb.TensorBowSession("
+                       "replicas=2, min_workers=3)")
+  script.write_text("import tensorbow as tb\n" + SCRIPT.format(
+      mode=tf_mode_statement, lr=LR, body=body.format()))
+  addresses = launch.free_addresses(3)
+  children = []
+  try:
+    for k in range(3):
+      env = launch.worker_environ(tb_cluster.Cluster(addresses, k), 1,
+                                  _environ(KILL="1", KILL_AT="3"))
+      children.append(subprocess.Popen(
+          [sys.executable, str(script), str(data), str(tmp_path / "c")],
+          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+          start_new_session=True))
+    errors = [c.communicate(timeout=60)[1].decode() for c in children[::2]]
+  finally:
+    for child in children:
+      if child.poll() is None:
+        child.kill()
+      child.wait()
+  for child, message in zip(children[::2], errors):
+    assert child.returncode != 0
+    assert "2 of the job's workers remain after losing worker(s) 1 during " \
+        "wave 3, fewer than min_workers=3" in message, message[-2000:]
