@@ -87,6 +87,36 @@ def sma(params, batches, replicas, alpha, mu, lr, momentum=None,
   return out
 
 
+def sma_members(params, batches, members, mu, lr):
+  """SMA (SGD replicas, float64) over `batches` where wave i trains the
+  replicas `members[i]` (numbers among all the replicas there ever were),
+  the batch cut among them in their order, with alpha 1 / their number:
+  a cluster that lost or gained workers. A replica keeps its own model
+  from one wave it trains to the next; one first trained starts from the
+  central model.
+
+  Returns:
+    The central params after the last wave.
+  """
+  z = [np.asarray(p, np.float64) for p in params]
+  z_prev = [p.copy() for p in z]
+  models = {}
+  for (x, y), ids in zip(batches, members):
+    alpha = 1.0 / len(ids)
+    corrections = [np.zeros_like(p) for p in z]
+    for r, xs, ys in zip(ids, np.array_split(np.asarray(x, np.float64),
+                                             len(ids)),
+                         np.array_split(np.asarray(y, np.float64), len(ids))):
+      model = models.setdefault(r, [p.copy() for p in z])
+      grads, _ = least_squares(model, xs, ys)
+      for k, g in enumerate(grads):
+        c = alpha * (model[k] - z[k])
+        model[k] = model[k] - lr * g - c
+        corrections[k] = corrections[k] + c
+    z, z_prev = central_update(z, z_prev, corrections, mu, None, "sma")
+  return z
+
+
 def central_update(z, z_prev, corrections, mu, models, algorithm):
   """(new central model, previous one) after a wave: SMA's update from the
   replicas' corrections, or with "none" replica 0's model."""

@@ -382,8 +382,9 @@ def test_workers_run_the_command_with_the_same_options(tmp_path,
   arguments."""
   started = []
 
-  def run_workers(command, workers, threads):
+  def run_workers(command, workers, threads, min_workers=None):
     started.append((command, workers, threads))
+    assert min_workers is None
     return 5
 
   monkeypatch.setattr(launch, "run_workers", run_workers)

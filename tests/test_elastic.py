@@ -3,9 +3,10 @@ survivors of a lost worker agree on a new cluster (scaleout/membership.py),
 how a wave that lost a worker is put back (rollback.py) and run again in
 one process, and jobs of three workers on 127.0.0.1 that lose one.
 
-The jobs start real workers on free ports, each bounded in time; every
-process they start is stopped before they return.
+The jobs start real workers under `tensorbow-run` on free ports, each
+bounded in time; every process they start is stopped before they return.
 """
+import io
 import os
 import re
 import subprocess
@@ -22,6 +23,7 @@ from tensorbow.cli import launch
 from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow.scaleout import membership
 
+import references
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 LR = 0.1
@@ -244,6 +246,17 @@ with tf.compat.v1.Session() as sess:
   w_value, b_value, steps = sess.run([w, b, step])
 """
 
+MONITORED = """\
+with tf.compat.v1.train.MonitoredTrainingSession(
+    is_chief=index == 0,
+    checkpoint_dir=sys.argv[3] if index == 0 else None) as sess:
+  for wave, (xb, yb) in enumerate(zip(data["xs"], data["ys"]), 1):
+    killed(wave)
+    sess.run(train, {{x: xb, y: yb}})
+  w_value, b_value, steps = sess.run([w, b, step])
+"""
+
+
 def _environ(**extra):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **extra)
   env["PYTHONPATH"] = os.pathsep.join(
@@ -282,3 +295,99 @@ def test_fewer_survivors_than_min_workers_fail_naming_the_bound(
     assert child.returncode != 0
     assert "2 of the job's workers remain after losing worker(s) 1 during " \
         "wave 3, fewer than min_workers=3" in message, message[-2000:]
+
+
+def _job(tmp_path, tf_mode_statement, body, flags, **environ):
+  """`tensorbow-run FLAGS job.py` of 3 workers run to its end; the
+  finished process."""
+  data = tmp_path / "data.npz"
+  np.savez(data, w0=W0, b0=B0, xs=XS, ys=YS)
+  script = tmp_path / "job.py"
+  script.write_text(SCRIPT.format(mode=tf_mode_statement, lr=LR,
+                                  body=body.format()))
+  return subprocess.run(
+      [sys.executable, "-m", "tensorbow.run", "--workers", "3",
+       "--replicas", "2", *flags, str(script), str(data),
+       str(tmp_path / "central"), str(tmp_path / "ckpt")],
+      env=_environ(**environ), capture_output=True, text=True, timeout=120)
+
+
+def _expected(killed, at):
+  """SMA of 6 replicas before wave `at`, then of the 4 of the survivors
+  (worker k's replicas are 2k and 2k + 1), wave `at` run again on its
+  batch cut among them."""
+  survivors = [r for r in range(6) if r // 2 != killed]
+  members = [list(range(6)) if wave < at else survivors
+             for wave in range(1, len(XS) + 1)]
+  return references.sma_members([W0, B0], list(zip(XS, YS)), members, 0.9,
+                                LR)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("killed", [1, 0])
+def test_survivors_of_a_killed_worker_go_on_as_sma_of_their_replicas(
+    tmp_path, tf_mode_statement, killed):
+  done = _job(tmp_path, tf_mode_statement, PLAIN, ["--min-workers", "2"],
+              KILL=str(killed), KILL_AT="3")
+  out = done.stdout
+  assert done.returncode == 0, (out + done.stderr)[-3000:]
+  assert f"worker {killed} exited with status -9; 2 go on" in out
+  survivors = [k for k in range(3) if k != killed]
+  expected = _expected(killed, 3)
+  for new, k in enumerate(survivors):
+    # Each says who goes on from which wave; the lowest is the chief.
+    assert (f"[{k}] TensorBow: membership: from wave 3, workers "
+            f"{survivors[0]},{survivors[1]} go on without {killed} (2 "
+            f"workers; this is now worker {new})") in out, out[-3000:]
+    assert f"[{k}] wave 6 done" in out and f"[{k}] steps 6" in out
+    central = np.load(tmp_path / f"central{k}.npz")
+    np.testing.assert_allclose(central["w"], expected[0], rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(central["b"], expected[1], rtol=1e-5,
+                               atol=1e-5)
+  # Not what six replicas throughout would give.
+  six = references.sma([W0, B0], list(zip(XS, YS)), 6, 1 / 6, 0.9, LR)
+  assert np.abs(six[-1][0][0] - expected[0]).max() > 1e-3
+
+
+@pytest.mark.slow
+def test_a_monitored_script_goes_on_without_a_killed_worker(
+    tmp_path, tf_mode_statement):
+  done = _job(tmp_path, tf_mode_statement, MONITORED, ["--min-workers", "2"],
+              KILL="1", KILL_AT="4")
+  out = done.stdout
+  assert done.returncode == 0, (out + done.stderr)[-3000:]
+  expected = _expected(1, 4)
+  for k in (0, 2):
+    assert f"[{k}] steps 6" in out
+    central = np.load(tmp_path / f"central{k}.npz")
+    np.testing.assert_allclose(central["w"], expected[0], rtol=1e-5,
+                               atol=1e-5)
+  assert tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
+
+
+# ---- The launcher -------------------------------------------------------
+
+
+class _Child(object):
+  def __init__(self, code):
+    self.code = code
+
+  def poll(self):
+    return self.code
+
+
+@pytest.mark.mode_independent
+@pytest.mark.parametrize("codes, min_workers, status", [
+    ([0, -9, 0], 2, 0),  # one lost, two finished
+    ([0, -9, 0], None, -9),  # without elasticity a loss ends the job
+    ([0, -9, -9], 2, -9),  # fewer than two remain
+    ([0, 0, 0], 3, 0),
+])
+def test_the_launcher_lets_survivors_finish_with_min_workers(
+    codes, min_workers, status):
+  out = io.StringIO()
+  assert launch._wait([_Child(c) for c in codes], min_workers=min_workers,
+                      out=out) == status
+  if min_workers and status == 0 and -9 in codes:
+    assert "worker 1 exited with status -9; 2 go on" in out.getvalue()

@@ -6,6 +6,7 @@ free ports on 127.0.0.1) and its share of the cores for TensorFlow's
 thread pools. Their output lines reach this process's stdout prefixed
 with the worker's index. The job ends when every worker has exited, or as
 soon as one fails: the others are then stopped, and its status returned.
+With `--min-workers M`, the others go on while M have not failed.
 """
 import ctypes
 import os
@@ -55,7 +56,8 @@ def default_threads(workers):
   return max(1, (os.cpu_count() or 1) // workers)
 
 
-def run_workers(command, workers, threads=None, out=None, environ=None):
+def run_workers(command, workers, threads=None, out=None, environ=None,
+                min_workers=None):
   """Runs `command` (argv) as `workers` workers of one local cluster.
 
   Args:
@@ -64,11 +66,14 @@ def run_workers(command, workers, threads=None, out=None, environ=None):
     threads: intra-op threads per worker (None: default_threads).
     out: where the prefixed lines go (default: sys.stdout).
     environ: the workers' base environment (default: this process's).
+    min_workers: with it, the others go on while that many have not
+      failed (the workers' sessions go on without the lost).
 
   Returns:
-    0 if every worker exited with 0; else the first non-zero status seen
-    (a negative signal number for a worker killed by a signal), the
-    others having been stopped. SIGTERM to the launcher goes to every
+    0 if every worker exited with 0, or with `min_workers` if at least
+    that many did; else the first non-zero status seen (a negative
+    signal number for a worker killed by a signal), the others having
+    been stopped. SIGTERM to the launcher goes to every
     worker, which under `tensorbow-run` saves at one wave and exits
     preemption.EXIT_CODE: that is the status once all did, else 128 +
     the signal.
@@ -95,7 +100,7 @@ def run_workers(command, workers, threads=None, out=None, environ=None):
                                 daemon=True)
       reader.start()
       readers.append(reader)
-    status = _wait(children)
+    status = _wait(children, min_workers=min_workers, out=out, lock=lock)
   except _Terminated as e:
     _stop(children, _PREEMPTED_GRACE)
     saved = {c.returncode for c in children} == {preemption.EXIT_CODE}
@@ -135,21 +140,35 @@ def _copy_lines(stream, prefix, out, lock):
   stream.close()
 
 
-def _wait(children, preempted_grace=_PREEMPTED_GRACE):
+def _wait(children, preempted_grace=_PREEMPTED_GRACE, min_workers=None,
+          out=None, lock=None):
   """The first non-zero exit status among `children`, or 0 once all exit
   with 0. A worker preempted (preemption.EXIT_CODE) saved at a wave the
   others agreed on and are saving at too: they get `preempted_grace`
-  seconds to finish before they are stopped."""
+  seconds to finish before they are stopped. With `min_workers`, a
+  worker's failure leaves the others running while that many have not
+  failed, and the job succeeds if that many exit with 0."""
   deadline = None
+  told = set()
   while True:
     codes = [c.poll() for c in children]
     failed = [c for c in codes if c not in (None, 0)]
     other = [c for c in failed if c != preemption.EXIT_CODE]
-    if other:
+    going = sum(c in (None, 0) for c in codes)
+    if other and (min_workers is None or going < min_workers):
       return other[0]
-    if failed and deadline is None:
+    for k, code in enumerate(codes):
+      if code not in (None, 0, preemption.EXIT_CODE) and k not in told:
+        told.add(k)
+        with lock or threading.Lock():
+          print(f"tensorbow-run: worker {k} exited with status {code}; "
+                f"{going} go on (--min-workers {min_workers})",
+                file=out or sys.stdout, flush=True)
+    if failed and not other and deadline is None:
       deadline = time.monotonic() + preempted_grace
     if None not in codes or (deadline and time.monotonic() > deadline):
+      if other and codes.count(0) >= min_workers:
+        return 0
       return failed[0] if failed else 0
     time.sleep(0.1)
 

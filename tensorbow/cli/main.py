@@ -158,7 +158,7 @@ def main(argv=None):
   if args.workers > 1:
     status = launch.run_workers(
         worker_command(options, args.script, args.script_args),
-        args.workers, args.threads)
+        args.workers, args.threads, min_workers=options.min_workers)
     if options.timeline is not None:
       _merge_timelines(options.timeline, args.workers)
     return status
