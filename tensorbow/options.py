@@ -25,7 +25,7 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
                   central_momentum=0.9, nonfinite="propagate", workers=1,
                   cluster_timeout=60.0, heartbeat_timeout=3.0, devices=1,
                   prefetch=True, timeline=None, logdir=None, progress=None,
-                  min_workers=None):
+                  min_workers=None, membership_log=None):
   """Checks `TensorBowSession`'s options; returns the algorithm resolved for
   `replicas` on each of `workers` workers (for "auto", for the one
   replica it starts with), spread over `devices` devices.
@@ -42,7 +42,8 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
                      f"{replicas!r}")
   if not isinstance(prefetch, bool):
     raise ValueError(f"prefetch must be True or False, got {prefetch!r}")
-  for name, value in (("timeline", timeline), ("logdir", logdir)):
+  for name, value in (("timeline", timeline), ("logdir", logdir),
+                      ("membership_log", membership_log)):
     if value is not None and not (isinstance(value, (str, os.PathLike)) and
                                   os.fspath(value)):
       raise ValueError(f"{name} must be a path or None, got {value!r}")
@@ -68,6 +69,9 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
     raise ValueError(f"min_workers must be None or an int >= 1 and at most "
                      f"the workers of the cluster ({workers}), got "
                      f"{min_workers!r}")
+  if membership_log is not None and min_workers is None:
+    raise ValueError("membership_log needs min_workers: only workers that "
+                     "go on without a lost one change their membership")
   resolved = algorithms.resolve(algorithm, alpha, central_momentum).resolved(
       (1 if replicas == AUTO else replicas) * workers)
   resolved.check_nonfinite(nonfinite)

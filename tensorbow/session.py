@@ -64,6 +64,8 @@ class TensorBowSession(compat.SessionInterface):
       heartbeat before the others fail naming it (scaleout/heartbeat.py).
     min_workers: with workers, how many must remain for the survivors of
       a lost one to go on without it (None: the others fail).
+    membership_log: with `min_workers`, a file of the job's changes of
+      membership: written if absent, else replayed (scaleout/membership.py).
     devices: None or one device (TensorFlow places the model), or the
       devices to spread the replicas over, such as ["/cpu:0", "/cpu:1"]
       (with `ConfigProto(device_count={"CPU": 2})`): each keeps its own copy
@@ -77,11 +79,9 @@ class TensorBowSession(compat.SessionInterface):
       for TensorBoard scalars, seconds between progress lines (observe.py).
 
   With `TF_CONFIG` naming two or more workers, this process is one of
-  them: it trains `replicas` replicas on its own contiguous part of every
-  batch, and each wave the algorithm ("sma", "easgd" or "ssgd") makes
-  every worker's central model the one of all their replicas (DESIGN.md,
-  "Two levels"). Worker 0's model is taken by every worker before the
-  first wave.
+  them: it trains `replicas` replicas on its part of every batch, and the
+  algorithm keeps the workers' central models one (DESIGN.md, "Two
+  levels"). Worker 0's model is taken by all before the first wave.
 
   Raises:
     ValueError: for an argument out of range, or a TF_CONFIG this session
@@ -92,16 +92,18 @@ class TensorBowSession(compat.SessionInterface):
                algorithm="sma", alpha=None, central_momentum=0.9,
                nonfinite="propagate", cluster_timeout=60.0,
                heartbeat_timeout=3.0, devices=None, prefetch=True,
-               timeline=None, logdir=None, progress=None, min_workers=None):
+               timeline=None, logdir=None, progress=None, min_workers=None,
+               membership_log=None):
     self._scale = scaleout.from_environ(
         cluster_timeout, heartbeat_timeout, preemption.notice().requested,
-        min_workers=min_workers)
+        min_workers=min_workers, membership_log=membership_log)
     devices = tb_devices.check(devices)
     options.check_options(replicas, algorithm, alpha, central_momentum,
                           nonfinite, self._scale.workers, cluster_timeout,
                           heartbeat_timeout,
                           len(devices) if devices else 1, prefetch,
-                          timeline, logdir, progress, min_workers)
+                          timeline, logdir, progress, min_workers,
+                          membership_log)
     # Resolved for L whenever L is set (replicas="auto" changes it).
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)
@@ -200,8 +202,7 @@ class TensorBowSession(compat.SessionInterface):
 
   @property
   def execution_graph(self):
-    """The `tf.Graph` this session executes: the user's ops (same names)
-    and TensorBow's, for inspection."""
+    """The `tf.Graph` this session executes: the user's ops and ours."""
     return self._exec.graph
 
   @property
@@ -397,9 +398,8 @@ class TensorBowSession(compat.SessionInterface):
     return trained.results
 
   def _go_on_without(self, change):
-    """After `change` (scaleout.MembershipChanged): this worker's setting
-    made again for the workers that go on, its replicas' state and count
-    of waves carried over, to run the same wave again among them."""
+    """After `change` (scaleout.MembershipChanged): the setting made anew
+    for the workers that go on, the replicas' state carried over."""
     with self._lock:
       previous = self._trainer
       self._scale.reform(change)

@@ -31,7 +31,7 @@ EVERY_OPTION = cli_options.SessionOptions(
     devices=("/cpu:0", "/cpu:1"), prefetch=False,
     # Written at a first training run, which these tests do not make.
     timeline="/nowhere/timeline.json", logdir="/nowhere/logs",
-    progress=30.0, min_workers=2)
+    progress=30.0, min_workers=2, membership_log="/nowhere/m.json")
 
 
 def _parse(argv):
@@ -75,7 +75,8 @@ def test_every_option_parses_back_from_its_flags():
       "--replicas", "4", "--algorithm", "ssgd", "--alpha", "0.3",
       "--central_momentum", "0.5", "--nonfinite", "raise",
       "--cluster-timeout", "5.0", "--heartbeat-timeout", "2.5",
-      "--min-workers", "2", "--devices", "/cpu:0,/cpu:1", "--no-prefetch",
+      "--min-workers", "2", "--membership-log", "/nowhere/m.json",
+      "--devices", "/cpu:0,/cpu:1", "--no-prefetch",
       "--timeline", "/nowhere/timeline.json", "--logdir", "/nowhere/logs",
       "--progress", "30.0"]
   for options in (cli_options.SessionOptions(),
@@ -112,6 +113,8 @@ def test_a_workers_command_parses_back_to_the_same_options():
     (["--logdir", "/l"], dict(logdir="/l")),
     (["--progress", "5"], dict(progress=5.0)),
     (["--min-workers", "3"], dict(min_workers=3)),
+    (["--membership-log", "m.json"],
+     dict(membership_log=os.path.abspath("m.json"))),
 ])
 def test_the_new_flags_reach_the_options(argv, options):
   assert _parse(argv) == cli_options.SessionOptions(**options)

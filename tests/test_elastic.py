@@ -7,6 +7,7 @@ The jobs start real workers under `tensorbow-run` on free ports, each
 bounded in time; every process they start is stopped before they return.
 """
 import io
+import json
 import os
 import re
 import subprocess
@@ -126,6 +127,36 @@ def test_survivors_that_cannot_agree_fail_saying_why(heard, message):
 def test_min_workers_is_checked(value):
   with pytest.raises(ValueError, match="min_workers"):
     options.check_options(2, "sma", workers=3, min_workers=value)
+
+
+@pytest.mark.mode_independent
+def test_a_membership_log_needs_min_workers_and_a_log_file(tmp_path):
+  with pytest.raises(ValueError, match="membership_log needs min_workers"):
+    options.check_options(2, "sma", workers=3, membership_log="m.json")
+  bad = tmp_path / "m.json"
+  bad.write_text('[{"wave": 3}]')
+  with pytest.raises(ValueError, match="is no membership log"):
+    membership.Log(str(bad))
+
+
+@pytest.mark.mode_independent
+def test_a_membership_log_is_written_by_the_chief_and_replayed(tmp_path):
+  path = str(tmp_path / "m.json")
+  other = membership.Log(path)
+  other.record(3, [0, 2], [1], 1)  # not the chief: writes nothing
+  assert not os.path.exists(path)
+  chief = membership.Log(path)
+  chief.record(3, [0, 2], [1], 0)
+  chief.record(7, [2], [0], 0)
+  replay = membership.Log(path)
+  assert [replay.due(w) for w in (2, 3)] == [
+      None, {"wave": 3, "workers": [0, 2], "left": [1]}]
+  assert replay.due(7) is None  # the change before it is not made yet
+  replay.record(3, [0, 2], [1], 0)
+  assert replay.due(7) == {"wave": 7, "workers": [2], "left": [0]}
+  replay.record(7, [2], [0], 0)
+  assert replay.due(8) is None
+  assert len(json.loads(open(path).read())) == 2  # replayed, not written
 
 
 # ---- A wave put back and run again, in one process -------------------------
@@ -348,6 +379,36 @@ def test_survivors_of_a_killed_worker_go_on_as_sma_of_their_replicas(
   # Not what six replicas throughout would give.
   six = references.sma([W0, B0], list(zip(XS, YS)), 6, 1 / 6, 0.9, LR)
   assert np.abs(six[-1][0][0] - expected[0]).max() > 1e-3
+
+
+@pytest.mark.slow
+def test_a_run_replayed_from_its_membership_log_gives_the_same_bits(
+    tmp_path, tf_mode_statement):
+  log = tmp_path / "membership.json"
+  flags = ["--min-workers", "2", "--membership-log", str(log)]
+  done = _job(tmp_path, tf_mode_statement, PLAIN, flags, KILL="1",
+              KILL_AT="3")
+  assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+  assert json.loads(log.read_text()) == [
+      {"wave": 3, "workers": [0, 2], "left": [1]}]
+  killed = [np.load(tmp_path / f"central{k}.npz") for k in (0, 2)]
+  for k in (0, 2):
+    os.remove(tmp_path / f"central{k}.npz")
+  # Again with the log and no kill: worker 1 leaves before wave 3.
+  again = _job(tmp_path, tf_mode_statement, PLAIN, flags, KILL="-1",
+               KILL_AT="3")
+  out = again.stdout
+  assert again.returncode == 0, (out + again.stderr)[-3000:]
+  assert ("[1] TensorBow: worker 1 leaves, as the membership log "
+          f"{log} says: workers 1 leave before wave 3") in out, out[-3000:]
+  assert "[1] wave 2 done" in out and "[1] wave 3 done" not in out
+  for central, k in zip(killed, (0, 2)):
+    replayed = np.load(tmp_path / f"central{k}.npz")
+    for name in "wb":
+      np.testing.assert_array_equal(replayed[name], central[name])
+  # The log was replayed, not written again.
+  assert json.loads(log.read_text()) == [
+      {"wave": 3, "workers": [0, 2], "left": [1]}]
 
 
 @pytest.mark.slow

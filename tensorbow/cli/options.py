@@ -21,7 +21,7 @@ from tensorbow import options as tb_options
 class SessionOptions(collections.namedtuple("SessionOptions", [
     "replicas", "algorithm", "alpha", "central_momentum", "nonfinite",
     "cluster_timeout", "heartbeat_timeout", "devices", "prefetch",
-    "timeline", "logdir", "progress", "min_workers"])):
+    "timeline", "logdir", "progress", "min_workers", "membership_log"])):
   """Every `TensorBowSession` option `tensorbow-run` sets, with the
   session's defaults; `devices` is a tuple of device names or None."""
   __slots__ = ()
@@ -30,11 +30,11 @@ class SessionOptions(collections.namedtuple("SessionOptions", [
               central_momentum=0.9, nonfinite="propagate",
               cluster_timeout=60.0, heartbeat_timeout=3.0, devices=None,
               prefetch=True, timeline=None, logdir=None, progress=None,
-              min_workers=None):
+              min_workers=None, membership_log=None):
     return super().__new__(cls, replicas, algorithm, alpha, central_momentum,
                            nonfinite, cluster_timeout, heartbeat_timeout,
                            devices, prefetch, timeline, logdir, progress,
-                           min_workers)
+                           min_workers, membership_log)
 
   def session_kwargs(self):
     """The keyword arguments of `TensorBowSession` (and of
@@ -208,6 +208,12 @@ _FLAGS = (
         "without a lost worker while at least M remain: the wave under way "
         "runs again among the survivors (default: a lost worker ends the "
         "job)"), _text),
+    _Flag("membership_log", "--membership-log", dict(
+        type=_path, metavar="FILE", help="with --min-workers, the job's "
+        "changes of membership with their waves: written to FILE if it does "
+        "not exist, else replayed (the workers it says left leave at its "
+        "waves), which with the same seeds and data gives the same models "
+        "to the bit"), _text),
     _Flag("devices", "--devices", dict(
         type=_devices, metavar="N|DEVICE,DEVICE,...", help="spread the "
         "replicas over these devices of each session, such as "

@@ -37,17 +37,19 @@ from tensorbow import feeds
 
 
 def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
-                 min_workers=None):
+                 min_workers=None, membership_log=None):
   """The ScaleOut of this process: `Workers` if `TF_CONFIG` (in `environ`,
   default os.environ) names a cluster, else `Alone`; `timeout`: seconds a
   sum waits for the other workers; `heartbeat_timeout`: seconds of
   silence that lose one; `requested()`: whether this process was asked
   to stop (preemption.py), told to the others with every sum;
   `min_workers`: how many must remain for the survivors of a loss to go
-  on (None: a loss fails the others)."""
+  on (None: a loss fails the others); `membership_log`: the file of the
+  changes of membership to write or replay (membership.Log)."""
   found = tb_cluster.from_environ(environ)
   return (Alone() if found is None else
-          Workers(found, timeout, heartbeat_timeout, requested, min_workers))
+          Workers(found, timeout, heartbeat_timeout, requested, min_workers,
+                  membership.Log(membership_log)))
 
 
 class MembershipChanged(Exception):
@@ -130,7 +132,7 @@ class Workers(Alone):
 
   def __init__(self, cluster, timeout,
                heartbeat_timeout=tb_cluster.DEFAULT_HEARTBEAT_TIMEOUT,
-               requested=None, min_workers=None):
+               requested=None, min_workers=None, log=None):
     self.cluster = cluster
     self._timeout = timeout
     self._heartbeat_timeout = heartbeat_timeout
@@ -138,7 +140,7 @@ class Workers(Alone):
     self._min_workers = min_workers
     self._made = None  # the Reducer, made when first used
     self._first = list(range(cluster.num_workers))  # each one's first index
-    self.membership = membership.Log()
+    self.membership = log or membership.Log()
 
   @property
   def elastic(self):
@@ -184,7 +186,9 @@ class Workers(Alone):
   def take_model(self, state, session, wave):
     """Each worker's script initialises (or writes) the central model on
     its own: before `wave`, the variables due to be seeded take worker
-    0's values on every worker."""
+    0's values on every worker. A replayed change of membership comes
+    first."""
+    self._replay(wave)
     names, tensors = state.central_tensors(state.pending_seed())
     first = names and self._summed(
         wave, self._reducer.from_chief, dict(zip(names, session.run(tensors))),
@@ -251,6 +255,27 @@ class Workers(Alone):
     self._first = [self._first[i] for i in members]
     self.cluster = tb_cluster.Cluster(addresses, members.index(old.index))
     self.membership.record(change.wave, self._first, lost, self.index)
+
+  def _replay(self, wave):
+    """Before `wave`: a change the replayed membership log makes then.
+
+    Raises:
+      SystemExit(0): the log says this worker left.
+      MembershipChanged: the log says others left.
+    """
+    due = self.membership.due(wave)
+    if due is None:
+      return
+    mine = self._first[self.index]
+    said = (f"as the membership log {self.membership.path} says: workers "
+            f"{', '.join(map(str, due['left']))} leave before wave {wave}")
+    if mine in due["left"]:
+      logging.getLogger("tensorbow").warning(
+          "TensorBow: worker %d leaves, %s", mine, said)
+      raise SystemExit(0)
+    raise MembershipChanged(
+        wave, [self._first.index(i) for i in due["left"]
+               if i in self._first], f"TensorBow: {said}")
 
   def _check_enough(self, members, change):
     """Raises WorkerLost if `members` (indices of the workers that go on

@@ -12,11 +12,14 @@ same workers, a survivor knows the new cluster: those workers in their
 old order, at their new ports. A survivor that sees another lost too
 narrows its proposal, and the others follow.
 
-`Log` keeps every change of membership with its wave.
+`Log` keeps every change of membership with its wave, and replays the
+changes of a run: before each wave it names, the workers it says left
+leave (with status 0), and the others form their cluster as then.
 """
 import collections
 import json
 import logging
+import os
 import socket
 import time
 
@@ -122,17 +125,55 @@ def _unavailable(cluster, why):
 
 class Log(object):
   """Every change of a job's membership, with its wave: what a re-run
-  needs to reproduce the run (`--membership-log`)."""
+  needs to reproduce the run.
 
-  def __init__(self):
-    self.changes = []  # (wave, the workers that go on, by first index)
+  Args:
+    path: None, or a file: if it exists, the changes it holds are
+      replayed (`due`); else the chief writes each change to it. A JSON
+      list of {"wave": the first wave of the new membership, "workers":
+      those that go on, "left": those that left}, workers by their
+      index in `TF_CONFIG`.
+
+  Raises:
+    ValueError: a file that is not such a list.
+  """
+
+  def __init__(self, path=None):
+    self.path = path
+    self.changes = []  # {"wave", "workers", "left"} as they happened
+    self.replay = None  # the changes of the file, to replay
+    if path is not None and os.path.exists(path):
+      with open(path) as f:
+        text = f.read()
+      try:
+        replay = [{"wave": int(c["wave"]),
+                   "workers": [int(w) for w in c["workers"]],
+                   "left": [int(w) for w in c["left"]]}
+                  for c in json.loads(text or "[]")]
+      except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"{path} is no membership log: {e}") from None
+      self.replay = replay
+
+  def due(self, wave):
+    """The change the replayed log makes before `wave`, or None."""
+    if self.replay is None or len(self.changes) >= len(self.replay):
+      return None
+    change = self.replay[len(self.changes)]
+    return change if change["wave"] == wave else None
 
   def record(self, wave, members, lost, index):
     """Workers `lost` left and `members` go on from `wave`, this worker
-    now their `index`; says so on the "tensorbow" logger."""
-    self.changes.append((wave, tuple(members)))
+    now their `index`: says so on the "tensorbow" logger, and the chief
+    writes the log unless it replays one."""
+    self.changes.append({"wave": wave, "workers": list(members),
+                         "left": list(lost)})
     logging.getLogger("tensorbow").warning(
         "TensorBow: membership: from wave %d, workers %s go on without %s "
         "(%d workers; this is now worker %d)", wave,
         ",".join(map(str, members)), ",".join(map(str, lost)), len(members),
         index)
+    if self.path is not None and self.replay is None and index == 0:
+      written = f"{self.path}.tmp"
+      with open(written, "w") as f:
+        json.dump(self.changes, f)
+      os.replace(written, self.path)
