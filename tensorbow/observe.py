@@ -11,8 +11,9 @@ does nothing, else a `Recorder`:
   process is the worker; a track per stream group holds its learning
   tasks (computation and commit, by replica) and synchronisation tasks; a
   "waves" track holds each training run; a "workers" track the sums over
-  the workers and the membership. Times are the wall clock, so that the
-  files of several workers on one machine line up (`merge`).
+  the workers and the membership, at the start and at each change. Times
+  are the wall clock, so that the files of several workers on one machine
+  line up (`merge`).
 - *TensorBoard*: an event file in `logdir` with, every `SCALARS_EVERY`
   seconds, `wave_ms` and `images_per_second` over the waves since the
   last write (training time only), `replicas` (L, as `auto` chose it) and
@@ -83,6 +84,10 @@ class Quiet(object):
   def wants_distances(self):
     return False
 
+  def membership(self, change):
+    """The workers changed: `change` as membership.Log records it."""
+    del change
+
   def close(self):
     pass
 
@@ -104,7 +109,9 @@ class Recorder(Quiet):
                clock=time.monotonic, wall=time.time, out=None):
     self._clock, self._wall = clock, wall
     self._offset = wall() - clock()  # monotonic to wall-clock seconds
-    self._index, self._workers = index, workers
+    self._index, self._workers = index, workers  # at the start
+    self._members = workers  # workers now
+    self._opened = False
     self._timeline, self._logdir = timeline, logdir
     # Opened at the first training run: a session that never trains (one
     # that only evaluates) leaves another's files alone.
@@ -131,7 +138,7 @@ class Recorder(Quiet):
     (`Runtime.task_timings`); `sums`: the (start, end, what) of its sums
     over the workers; `distances`: each replica's distance from the
     central model, or None."""
-    if not self._waves:
+    if not self._opened:
       self._open()
     self._waves += 1
     self._rows += rows
@@ -152,11 +159,22 @@ class Recorder(Quiet):
     if self._progress is not None and end - self._said >= self._progress:
       rate = (self._rows - self._said_rows) / max(end - self._said, 1e-9)
       self._out.write(
-          f"TensorBow: worker {self._index} of {self._workers}, wave "
+          f"TensorBow: worker {self._index} of {self._members}, wave "
           f"{self._waves}, {rate:.0f} images/s over the last "
           f"{end - self._said:.0f} s, L={replicas}\n")
       self._out.flush()
       self._said, self._said_rows = end, self._rows
+
+  def membership(self, change):
+    """An instant on the workers track, and the workers counted from now."""
+    if not self._opened:
+      self._open()
+    self._members = len(change["workers"])
+    if self._trace is not None:
+      self._event(
+          "i", f"membership: from wave {change['wave']}, workers "
+          f"{','.join(map(str, change['workers']))} go on", self._clock(),
+          0.0, WORKERS_TRACK, s="p", args=dict(change))
 
   def close(self):
     if self._trace is not None:
@@ -171,6 +189,7 @@ class Recorder(Quiet):
       self._events = None
 
   def _open(self):
+    self._opened = True
     if self._timeline is not None:
       self._trace = open(
           worker_path(self._timeline, self._index, self._workers), "w")
@@ -255,7 +274,7 @@ class Recorder(Quiet):
     if waves:
       self._scalars({"wave_ms": 1e3 * seconds / waves,
                      "images_per_second": rows / max(seconds, 1e-9),
-                     "replicas": self._replicas, "workers": self._workers})
+                     "replicas": self._replicas, "workers": self._members})
       self._pending = (0, 0, 0.0)
 
   def _scalars(self, values):

@@ -402,7 +402,7 @@ class TensorBowSession(compat.SessionInterface):
     for the workers that go on, the replicas' state carried over."""
     with self._lock:
       previous = self._trainer
-      self._scale.reform(change)
+      self._observer.membership(self._scale.reform(change))
       self.retune(self.replicas, self._runtime.num_stream_groups,
                   self._runtime.inline, anew=True)
       self._trainer.carry(previous)

@@ -6,6 +6,7 @@ one process, and jobs of three workers on 127.0.0.1 that lose one.
 The jobs start real workers under `tensorbow-run` on free ports, each
 bounded in time; every process they start is stopped before they return.
 """
+import glob
 import io
 import json
 import os
@@ -379,6 +380,33 @@ def test_survivors_of_a_killed_worker_go_on_as_sma_of_their_replicas(
   # Not what six replicas throughout would give.
   six = references.sma([W0, B0], list(zip(XS, YS)), 6, 1 / 6, 0.9, LR)
   assert np.abs(six[-1][0][0] - expected[0]).max() > 1e-3
+
+
+@pytest.mark.slow
+def test_a_change_of_membership_is_on_the_timeline_and_in_the_scalars(
+    tmp_path, tf_mode_statement):
+  timeline, logdir = tmp_path / "timeline.json", tmp_path / "logs"
+  done = _job(tmp_path, tf_mode_statement, PLAIN,
+              ["--min-workers", "2", "--timeline", str(timeline),
+               "--logdir", str(logdir)], KILL="1", KILL_AT="3")
+  assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+  events = json.loads(timeline.read_text())
+  for event in events:
+    assert {"ph", "ts", "dur", "pid", "tid"} <= set(event), event
+  for k in (0, 2):
+    changes = [e for e in events if e["pid"] == k and
+               e["name"].startswith("membership: ")]
+    assert [(e["name"], e["args"]) for e in changes] == [
+        ("membership: from wave 3, workers 0,2 go on",
+         {"wave": 3, "workers": [0, 2], "left": [1]})]
+    waves = [e for e in events
+             if e["pid"] == k and e["name"].startswith("wave ")]
+    assert len(waves) == 6  # the dropped wave is not one
+    files = glob.glob(str(logdir / f"worker{k}" / "events.out.tfevents.*"))
+    workers = [v.simple_value
+               for e in tf.compat.v1.train.summary_iterator(files[0])
+               for v in e.summary.value if v.tag == "workers"]
+    assert workers[-1] == 2.0, workers
 
 
 @pytest.mark.slow

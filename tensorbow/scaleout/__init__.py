@@ -233,7 +233,8 @@ class Workers(Alone):
 
   def reform(self, change):
     """After `change` (a MembershipChanged): agrees with the survivors on
-    the workers that go on and becomes one of their new cluster.
+    the workers that go on and becomes one of their new cluster; returns
+    the change as the membership log records it.
 
     Raises:
       tf.errors.UnavailableError: fewer than `min_workers` remain, or the
@@ -255,6 +256,7 @@ class Workers(Alone):
     self._first = [self._first[i] for i in members]
     self.cluster = tb_cluster.Cluster(addresses, members.index(old.index))
     self.membership.record(change.wave, self._first, lost, self.index)
+    return self.membership.changes[-1]
 
   def _replay(self, wave):
     """Before `wave`: a change the replayed membership log makes then.
