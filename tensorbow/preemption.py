@@ -9,10 +9,11 @@ through the next sum over the workers, which carries each worker's note
 (`scaleout`). Each worker then saves through the script's own `Saver`,
 as it last saved (its save run again, at a prefix of that wave, the
 replicas' state beside it and the chief's checkpoint state file naming
-it), and raises `SystemExit(EXIT_CODE)`. A re-run of the same command
-that restores the latest checkpoint (as `MonitoredTrainingSession`
-does) goes on from that wave. A script that has not saved yet exits
-without a checkpoint, saying so.
+it), and raises `SystemExit(EXIT_CODE)`; with elasticity (`min_workers`),
+the workers not asked go on without those that were if enough remain
+(scaleout). A re-run of the same command that restores the latest
+checkpoint (as `MonitoredTrainingSession` does) goes on from that wave.
+A script that has not saved yet exits without a checkpoint, saying so.
 """
 import logging
 import os
@@ -96,15 +97,25 @@ class Preemption(object):
 
   def after_wave(self, wave, plain_run):
     """After training run `wave`: if the workers agree to stop, saves with
-    `plain_run(route, fed values)` and raises SystemExit(EXIT_CODE)."""
+    `plain_run(route, fed values)`, then goes on without those asked if
+    the scale-out can (elasticity), else raises SystemExit(EXIT_CODE)."""
     if not self._scale.preempting(self._notice.requested()):
       return
     log = logging.getLogger("tensorbow")
-    if self._last_save is None:
-      log.warning("TensorBow: preempted after wave %d; the script has not "
-                  "saved with a Saver yet, so there is no checkpoint to "
-                  "resume from", wave)
-      raise SystemExit(EXIT_CODE)
+    said = (self._save(wave, plain_run) if self._last_save is not None else
+            f"after wave {wave}, the script has not saved with a Saver "
+            "yet, so there is no checkpoint to resume from")
+    if self._scale.go_on_after(wave):
+      log.warning("TensorBow: preempted: %s; this worker goes on without "
+                  "those asked to stop", said)
+      return
+    log.warning("TensorBow: preempted: %s; exiting with status %d", said,
+                EXIT_CODE)
+    raise SystemExit(EXIT_CODE)
+
+  def _save(self, wave, plain_run):
+    """Runs the script's last save again at a prefix of `wave`; what it
+    did."""
     route, values, i = self._last_save
     last = values[i]
     last = last.decode() if isinstance(last, bytes) else str(last)
@@ -117,6 +128,4 @@ class Preemption(object):
       tf.compat.v1.train.update_checkpoint_state(
           directory, prefix,
           list(state.all_model_checkpoint_paths if state else []) + [prefix])
-    log.warning("TensorBow: preempted: saved %s at wave %d; exiting with "
-                "status %d", prefix, wave, EXIT_CODE)
-    raise SystemExit(EXIT_CODE)
+    return f"saved {prefix} at wave {wave}"

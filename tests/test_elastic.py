@@ -289,6 +289,23 @@ with tf.compat.v1.train.MonitoredTrainingSession(
 """
 
 
+# Saves after wave 1; the worker TERM sends itself SIGTERM (a scheduler's
+# notice) before its wave TERM_AT.
+SAVING = """\
+saver = tf.compat.v1.train.Saver()
+with tf.compat.v1.Session() as sess:
+  sess.run(tf.compat.v1.global_variables_initializer())
+  for wave, (xb, yb) in enumerate(zip(data["xs"], data["ys"]), 1):
+    if wave == int(env["TERM_AT"]) and index == int(env["TERM"]):
+      os.kill(os.getpid(), signal.SIGTERM)
+    sess.run(train, {{x: xb, y: yb}})
+    print("wave", wave, "done", flush=True)
+    if wave == 1:
+      saver.save(sess, os.path.join(sys.argv[3], "model"), global_step=step)
+  w_value, b_value, steps = sess.run([w, b, step])
+"""
+
+
 def _environ(**extra):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **extra)
   env["PYTHONPATH"] = os.pathsep.join(
@@ -440,6 +457,41 @@ def test_a_run_replayed_from_its_membership_log_gives_the_same_bits(
 
 
 @pytest.mark.slow
+def test_a_preempted_worker_saves_with_the_others_which_go_on_without_it(
+    tmp_path, tf_mode_statement):
+  (tmp_path / "ckpt").mkdir()
+  done = _job(tmp_path, tf_mode_statement, SAVING, ["--min-workers", "2"],
+              KILL="-1", KILL_AT="-1", TERM="1", TERM_AT="3")
+  out = done.stdout
+  assert done.returncode == 0, (out + done.stderr)[-3000:]
+  prefix = str(tmp_path / "ckpt" / "model-preempted-3")
+  assert (f"[1] TensorBow: preempted: saved {prefix} at wave 3; exiting "
+          "with status 42") in out, out[-3000:]
+  assert "worker 1 exited with status 42; 2 go on" in out
+  expected = _expected(1, 4)  # wave 3 was the last of all three
+  for k in (0, 2):
+    assert (f"[{k}] TensorBow: preempted: saved {prefix} at wave 3; this "
+            "worker goes on without those asked to stop") in out
+    assert (f"[{k}] TensorBow: membership: from wave 4, workers 0,2 go on "
+            "without 1") in out
+    central = np.load(tmp_path / f"central{k}.npz")
+    np.testing.assert_allclose(central["w"], expected[0], rtol=1e-5,
+                               atol=1e-5)
+  # Plain TensorFlow restores the checkpoint of wave 3: SMA of 6.
+  graph = tf.Graph()
+  with graph.as_default():
+    w = tf.compat.v1.get_variable("w", shape=[3, 1])
+    tf.compat.v1.get_variable("b", shape=[1])
+    tf.compat.v1.train.get_or_create_global_step()
+    with tf.compat.v1.Session(graph=graph) as sess:
+      tf.compat.v1.train.Saver().restore(sess, prefix)
+      saved = sess.run(w)
+  np.testing.assert_allclose(saved, references.sma(
+      [W0, B0], list(zip(XS, YS)), 6, 1 / 6, 0.9, LR)[2][0][0], rtol=1e-5,
+                             atol=1e-5)
+
+
+@pytest.mark.slow
 def test_a_monitored_script_goes_on_without_a_killed_worker(
     tmp_path, tf_mode_statement):
   done = _job(tmp_path, tf_mode_statement, MONITORED, ["--min-workers", "2"],
@@ -472,6 +524,8 @@ class _Child(object):
     ([0, -9, 0], None, -9),  # without elasticity a loss ends the job
     ([0, -9, -9], 2, -9),  # fewer than two remain
     ([0, 0, 0], 3, 0),
+    ([0, 42, 0], 2, 0),  # one preempted, the others went on
+    ([42, 42, 42], 2, 42),  # all preempted: a restartable job
 ])
 def test_the_launcher_lets_survivors_finish_with_min_workers(
     codes, min_workers, status):

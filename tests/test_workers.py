@@ -271,6 +271,7 @@ def test_a_stop_request_rides_in_the_sums_own_all_reduces(requested):
   np.testing.assert_array_equal(one[0], [0, 2, 4])
   np.testing.assert_array_equal(one[1], np.full((2, 2), 2))
   assert reducer.stopping == requested
+  assert reducer.asked == ({0} if requested else set())  # whose request
   # float32 alone: one all-reduce, the request in it; with float64 and
   # int64 too, one each.
   two = reducer.sum([np.ones(2, np.float64), np.ones(1, np.float32),

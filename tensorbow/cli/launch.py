@@ -158,16 +158,18 @@ def _wait(children, preempted_grace=_PREEMPTED_GRACE, min_workers=None,
     if other and (min_workers is None or going < min_workers):
       return other[0]
     for k, code in enumerate(codes):
-      if code not in (None, 0, preemption.EXIT_CODE) and k not in told:
+      if code not in (None, 0) and min_workers and k not in told:
         told.add(k)
         with lock or threading.Lock():
           print(f"tensorbow-run: worker {k} exited with status {code}; "
                 f"{going} go on (--min-workers {min_workers})",
                 file=out or sys.stdout, flush=True)
-    if failed and not other and deadline is None:
+    # With min_workers, the others may go on without a preempted worker.
+    if (failed and not other and deadline is None and
+        (min_workers is None or going < min_workers)):
       deadline = time.monotonic() + preempted_grace
     if None not in codes or (deadline and time.monotonic() > deadline):
-      if other and codes.count(0) >= min_workers:
+      if failed and min_workers and codes.count(0) >= min_workers:
         return 0
       return failed[0] if failed else 0
     time.sleep(0.1)

@@ -113,9 +113,16 @@ class Alone(object):
     return []
 
   def preempting(self, requested):
-    """After a wave: whether every process stops now, this one having been
-    asked to if `requested`."""
+    """After a wave: whether every process saves now, this one having been
+    asked to stop if `requested`."""
     return requested
+
+  def go_on_after(self, wave):
+    """After preempted `wave` saved: whether this process goes on without
+    those asked to stop (they leave before the next wave), else it stops
+    too."""
+    del wave
+    return False
 
   def close(self):
     pass
@@ -140,6 +147,7 @@ class Workers(Alone):
     self._min_workers = min_workers
     self._made = None  # the Reducer, made when first used
     self._first = list(range(cluster.num_workers))  # each one's first index
+    self._departing = None  # (wave, workers preempted that leave before it)
     self.membership = log or membership.Log()
 
   @property
@@ -253,18 +261,25 @@ class Workers(Alone):
     if self._made is not None:
       self._made.close()
       self._made = None
+    self._departing = None
     self._first = [self._first[i] for i in members]
     self.cluster = tb_cluster.Cluster(addresses, members.index(old.index))
     self.membership.record(change.wave, self._first, lost, self.index)
     return self.membership.changes[-1]
 
   def _replay(self, wave):
-    """Before `wave`: a change the replayed membership log makes then.
+    """Before `wave`: the workers preempted after the last leave, or a
+    change the replayed membership log makes then.
 
     Raises:
       SystemExit(0): the log says this worker left.
       MembershipChanged: the log says others left.
     """
+    if self._departing is not None and self._departing[0] == wave:
+      left = self._departing[1]
+      raise MembershipChanged(
+          wave, left, f"TensorBow: worker(s) {', '.join(map(str, left))} "
+          f"preempted after wave {wave - 1}")
     due = self.membership.due(wave)
     if due is None:
       return
@@ -296,9 +311,17 @@ class Workers(Alone):
 
   def preempting(self, requested):
     # Agreed through the sums: every worker learns of any worker's request
-    # in the same sum, so all stop after the same wave.
+    # in the same sum, so all save after the same wave.
     del requested
     return self._made is not None and self._made.stopping
+
+  def go_on_after(self, wave):
+    asked = sorted(self._made.asked)
+    if (not self.elastic or self.index in asked or
+        self.workers - len(asked) < self._min_workers):
+      return False
+    self._departing = (wave + 1, asked)
+    return True
 
   def leaves_save(self):
     if self.cluster.is_chief:

@@ -221,8 +221,8 @@ class Reducer(object):
       before it is lost: a sum under way is cancelled, and it and every
       later sum fail naming it.
     requested: `requested()`, whether this worker was asked to stop; every
-      sum carries it, and `stopping` says whether any worker was asked by
-      the last sum.
+      sum carries it, and `asked` holds the workers that were, by the sums
+      so far (`stopping`: any).
   """
 
   def __init__(self, cluster, timeout=DEFAULT_TIMEOUT,
@@ -243,7 +243,7 @@ class Reducer(object):
     self._cancelling = False  # whether a lost worker's sum is cancelled
     self.seconds = 0.0  # in sums, once the workers had started
     self._requested = requested or (lambda: False)
-    self.stopping = False  # a worker was asked to stop (by the last sum)
+    self.asked = set()  # the workers asked to stop, by the sums so far
     self._spans = []  # (start, end, what) of the sums not yet taken
 
   def take_spans(self):
@@ -268,14 +268,17 @@ class Reducer(object):
     """
     arrays = [np.asarray(a) for a in arrays]
     if self._cluster.num_workers == 1:  # the last worker left
-      self.stopping = self.stopping or bool(self._requested())
+      if self._requested():
+        self.asked.add(0)
       return [a.copy() for a in arrays]
     # Each worker's request to stop rides along, so all learn of it in the
-    # same sum. It takes a dtype the sum has already (a count of workers
-    # is exact in any): there is one all-reduce per dtype.
+    # same sum, and of whose it is. It takes a dtype the sum has already
+    # (a flag is exact in any): there is one all-reduce per dtype.
     carrier = next((a.dtype for a in arrays if a.dtype.kind in "fi"),
                    np.dtype(np.float64))
-    arrays.append(np.array([self._requested()], carrier))
+    flags = np.zeros([self._cluster.num_workers], carrier)
+    flags[self._cluster.index] = bool(self._requested())
+    arrays.append(flags)
     by_dtype = {}
     for i, a in enumerate(arrays):
       by_dtype.setdefault(a.dtype, []).append(i)
@@ -294,8 +297,13 @@ class Reducer(object):
         n = arrays[i].size
         out[i] = flat[offset:offset + n].reshape(arrays[i].shape)
         offset += n
-    self.stopping = self.stopping or out[-1][0] > 0
+    self.asked.update(i for i, flag in enumerate(out[-1]) if flag > 0)
     return out[:-1]
+
+  @property
+  def stopping(self):
+    """Whether a worker was asked to stop, by the sums so far."""
+    return bool(self.asked)
 
   def from_chief(self, values, what):
     """{name: the chief's value} of `values` ({name: this worker's array}),
