@@ -132,12 +132,17 @@ class AlgorithmRuns(object):
     """On a cluster, the merge after training run `wave` spanning every
     worker's replicas: ([tensor each worker adds to the sum], [placeholder
     fed each sum], op applying them, its other feeds), or None: no merge
-    this wave, or the algorithm merges each worker alone (merge_run)."""
+    this wave, or the algorithm merges each worker alone (merge_run) this
+    wave."""
     value = self._algorithm.merge_value(wave, sizes)
+    kind = value is not None and self._algorithm.worker_merge_kind(wave)
     names = tuple(sorted(self._states))
 
     def build():
-      parts = self._parts(self._algorithm.worker_merge, names)
+      parts = self._parts(
+          lambda b, s: self._algorithm.worker_merge(
+              b, s, **({"average": True} if kind == "average" else {})),
+          names)
       if not parts:
         return None
       # The workers' replica counts are summed beside the tensors.
@@ -150,8 +155,9 @@ class AlgorithmRuns(object):
           *[apply(s, sums[-1], fed) for (_, apply), s in zip(parts, sums)],
           name="worker_merge")
 
-    built = (self._builder.once("worker_merge", self._state_key(names), build)
-             if value is not None else None)
+    built = (self._builder.once(f"worker_merge_{kind}",
+                                self._state_key(names), build)
+             if kind else None)
     if built is None:
       return None
     added, sums, fed, op = built

@@ -87,6 +87,61 @@ def sma(params, batches, replicas, alpha, mu, lr, momentum=None,
   return out
 
 
+def local_sgd_levels(params, batches, workers, replicas, lr, momentum,
+                     period, worker_period, outer_lr, outer_momentum,
+                     nesterov, warmup):
+  """Local SGD with a period per level (DESIGN.md) in float64: `workers`
+  workers of `replicas` replicas, the batch cut into one shard per
+  replica in order. Each warm-up wave averages every replica; after it,
+  each worker takes its own outer step on its replicas every `period`
+  waves, and every `worker_period` waves the workers then average their
+  central models and velocities.
+
+  Returns:
+    Per worker, its central params after the last wave.
+  """
+  z = [[np.asarray(p, np.float64) for p in params] for _ in range(workers)]
+  velocity = [[np.zeros_like(p) for p in z[0]] for _ in range(workers)]
+  models = [[[p.copy() for p in z[0]] for _ in range(replicas)]
+            for _ in range(workers)]
+  accums = [[[np.zeros_like(p) for p in z[0]] for _ in range(replicas)]
+            for _ in range(workers)]
+  for wave, (x, y) in enumerate(batches, 1):
+    shards = list(zip(
+        np.array_split(np.asarray(x, np.float64), workers * replicas),
+        np.array_split(np.asarray(y, np.float64), workers * replicas)))
+    for k in range(workers):
+      for j in range(replicas):
+        grads, _ = least_squares(models[k][j], *shards[k * replicas + j])
+        for i, g in enumerate(grads):
+          models[k][j][i], accums[k][j][i] = sgd_step(
+              models[k][j][i], accums[k][j][i], g, lr, momentum)
+    if wave <= warmup:  # every replica averaged, no outer step
+      mean = [np.mean([m[i] for ms in models for m in ms], axis=0)
+              for i in range(len(params))]
+      z = [[p.copy() for p in mean] for _ in range(workers)]
+    elif (wave - warmup) % period == 0:
+      for k in range(workers):
+        for i in range(len(params)):
+          delta = z[k][i] - np.mean([m[i] for m in models[k]], axis=0)
+          v = outer_momentum * velocity[k][i] + delta
+          z[k][i] = z[k][i] - outer_lr * (
+              delta + outer_momentum * v if nesterov else v)
+          velocity[k][i] = v
+      if (wave - warmup) % worker_period == 0:
+        z_mean = [np.mean([zk[i] for zk in z], axis=0)
+                  for i in range(len(params))]
+        v_mean = [np.mean([vk[i] for vk in velocity], axis=0)
+                  for i in range(len(params))]
+        z = [[p.copy() for p in z_mean] for _ in range(workers)]
+        velocity = [[p.copy() for p in v_mean] for _ in range(workers)]
+    else:
+      continue
+    models = [[[p.copy() for p in z[k]] for _ in range(replicas)]
+              for k in range(workers)]
+  return z
+
+
 def sma_members(params, batches, members, mu, lr):
   """SMA (SGD replicas, float64) over `batches` where wave i trains the
   replicas `members[i]` (numbers among all the replicas there ever were),

@@ -106,10 +106,23 @@ def test_local_sgd_by_name_averages_every_eighth_run():
     (dict(period=0), "period"), (dict(period=2.5), "period"),
     (dict(outer_learning_rate=0.0), "outer_learning_rate"),
     (dict(outer_momentum=1.0), "outer_momentum"),
-    (dict(warmup_waves=-1), "warmup_waves")])
+    (dict(warmup_waves=-1), "warmup_waves"),
+    (dict(period=2, worker_period=3), "worker_period"),
+    (dict(period=4, worker_period=2), "worker_period"),
+    (dict(worker_period=True), "worker_period")])
 def test_local_sgd_rejects_arguments_out_of_range(kwargs, message):
   with pytest.raises(ValueError, match=message):
     tb.algorithms.LocalSGD(**kwargs)
+
+
+@pytest.mark.mode_independent
+def test_local_sgd_merges_across_workers_at_its_worker_period():
+  one = tb.algorithms.LocalSGD(period=2, worker_period=2, warmup_waves=1)
+  assert one.worker_period is None  # one period for both levels
+  assert [one.worker_merge_kind(w) for w in (1, 3, 5)] == ["sum"] * 3
+  two = tb.algorithms.LocalSGD(period=2, worker_period=4, warmup_waves=1)
+  assert [two.worker_merge_kind(w) for w in (1, 3, 5, 7, 9)] == [
+      "sum", None, "average", None, "average"]
 
 
 def _saved(optimizer, use_resource):

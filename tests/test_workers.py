@@ -489,6 +489,31 @@ def test_local_sgd_over_two_workers_is_local_sgd_of_four(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("optimizer, resource", [
+    ("sgd", False), ("momentum", True)])
+def test_local_sgd_with_a_period_per_level_is_a_hierarchical_averager(
+    tmp_path, tf_mode_statement, optimizer, resource):
+  """After the warm-up (wave 1), each worker's own exchange after waves 3
+  and 7, and the workers' average after their exchanges of wave 5."""
+  arguments = dict(period=2, outer_learning_rate=0.7, outer_momentum=0.9,
+                   nesterov=True, warmup_waves=1, worker_period=4)
+  script, data = _worker_script(tmp_path, tf_mode_statement, waves=8)
+  _, centrals = _run_job(tmp_path, script, data, optimizer, resource,
+                         "local_sgd", LOCAL_SGD=json.dumps(arguments))
+  momentum = 0.9 if optimizer == "momentum" else None
+  expected = references.local_sgd_levels(
+      [W0, B0], list(zip(XS, YS)) * 2, 2, 2, LR, momentum, 2, 4, 0.7, 0.9,
+      True, 1)
+  for central, mine in zip(centrals, expected):
+    _assert_centrals([central], mine)
+  # The workers drifted apart after wave 7; one period would not have.
+  assert np.abs(expected[0][0] - expected[1][0]).max() > 1e-3
+  one = references.local_sgd([W0, B0], list(zip(XS, YS)) * 2, 4, LR,
+                             momentum, 2, 0.7, 0.9, True, 1)[-1][0]
+  assert np.abs(one[0] - expected[0][0]).max() > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer, resource", [
     ("adam", True), ("adam", False), ("momentum", True)])
 def test_ssgd_over_two_workers_is_tensorflow_on_the_whole_batch(
     tmp_path, tf_mode_statement, optimizer, resource):

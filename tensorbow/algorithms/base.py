@@ -215,15 +215,23 @@ class Algorithm(object):
     del builder, state
     return None
 
-  def worker_merge(self, builder, state):
+  def worker_merge(self, builder, state, average=False):
     """On a cluster, what takes the place of `merge_ops` for the variable
     of `state`, so that one merge spans every worker's replicas: (the
     float64 tensor this worker adds to the sum over the workers, a
     function from (a tensor of that sum, the sum of the workers' replica
     counts, the merge value) to the op applying it), or None: each worker
-    merges its own replicas with `merge_ops`."""
-    del builder, state
+    merges its own replicas with `merge_ops`. With `average`, the merge
+    that `worker_merge_kind` calls "average"."""
+    del builder, state, average
     return None
+
+  def worker_merge_kind(self, wave):
+    """On a cluster, the merge after training run `wave` (one is due):
+    "sum" (`worker_merge`), "average" (`worker_merge(average=True)`) or
+    None (each worker merges its own replicas alone)."""
+    del wave
+    return "sum"
 
   # ---- Checkpoints --------------------------------------------------------
   def state_parts(self, builder, state):

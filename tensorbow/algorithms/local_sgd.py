@@ -39,6 +39,13 @@ class LocalSGD(base.Algorithm):
     warmup_waves: training runs at the start averaged after each one,
       without the outer step: with SGD or momentum SGD as the user's
       optimizer that is synchronous SGD (post-local SGD).
+    worker_period: on a cluster, training runs between exchanges across
+      the workers, a multiple of `period` (None: `period`, one exchange of
+      every replica). At the other exchanges each worker exchanges its
+      own replicas alone; at these, each worker takes its own outer step
+      and then the workers average their central models and velocities
+      (weighted by their replicas), as a hierarchical model averager
+      does. Between them the workers' central models differ.
 
   Raises:
     ValueError: for an argument out of range.
@@ -52,7 +59,7 @@ class LocalSGD(base.Algorithm):
   spans_workers = True
 
   def __init__(self, period=8, outer_learning_rate=1.0, outer_momentum=0.0,
-               nesterov=False, warmup_waves=0):
+               nesterov=False, warmup_waves=0, worker_period=None):
     if isinstance(period, bool) or int(period) != period or period < 1:
       raise ValueError(f"period must be an int >= 1, got {period!r}")
     if not outer_learning_rate > 0:
@@ -65,7 +72,15 @@ class LocalSGD(base.Algorithm):
         or warmup_waves < 0):
       raise ValueError(f"warmup_waves must be an int >= 0, got "
                        f"{warmup_waves!r}")
+    if worker_period is not None and (
+        isinstance(worker_period, bool) or
+        int(worker_period) != worker_period or worker_period < period or
+        worker_period % period):
+      raise ValueError(f"worker_period must be None or a multiple of period "
+                       f"({period}), got {worker_period!r}")
     self.period = int(period)
+    self.worker_period = (None if worker_period in (None, period) else
+                          int(worker_period))
     self.outer_learning_rate = float(outer_learning_rate)
     self.outer_momentum = float(outer_momentum)
     self.nesterov = bool(nesterov)
@@ -115,14 +130,24 @@ class LocalSGD(base.Algorithm):
       ops.append(graph_util.assign(s.var_op, new))
     return ops
 
-  def worker_merge(self, builder, state):
+  def worker_merge_kind(self, wave):
+    if self.worker_period is None or wave <= self.warmup_waves:
+      return "sum"
+    return ("average" if (wave - self.warmup_waves) % self.worker_period == 0
+            else None)
+
+  def worker_merge(self, builder, state, average=False):
     """The exchange over a cluster: each worker adds the sum of its
     replicas' copies; from the mean over every worker's replicas, each
     worker (holding the same z and v) takes the same outer step and
-    restarts its own replicas from the result."""
+    restarts its own replicas from the result. With `average`, each
+    worker adds its own outer step's z and v (times its replicas), and
+    takes their means."""
     copies = builder.variable_replicas(state.var_op)
-    local_sum = (tf.cast(copies.mean(builder.constant(0, tf.int32)),
-                         tf.float64) * builder.num_replicas)
+    mean = copies.mean(builder.constant(0, tf.int32))
+    if average:
+      return self._worker_average(builder, state, copies, mean)
+    local_sum = tf.cast(mean, tf.float64) * builder.num_replicas
 
     def apply(total, count, value):
       rate, momentum, keep = tf.unstack(tf.cast(value, state.dtype), num=3)
@@ -137,6 +162,29 @@ class LocalSGD(base.Algorithm):
           copies.set(new, builder.all_replicas()))
 
     return local_sum, apply
+
+  def _worker_average(self, builder, state, copies, mean):
+    dtype = state.dtype
+    z = graph_util.read(state.var_op)
+    rate, momentum = self.outer_learning_rate, self.outer_momentum
+    delta = z - mean
+    v = momentum * tf.raw_ops.ReadVariableOp(resource=state.velocity,
+                                             dtype=dtype) + delta
+    new = z - rate * (delta + momentum * v if self.nesterov else v)
+    added = tf.cast(tf.concat([tf.reshape(new, [-1]), tf.reshape(v, [-1])],
+                              0), tf.float64) * builder.num_replicas
+
+    def apply(total, count, value):
+      del value
+      z_total, v_total = tf.split(tf.cast(total / count, dtype), 2)
+      new = tf.reshape(z_total, tf.shape(z))
+      return tf.group(
+          tf.raw_ops.AssignVariableOp(resource=state.velocity,
+                                      value=tf.reshape(v_total, tf.shape(z))),
+          graph_util.assign(state.var_op, new),
+          copies.set(new, builder.all_replicas()))
+
+    return added, apply
 
   def state_parts(self, builder, state):
     del builder
