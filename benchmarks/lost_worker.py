@@ -1,7 +1,8 @@
-"""How long the other workers take to learn that one was lost.
+"""How long the other workers take to learn that one was lost, and with
+`--min-workers` to go on without it.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.lost_worker \
-        [--workers 3] [--how kill,stop] [--repeats 3] [--after 10]
+        [--workers 3] [--how kill,stop,go-on] [--repeats 3] [--after 10]
 
 Each repeat starts W workers on this machine (free ports of 127.0.0.1,
 `TF_CONFIG` each, one intra-op thread), each training LeNet with 2
@@ -11,8 +12,14 @@ printed wave `--after`, it is killed (SIGKILL: its port closes) or stopped
 clock starts; for every other worker it stops when that worker's process
 has exited, and the table gives the median over the survivors and the
 repeats, with whether every survivor named worker 1 in its error.
-Both ways are interleaved in each repeat.
+`go-on` runs the workers with `min_workers` W - 1 and kills worker 1: the
+clock stops at each survivor's first wave done among the survivors (the
+wave under way, run again). It also gives the median wave of worker 0
+before the kill with and without `min_workers` (whose backup before
+each wave is its cost), the two jobs run one after the other. The ways
+are interleaved in each repeat.
 """
+import threading
 import argparse
 import os
 import platform
@@ -26,7 +33,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def worker(heartbeat_timeout):
+def worker(heartbeat_timeout, min_workers):
   """One worker: trains until stopped, printing each wave."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.compat.v1.disable_v2_behavior()
@@ -40,17 +47,19 @@ def worker(heartbeat_timeout):
   rows = 2 * 16 * workers
   feed = {model.x: rng.rand(rows, 28, 28, 1).astype(np.float32),
           model.y: rng.randint(0, 10, rows)}
-  with tb.TensorBowSession(replicas=2,
-                           heartbeat_timeout=heartbeat_timeout) as sess:
+  with tb.TensorBowSession(replicas=2, heartbeat_timeout=heartbeat_timeout,
+                           min_workers=min_workers) as sess:
     sess.run(tf.compat.v1.global_variables_initializer())
     wave = 0
     while True:
       sess.run(model.train_op, feed)
       wave += 1
-      print(f"wave {wave}", flush=True)
+      print(f"wave {wave} workers {sess.scale_out.workers}", flush=True)
 
 
-def _start(addresses, k, heartbeat_timeout):
+def _start(addresses, k, heartbeat_timeout, min_workers=None):
+  # A survivor that goes on is not read for errors: its stderr is dropped
+  # so that a full pipe cannot hold it up.
   from tensorbow.cli import launch  # pylint: disable=g-import-not-at-top
   from tensorbow.scaleout import cluster  # pylint: disable=g-import-not-at-top
   env = launch.worker_environ(
@@ -58,8 +67,10 @@ def _start(addresses, k, heartbeat_timeout):
       dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2"))
   return subprocess.Popen(
       [sys.executable, "-m", "benchmarks.lost_worker", "--worker",
-       "--heartbeat_timeout", str(heartbeat_timeout)],
-      env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+       "--heartbeat_timeout", str(heartbeat_timeout)] +
+      (["--min_workers", str(min_workers)] if min_workers else []),
+      env=env, cwd=ROOT, stdout=subprocess.PIPE,
+      stderr=subprocess.DEVNULL if min_workers else subprocess.PIPE,
       start_new_session=True)
 
 
@@ -72,7 +83,7 @@ def measure(workers, how, after, heartbeat_timeout):
               for k in range(workers)]
   try:
     for line in iter(children[1].stdout.readline, b""):
-      if line.strip() == f"wave {after}".encode():
+      if line.startswith(f"wave {after} ".encode()):
         break
     os.killpg(children[1].pid,
               signal.SIGKILL if how == "kill" else signal.SIGSTOP)
@@ -93,6 +104,68 @@ def measure(workers, how, after, heartbeat_timeout):
       child.wait()
 
 
+def _timed_lines(child, lines):
+  """Appends (time.monotonic(), line) for each line `child` prints."""
+  for line in iter(child.stdout.readline, b""):
+    lines.append((time.monotonic(), line.strip()))
+
+
+def _wave_ms(lines, first, last):
+  """The median wave of `lines` between waves `first` and `last`, in ms."""
+  at = {int(line.split()[1]): t for t, line in lines
+        if line.startswith(b"wave ")}
+  return 1000 * float(np.median(
+      [at[w] - at[w - 1] for w in range(first + 1, last + 1)]))
+
+
+def measure_go_on(workers, after, heartbeat_timeout):
+  """([seconds from the SIGKILL of worker 1 to each survivor's first wave
+  done among the survivors], worker 0's median wave before it in ms with
+  min_workers, and without)."""
+  from tensorbow.cli import launch  # pylint: disable=g-import-not-at-top
+  waves = []
+  for min_workers in (workers - 1, None):
+    addresses = launch.free_addresses(workers)
+    children = [_start(addresses, k, heartbeat_timeout, min_workers)
+                for k in range(workers)]
+    lines = [[] for _ in children]
+    readers = [threading.Thread(target=_timed_lines, args=(c, l),
+                                daemon=True)
+               for c, l in zip(children, lines)]
+    try:
+      for reader in readers:
+        reader.start()
+      while not any(l.startswith(f"wave {after} ".encode())
+                    for _, l in lines[1]):
+        time.sleep(0.01)
+      waves.append(_wave_ms(lines[0], 3, after - 1))
+      if min_workers is None:
+        break
+      os.killpg(children[1].pid, signal.SIGKILL)
+      killed = time.monotonic()
+      took = []
+      for k in range(workers):
+        if k == 1:
+          continue
+        deadline = killed + 60
+        while time.monotonic() < deadline:
+          later = [t for t, l in list(lines[k])
+                   if t > killed and l.startswith(b"wave ") and
+                   l.endswith(f" workers {workers - 1}".encode())]
+          if later:
+            took.append(later[0] - killed)
+            break
+          time.sleep(0.01)
+        else:
+          raise RuntimeError(f"worker {k} did not go on within 60 s")
+    finally:
+      for child in children:
+        if child.poll() is None:
+          os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+  return took, waves[0], waves[1]
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--workers", type=int, default=3)
@@ -103,9 +176,11 @@ def main(argv=None):
   parser.add_argument("--heartbeat_timeout", type=float, default=3.0)
   parser.add_argument("--worker", action="store_true",
                       help=argparse.SUPPRESS)
+  parser.add_argument("--min_workers", type=int, default=None,
+                      help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.worker:
-    worker(args.heartbeat_timeout)
+    worker(args.heartbeat_timeout, args.min_workers)
     return
   hows = args.how.split(",")
   print(f"machine: {platform.processor() or platform.machine()}, "
@@ -113,19 +188,32 @@ def main(argv=None):
         f"each, worker 1 lost after wave {args.after}, heartbeat timeout "
         f"{args.heartbeat_timeout:g} s, {args.repeats} repeats")
   results = {how: ([], True) for how in hows}
+  waves = ([], [])
   for _ in range(args.repeats):
     for how in hows:
+      if how == "go-on":
+        took, elastic, plain = measure_go_on(args.workers, args.after,
+                                             args.heartbeat_timeout)
+        results[how] = (results[how][0] + took, True)
+        waves[0].append(elastic)
+        waves[1].append(plain)
+        continue
       took, named = measure(args.workers, how, args.after,
                             args.heartbeat_timeout)
       results[how] = (results[how][0] + took, results[how][1] and named)
-  print("| worker 1 | survivors' exit after it, median s | slowest s | "
-        "every error named it |")
+  print("| worker 1 | survivors' exit (go-on: next wave done) after it, "
+        "median s | slowest s | every error named it |")
   print("|---|---|---|---|")
   for how in hows:
     took, named = results[how]
-    print(f"| {'SIGKILL' if how == 'kill' else 'SIGSTOP'} | "
-          f"{np.median(took):.2f} | {max(took):.2f} | "
+    said = {"kill": "SIGKILL", "stop": "SIGSTOP",
+            "go-on": f"SIGKILL, min_workers {args.workers - 1}"}[how]
+    print(f"| {said} | {np.median(took):.2f} | {max(took):.2f} | "
           f"{'yes' if named else 'no'} |")
+  if waves[0]:
+    print(f"worker 0's median wave before the kill: {np.median(waves[0]):.1f}"
+          f" ms with min_workers, {np.median(waves[1]):.1f} ms without "
+          f"({np.median(waves[0]) / np.median(waves[1]):.3f}x)")
 
 
 if __name__ == "__main__":
