@@ -373,10 +373,13 @@ def _expected(killed, at):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("killed", [1, 0])
+@pytest.mark.parametrize("killed, devices", [(1, 1), (0, 1), (1, 2)])
 def test_survivors_of_a_killed_worker_go_on_as_sma_of_their_replicas(
-    tmp_path, tf_mode_statement, killed):
-  done = _job(tmp_path, tf_mode_statement, PLAIN, ["--min-workers", "2"],
+    tmp_path, tf_mode_statement, killed, devices):
+  # With two devices a worker, each device keeps its copy of the central
+  # model: those are put back and carried over too.
+  done = _job(tmp_path, tf_mode_statement, PLAIN,
+              ["--min-workers", "2", "--devices", str(devices)],
               KILL=str(killed), KILL_AT="3")
   out = done.stdout
   assert done.returncode == 0, (out + done.stderr)[-3000:]

@@ -8,8 +8,10 @@ cluster (`scaleout/cluster.py`), which sums over the workers with its
 
 - `checked`: a training run's fed values checked for L x workers
   replicas, and this worker's part of a batch feed;
-- `take_model`: before the wave, the central model of the variables due
-  to be seeded becomes worker 0's on every worker;
+- `take_model`: before the wave, a change of membership due then (a
+  replayed log's, or workers preempted after the last wave leaving),
+  then the central model of the variables due to be seeded becomes
+  worker 0's on every worker;
 - `worker_sync`: the run that keeps the workers' central models equal,
   joined to the wave's preparation, and summed after it;
 - `commit_sum`: what an algorithm sums over the workers between the
@@ -19,9 +21,12 @@ cluster (`scaleout/cluster.py`), which sums over the workers with its
 - `seconds`: the time spent summing, which the scaling model counts as
   synchronisation; `take_sums`: when each sum ran (for a timeline).
 
-Around plain runs: `checkpoint_worker` names whose replica state a
-checkpoint holds, and `leaves_save` says a Saver's save is worker 0's to
-write. Nothing else in a session or a trainer knows of other processes.
+After the wave, `preempting` says whether every worker saves now (one
+was asked to stop) and `go_on_after` whether this one goes on without
+those asked. Around plain runs: `checkpoint_worker` names whose replica
+state a checkpoint holds, and `leaves_save` says a Saver's save is
+worker 0's to write. Nothing else in a session or a trainer knows of
+other processes.
 
 With `min_workers`, a worker lost during a wave is a change of
 membership, not a failure: the sum raises `MembershipChanged`, the
@@ -124,6 +129,12 @@ class Alone(object):
     del wave
     return False
 
+  def reform(self, change):
+    """After `change` (a MembershipChanged, which only a cluster raises):
+    the workers that go on form their cluster; returns the change as the
+    membership log records it."""
+    raise change
+
   def close(self):
     pass
 
@@ -196,7 +207,7 @@ class Workers(Alone):
     its own: before `wave`, the variables due to be seeded take worker
     0's values on every worker. A replayed change of membership comes
     first."""
-    self._replay(wave)
+    self._scheduled(wave)
     names, tensors = state.central_tensors(state.pending_seed())
     first = names and self._summed(
         wave, self._reducer.from_chief, dict(zip(names, session.run(tensors))),
@@ -267,7 +278,7 @@ class Workers(Alone):
     self.membership.record(change.wave, self._first, lost, self.index)
     return self.membership.changes[-1]
 
-  def _replay(self, wave):
+  def _scheduled(self, wave):
     """Before `wave`: the workers preempted after the last leave, or a
     change the replayed membership log makes then.
 
