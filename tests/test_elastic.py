@@ -403,6 +403,28 @@ def test_survivors_of_a_killed_worker_go_on_as_sma_of_their_replicas(
 
 
 @pytest.mark.slow
+def test_ssgd_survivors_stay_sgd_on_the_whole_batch(tmp_path,
+                                                    tf_mode_statement):
+  # SSGD's wave is one step on the whole batch whoever trains it; the
+  # loss is found in the sum before the commit, so nothing is written.
+  done = _job(tmp_path, tf_mode_statement, PLAIN,
+              ["--min-workers", "2", "--algorithm", "ssgd"], KILL="1",
+              KILL_AT="3")
+  assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+  assert "membership: from wave 3, workers 0,2 go on" in done.stdout
+  params = [W0.astype(np.float64), B0.astype(np.float64)]
+  for x, y in zip(XS, YS):
+    grads, _ = references.least_squares(params, x, y)
+    params = [p - LR * g for p, g in zip(params, grads)]
+  for k in (0, 2):
+    central = np.load(tmp_path / f"central{k}.npz")
+    np.testing.assert_allclose(central["w"], params[0], rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(central["b"], params[1], rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.mark.slow
 def test_a_change_of_membership_is_on_the_timeline_and_in_the_scalars(
     tmp_path, tf_mode_statement):
   timeline, logdir = tmp_path / "timeline.json", tmp_path / "logs"
