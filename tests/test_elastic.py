@@ -215,10 +215,15 @@ def _train(algorithm, scale, monkeypatch, resource):
     return sess.run([w, b, step]) + [losses]
 
 
-@pytest.mark.parametrize("algorithm, where", [
-    ("sma", "sync"), ("sma", "take_model"), ("easgd", "sync"),
-    ("ssgd", "commit_sum"), ("local_sgd", "sync")])
-@pytest.mark.parametrize("resource", [False, True])
+# Three cases in the fast tier (a point each); the rest in the slow one.
+@pytest.mark.parametrize("algorithm, where, resource", [
+    ("sma", "sync", False), ("sma", "take_model", True),
+    ("ssgd", "commit_sum", False)] + [
+        pytest.param(*case, marks=pytest.mark.slow) for case in [
+            ("sma", "sync", True), ("sma", "take_model", False),
+            ("ssgd", "commit_sum", True), ("easgd", "sync", False),
+            ("easgd", "sync", True), ("local_sgd", "sync", False),
+            ("local_sgd", "sync", True)]])
 def test_a_wave_that_lost_a_worker_runs_again_as_if_it_had_not_failed(
     monkeypatch, algorithm, where, resource):
   scale = _LosesOnce(3, where)
