@@ -6,10 +6,10 @@ had written, and run it again among themselves (scaleout, elasticity).
 user's, the algorithm's) and the replicas' copies (kept by TensorBow's
 kernels, not as variables) to backup variables beside them, in one
 TensorFlow run and without leaving the device; `restore` copies them
-back. State outside variables is not kept: a `tf.data` iterator
-or a queue (a wave's elements are put back by the trainer instead) and
-a stateful random op's position, so a wave run again draws new random
-numbers.
+back. State outside them is not kept: a `tf.data` iterator or a queue
+(the trainer puts a wave's elements back instead), or a TensorFlow
+random op's own position (TensorBow's random streams start anew in the
+setting made after a change of membership anyway).
 """
 import tensorflow as tf
 
@@ -23,9 +23,11 @@ class Backup(object):
   def __init__(self, session, graph):
     self._session = session
     self._graph = graph
-    self._version = None  # the graph's version `_variables` looked at
+    self._version = None  # the graph's version last looked at
     self._variables = {}  # variable op name -> (save op, restore op)
-    self._unset = []  # variable ops not initialised when last looked at
+    # Variable ops not initialised when last looked at -> the tensor that
+    # says whether they are now (made once: asked before each wave).
+    self._unset = {}
     self._replicated = {}  # Replicated's name -> (save op, restore op)
     self._ops = (None, None)  # (save, restore) of all kept
     self._keeps = None  # the names of what they keep
@@ -34,8 +36,10 @@ class Backup(object):
   def save(self, replicated=()):
     """Keeps the value of every initialised variable and of the replicas'
     copies `replicated` (rewrite.builder.Replicated, ReplicaState's)."""
-    if self._graph.version != self._version or self._unset:
-      self._update()
+    if self._graph.version != self._version:
+      self._look_for_new()
+    if self._unset:
+      self._keep_initialised()
     keeps = (tuple(self._variables), tuple(p.name for p in replicated))
     if keeps != self._keeps:
       with self._graph.as_default():
@@ -62,19 +66,24 @@ class Backup(object):
     """The wave saved for is done: nothing is to be put back."""
     self.saved = False
 
-  def _update(self):
-    new = [op for op in self._graph.get_operations()
-           if op.type in _KINDS and op.name not in self._variables and
-           not op.name.startswith(_SCOPE + "/")]
-    ops = list({op.name: op for op in self._unset + new}.values())
+  def _look_for_new(self):
+    """Takes the graph's variable ops not seen yet as not initialised."""
     with self._graph.as_default():
-      checks = [_initialized(op) for op in ops]
-    done = self._session.run(checks) if checks else []
-    self._unset = [op for op, d in zip(ops, done) if not d]
+      for op in self._graph.get_operations():
+        if (op.type in _KINDS and op.name not in self._variables and
+            op.name not in self._unset and
+            not op.name.startswith(_SCOPE + "/")):
+          self._unset[op.name] = (op, _initialized(op))
+    self._version = self._graph.version
+
+  def _keep_initialised(self):
+    """Keeps from now on the variables of `_unset` now initialised."""
+    names = list(self._unset)
+    done = self._session.run([self._unset[n][1] for n in names])
     with self._graph.as_default():
-      for op, d in zip(ops, done):
-        if d:
-          self._variables[op.name] = _pair(op)
+      for name, initialised in zip(names, done):
+        if initialised:
+          self._variables[name] = _pair(self._unset.pop(name)[0])
     self._version = self._graph.version
 
 

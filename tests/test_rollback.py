@@ -38,3 +38,21 @@ def test_a_backup_puts_back_every_variable_initialised_when_it_saved(
     backup.restore()
     np.testing.assert_array_equal(sess.run(v), [0.0, 0.0])
     assert sess.run(late) == [9]
+
+
+def test_a_variable_never_initialised_costs_no_ops_per_save():
+  graph = tf.Graph()
+  with graph.as_default():
+    v = tf.compat.v1.get_variable("v", initializer=[1.0])
+    tf.compat.v1.get_variable("never", shape=[2])  # never initialised
+  with tf.compat.v1.Session(graph=graph) as sess:
+    sess.run(v.initializer)
+    backup = rollback.Backup(sess, graph)
+    backup.save()
+    version = graph.version
+    for _ in range(3):
+      backup.save()
+    assert graph.version == version  # the check of `never` is made once
+    sess.run(v.assign([2.0]))
+    backup.restore()
+    assert sess.run(v) == [1.0]
