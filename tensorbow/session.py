@@ -73,8 +73,7 @@ class TensorBowSession(compat.SessionInterface):
       copies' moves are summed ("sma", "easgd" and "ssgd").
     prefetch: whether a training run fed by an input pipeline (a
       `tf.data` iterator's `get_next()`, a queue's dequeue) pulls the next
-      wave's elements while its wave computes; False takes them only when
-      a wave asks for them.
+      wave's elements while its wave computes (False: when it asks).
     timeline, logdir, progress: a path for a Chrome trace, a directory
       for TensorBoard scalars, seconds between progress lines (observe.py).
 
@@ -94,16 +93,17 @@ class TensorBowSession(compat.SessionInterface):
                heartbeat_timeout=3.0, devices=None, prefetch=True,
                timeline=None, logdir=None, progress=None, min_workers=None,
                membership_log=None):
-    self._scale = scaleout.from_environ(
-        cluster_timeout, heartbeat_timeout, preemption.notice().requested,
-        min_workers=min_workers, membership_log=membership_log)
     devices = tb_devices.check(devices)
+    # Checked before the scale-out object uses them (a log file is read).
     options.check_options(replicas, algorithm, alpha, central_momentum,
-                          nonfinite, self._scale.workers, cluster_timeout,
-                          heartbeat_timeout,
+                          nonfinite, scaleout.workers_named(),
+                          cluster_timeout, heartbeat_timeout,
                           len(devices) if devices else 1, prefetch,
                           timeline, logdir, progress, min_workers,
                           membership_log)
+    self._scale = scaleout.from_environ(
+        cluster_timeout, heartbeat_timeout, preemption.notice().requested,
+        min_workers=min_workers, membership_log=membership_log)
     # Resolved for L whenever L is set (replicas="auto" changes it).
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)

@@ -567,3 +567,17 @@ def test_the_launcher_lets_survivors_finish_with_min_workers(
                       out=out) == status
   if min_workers and status == 0 and -9 in codes:
     assert "worker 1 exited with status -9; 2 go on" in out.getvalue()
+
+
+def test_the_membership_options_are_checked_before_they_are_used(
+    monkeypatch):
+  # A file descriptor is no path: before, a cluster's session opened (and
+  # closed) descriptor 5 as a membership log.
+  monkeypatch.setenv("TF_CONFIG", json.dumps({
+      "cluster": {"worker": launch.free_addresses(2)},
+      "task": {"type": "worker", "index": 0}}))
+  monkeypatch.setattr(membership, "Log", None)  # not reached
+  with pytest.raises(ValueError, match="membership_log must be a path"):
+    tensorbow.TensorBowSession(replicas=2, min_workers=2, membership_log=5)
+  with pytest.raises(ValueError, match="min_workers must be None or an int"):
+    tensorbow.TensorBowSession(replicas=2, min_workers=3)

@@ -57,6 +57,13 @@ def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
                   membership.Log(membership_log)))
 
 
+def workers_named(environ=None):
+  """How many workers `TF_CONFIG` (in `environ`, default os.environ) names
+  for this process's cluster: 1 without one."""
+  found = tb_cluster.from_environ(environ)
+  return 1 if found is None else found.num_workers
+
+
 class MembershipChanged(Exception):
   """Workers `lost` were lost during `wave`: nothing of it may commit,
   and it is to run again among the survivors once `reform` has run."""
