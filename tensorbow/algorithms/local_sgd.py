@@ -151,11 +151,8 @@ class LocalSGD(base.Algorithm):
 
     def apply(total, count, value):
       rate, momentum, keep = tf.unstack(tf.cast(value, state.dtype), num=3)
-      z = graph_util.read(state.var_op)
-      delta = z - tf.cast(total / count, state.dtype)
-      v = momentum * tf.raw_ops.ReadVariableOp(resource=state.velocity,
-                                               dtype=state.dtype) + delta
-      new = z - rate * (delta + momentum * v if self.nesterov else v)
+      v, new = self._outer_step(state, tf.cast(total / count, state.dtype),
+                                rate, momentum)
       return tf.group(
           tf.raw_ops.AssignVariableOp(resource=state.velocity, value=keep * v),
           graph_util.assign(state.var_op, new),
@@ -163,26 +160,31 @@ class LocalSGD(base.Algorithm):
 
     return local_sum, apply
 
-  def _worker_average(self, builder, state, copies, mean):
-    dtype = state.dtype
+  def _outer_step(self, state, mean, rate, momentum):
+    """(new velocity, new central model) of the outer step from the
+    replicas' `mean` (DESIGN.md, "Local SGD")."""
     z = graph_util.read(state.var_op)
-    rate, momentum = self.outer_learning_rate, self.outer_momentum
     delta = z - mean
     v = momentum * tf.raw_ops.ReadVariableOp(resource=state.velocity,
-                                             dtype=dtype) + delta
-    new = z - rate * (delta + momentum * v if self.nesterov else v)
+                                             dtype=state.dtype) + delta
+    return v, z - rate * (delta + momentum * v if self.nesterov else v)
+
+  def _worker_average(self, builder, state, copies, mean):
+    v, new = self._outer_step(state, mean, self.outer_learning_rate,
+                              self.outer_momentum)
     added = tf.cast(tf.concat([tf.reshape(new, [-1]), tf.reshape(v, [-1])],
                               0), tf.float64) * builder.num_replicas
+    shape = tf.shape(new)
 
     def apply(total, count, value):
       del value
-      z_total, v_total = tf.split(tf.cast(total / count, dtype), 2)
-      new = tf.reshape(z_total, tf.shape(z))
+      z_mean, v_mean = tf.split(tf.cast(total / count, state.dtype), 2)
+      z_mean = tf.reshape(z_mean, shape)
       return tf.group(
           tf.raw_ops.AssignVariableOp(resource=state.velocity,
-                                      value=tf.reshape(v_total, tf.shape(z))),
-          graph_util.assign(state.var_op, new),
-          copies.set(new, builder.all_replicas()))
+                                      value=tf.reshape(v_mean, shape)),
+          graph_util.assign(state.var_op, z_mean),
+          copies.set(z_mean, builder.all_replicas()))
 
     return added, apply
 
