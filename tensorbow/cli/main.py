@@ -80,10 +80,6 @@ class Report(object):
     return text
 
 
-def _count(text):
-  return cli_options.number(text, int, lambda v: v >= 1, "an int >= 1")
-
-
 def _hosts(text):
   hosts = [h.strip() for h in text.split(",") if h.strip()]
   if len(hosts) < 2:
@@ -105,10 +101,10 @@ def parser():
       "stay plain TensorFlow sessions).")
   cli_options.add_flags(result)
   workers = result.add_argument_group("workers")
-  workers.add_argument("--workers", type=_count, default=1,
+  workers.add_argument("--workers", type=cli_options.count, default=1,
                        help="start this many workers of one cluster on this "
                        "machine (default: 1, this process alone)")
-  workers.add_argument("--threads", type=_count, default=None,
+  workers.add_argument("--threads", type=cli_options.count, default=None,
                        help="with --workers: intra-op threads per worker "
                        "(default: cores / workers)")
   workers.add_argument("--hosts", type=_hosts, default=None,

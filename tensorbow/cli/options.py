@@ -114,7 +114,8 @@ def _path(text):
   return os.path.abspath(text)  # the workers' too, whatever their cwd
 
 
-def _positive(text):
+def count(text):
+  """`text` read as an int >= 1 (argparse's type for a count)."""
   return number(text, int, lambda v: v >= 1, "an int >= 1")
 
 
@@ -204,7 +205,7 @@ _FLAGS = (
         "naming it (default: 3; a worker that dies is known within about a "
         "second)"), _float),
     _Flag("min_workers", "--min-workers", dict(
-        type=_positive, metavar="M", help="on a cluster of workers, go on "
+        type=count, metavar="M", help="on a cluster of workers, go on "
         "without a lost worker while at least M remain: the wave under way "
         "runs again among the survivors (default: a lost worker ends the "
         "job)"), _text),
