@@ -141,8 +141,7 @@ class AlgorithmRuns(object):
     def build():
       parts = self._parts(
           lambda b, s: self._algorithm.worker_merge(
-              b, s, **({"average": True} if kind == "average" else {})),
-          names)
+              b, s, average=kind == "average"), names)
       if not parts:
         return None
       # The workers' replica counts are summed beside the tensors.

@@ -8,6 +8,7 @@ with the worker's index. The job ends when every worker has exited, or as
 soon as one fails: the others are then stopped, and its status returned.
 With `--min-workers M`, the others go on while M have not failed.
 """
+import contextlib
 import ctypes
 import os
 import signal
@@ -160,7 +161,7 @@ def _wait(children, preempted_grace=_PREEMPTED_GRACE, min_workers=None,
     for k, code in enumerate(codes):
       if code not in (None, 0) and min_workers and k not in told:
         told.add(k)
-        with lock or threading.Lock():
+        with lock or contextlib.nullcontext():
           print(f"tensorbow-run: worker {k} exited with status {code}; "
                 f"{going} go on (--min-workers {min_workers})",
                 file=out or sys.stdout, flush=True)
