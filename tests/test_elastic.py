@@ -205,8 +205,7 @@ def _train(algorithm, scale, monkeypatch, resource):
     step = tf.compat.v1.train.get_or_create_global_step()
     train = opt.minimize(loss, global_step=step)
     init = tf.compat.v1.global_variables_initializer()
-  if scale is not None:
-    monkeypatch.setattr(scaleout, "from_environ", lambda *a, **k: scale)
+  monkeypatch.setattr(scaleout, "from_environ", lambda *a, **k: scale)
   with tensorbow.TensorBowSession(graph=graph, replicas=4,
                                   algorithm=algorithm) as sess:
     sess.run(init)
@@ -215,22 +214,25 @@ def _train(algorithm, scale, monkeypatch, resource):
     return sess.run([w, b, step]) + [losses]
 
 
-# Three cases in the fast tier (a point each); the rest in the slow one.
-@pytest.mark.parametrize("algorithm, where, resource", [
-    ("sma", "sync", False), ("sma", "take_model", True),
-    ("ssgd", "commit_sum", False)] + [
+# Three cases in the fast tier (a point each); the rest, and TensorFlow's
+# kernels in place of TensorBow's, in the slow one.
+@pytest.mark.parametrize("algorithm, where, resource, kernels", [
+    ("sma", "sync", False, "all"), ("sma", "take_model", True, "all"),
+    ("ssgd", "commit_sum", False, "all")] + [
         pytest.param(*case, marks=pytest.mark.slow) for case in [
-            ("sma", "sync", True), ("sma", "take_model", False),
-            ("ssgd", "commit_sum", True), ("easgd", "sync", False),
-            ("easgd", "sync", True), ("local_sgd", "sync", False),
-            ("local_sgd", "sync", True)]])
+            ("sma", "sync", True, "all"), ("sma", "take_model", False, "all"),
+            ("ssgd", "commit_sum", True, "all"),
+            ("easgd", "sync", False, "all"), ("easgd", "sync", True, "all"),
+            ("local_sgd", "sync", False, "all"),
+            ("local_sgd", "sync", True, "all"), ("sma", "sync", False, "0"),
+            ("ssgd", "commit_sum", True, "0")]])
 def test_a_wave_that_lost_a_worker_runs_again_as_if_it_had_not_failed(
-    monkeypatch, algorithm, where, resource):
+    monkeypatch, algorithm, where, resource, kernels):
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", kernels)
   scale = _LosesOnce(3, where)
   got = _train(algorithm, scale, monkeypatch, resource)
   assert scale.reformed == [3]
-  monkeypatch.undo()
-  plain = _train(algorithm, None, monkeypatch, resource)
+  plain = _train(algorithm, scaleout.Alone(), monkeypatch, resource)
   for g, p in zip(got, plain):
     np.testing.assert_array_equal(g, p)
   assert got[2] == len(XS)  # the global step counts the dropped wave once
@@ -403,14 +405,16 @@ def _assert_survivors(done, tmp_path, killed):
 
 # Worker 1 lost, one device a worker: the replay test's first job.
 @pytest.mark.slow
-@pytest.mark.parametrize("killed, devices", [(0, 1), (1, 2)])
+@pytest.mark.parametrize("killed, devices, kernels", [
+    (0, 1, "all"), (1, 2, "0")])
 def test_survivors_of_a_killed_worker_go_on_as_sma_of_their_replicas(
-    tmp_path, tf_mode_statement, killed, devices):
+    tmp_path, tf_mode_statement, killed, devices, kernels):
   # With two devices a worker, each device keeps its copy of the central
-  # model: those are put back and carried over too.
+  # model: those are put back and carried over too. "0": TensorFlow's
+  # kernels in place of TensorBow's.
   done = _job(tmp_path, tf_mode_statement, PLAIN,
               ["--min-workers", "2", "--devices", str(devices)],
-              KILL=str(killed), KILL_AT="3")
+              KILL=str(killed), KILL_AT="3", TENSORBOW_FAST_KERNELS=kernels)
   _assert_survivors(done, tmp_path, killed)
 
 
