@@ -25,7 +25,8 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
                   central_momentum=0.9, nonfinite="propagate", workers=1,
                   cluster_timeout=60.0, heartbeat_timeout=3.0, devices=1,
                   prefetch=True, timeline=None, logdir=None, progress=None,
-                  min_workers=None, membership_log=None):
+                  min_workers=None, membership_log=None, join=None,
+                  max_workers=None):
   """Checks `TensorBowSession`'s options; returns the algorithm resolved for
   `replicas` on each of `workers` workers (for "auto", for the one
   replica it starts with), spread over `devices` devices.
@@ -72,6 +73,7 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
   if membership_log is not None and min_workers is None:
     raise ValueError("membership_log needs min_workers: only workers that "
                      "go on without a lost one change their membership")
+  workers = _check_joining(join, max_workers, min_workers, workers)
   resolved = algorithms.resolve(algorithm, alpha, central_momentum).resolved(
       (1 if replicas == AUTO else replicas) * workers)
   resolved.check_nonfinite(nonfinite)
@@ -85,6 +87,35 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
   if devices > 1:
     _check_devices(replicas, resolved, nonfinite, workers, devices)
   return resolved
+
+
+def _check_joining(join, max_workers, min_workers, workers):
+  """Raises ValueError for `join` or `max_workers` out of range; returns
+  the workers to check the other options for (a joiner's: two or more)."""
+  if max_workers is not None and (
+      isinstance(max_workers, bool) or not isinstance(max_workers, int) or
+      max_workers < max(workers, min_workers or 1, 2)):
+    raise ValueError(f"max_workers must be None or an int >= 2, the "
+                     f"workers of the cluster ({workers}) and min_workers, "
+                     f"got {max_workers!r}")
+  if join is None:
+    if max_workers is not None and min_workers is None:
+      raise ValueError("max_workers needs min_workers: only an elastic job "
+                       "takes workers in")
+    return workers
+  if (isinstance(join, (str, bytes)) or not isinstance(join, (list, tuple))
+      or not join or not all(
+          isinstance(a, str) and a.rpartition(":")[0] and
+          a.rpartition(":")[2].isdigit() for a in join)):
+    raise ValueError(f"join must be the addresses (\"host:port\") a job's "
+                     f"workers started at, got {join!r}")
+  if min_workers is None:
+    raise ValueError("join needs min_workers: only an elastic job takes "
+                     "workers in")
+  if workers > 1:
+    raise ValueError(f"join is for a process outside the job, but TF_CONFIG "
+                     f"names a cluster of {workers} workers")
+  return 2
 
 
 def check_session_options(workers=1, devices=None, **options):

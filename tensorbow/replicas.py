@@ -421,6 +421,39 @@ class ReplicaState(object):
         feeds[p] = values[keys]
     return op, feeds
 
+  def _shared_parts(self):
+    """{key: resource handle} of the algorithm's state that is no
+    replica's own (SMA's previous central model, say)."""
+    return {keys: part for name in sorted(self._seeds)
+            for keys, part in self._state_of(name)
+            if not isinstance(keys, list)}
+
+  def shared_state_tensors(self):
+    """{key: tensor} reading the algorithm's state that is no replica's
+    own, for the model variables with replicas."""
+    parts = self._shared_parts()
+    return self._builder.once("shared", self._state_key(
+        tuple(sorted(self._seeds))), lambda: {
+            k: tf.raw_ops.ReadVariableOp(resource=h,
+                                         dtype=h.op.get_attr("dtype"))
+            for k, h in parts.items()})
+
+  def set_shared_state_run(self, values):
+    """(fetches, feed_dict) setting what shared_state_tensors read to
+    {key: value} `values`."""
+    keys = tuple(sorted(values))
+    parts = self._shared_parts()
+
+    def build():
+      placeholders = [tf.compat.v1.placeholder(
+          tf.as_dtype(parts[k].op.get_attr("dtype"))) for k in keys]
+      return placeholders, tf.group(*[
+          tf.raw_ops.AssignVariableOp(resource=parts[k], value=p)
+          for k, p in zip(keys, placeholders)], name="set_shared")
+
+    placeholders, op = self._builder.once("set_shared", keys, build)
+    return op, {p: values[k] for k, p in zip(keys, placeholders)}
+
   def snapshot_tensors(self, names):
     """{key: tensor} reading the user's variables `names` and every
     replica's state: what a commit that may fail could change."""

@@ -64,8 +64,10 @@ class TensorBowSession(compat.SessionInterface):
       heartbeat before the others fail naming it (scaleout/heartbeat.py).
     min_workers: with workers, how many must remain for the survivors of
       a lost one to go on without it (None: the others fail).
-    membership_log: with `min_workers`, a file of the job's changes of
-      membership: written if absent, else replayed (scaleout/membership.py).
+    membership_log, join, max_workers: with `min_workers`, a file of the
+      job's changes of membership (written if absent, else replayed); the
+      addresses a job's workers started at, to join that job; how many
+      workers the job takes in at most (scaleout/__init__.py).
     devices: None or one device (TensorFlow places the model), or the
       devices to spread the replicas over, such as ["/cpu:0", "/cpu:1"]
       (with `ConfigProto(device_count={"CPU": 2})`): each keeps its own copy
@@ -92,18 +94,19 @@ class TensorBowSession(compat.SessionInterface):
                nonfinite="propagate", cluster_timeout=60.0,
                heartbeat_timeout=3.0, devices=None, prefetch=True,
                timeline=None, logdir=None, progress=None, min_workers=None,
-               membership_log=None):
+               membership_log=None, join=None, max_workers=None):
     devices = tb_devices.check(devices)
+    elastic = dict(min_workers=min_workers, membership_log=membership_log,
+                   join=join, max_workers=max_workers)
     # Checked before the scale-out object uses them (a log file is read).
     options.check_options(replicas, algorithm, alpha, central_momentum,
                           nonfinite, scaleout.workers_named(),
                           cluster_timeout, heartbeat_timeout,
                           len(devices) if devices else 1, prefetch,
-                          timeline, logdir, progress, min_workers,
-                          membership_log)
+                          timeline, logdir, progress, **elastic)
     self._scale = scaleout.from_environ(
         cluster_timeout, heartbeat_timeout, preemption.notice().requested,
-        min_workers=min_workers, membership_log=membership_log)
+        **elastic)
     # Resolved for L whenever L is set (replicas="auto" changes it).
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)
@@ -289,11 +292,8 @@ class TensorBowSession(compat.SessionInterface):
     self.close()
 
   def partial_run_setup(self, fetches, feeds=None):
-    """As `tf.compat.v1.Session.partial_run_setup`, for plain runs.
-
-    Raises:
-      tf.errors.UnimplementedError: the fetches take a training step.
-    """
+    """As `tf.compat.v1.Session.partial_run_setup`, for plain runs (fetches
+    that take a training step raise tf.errors.UnimplementedError)."""
     self._sync()
     return self._router.partial_run_setup(self._session, fetches, feeds)
 
@@ -304,11 +304,8 @@ class TensorBowSession(compat.SessionInterface):
                                     feed_dict)
 
   def make_callable(self, fetches, feed_list=None, accept_options=False):
-    """A callable running `fetches` with positional feeds for `feed_list`.
-
-    As `tf.compat.v1.Session.make_callable`; training runs are sharded and
-    merged as by `run`.
-    """
+    """As `tf.compat.v1.Session.make_callable`; training runs are sharded
+    and merged as by `run`."""
     if not feed_list and not accept_options:
       plain = self._detached_callable(fetches)
       if plain is not None:
@@ -364,6 +361,9 @@ class TensorBowSession(compat.SessionInterface):
   def _train(self, route, fed_values, options, run_metadata):
     """A training run; with replicas="auto", timed for the auto-tuner,
     which may change the setting for the next."""
+    if self._scale.catching_up(self._trainer.waves + 1):
+      self._trainer.skipped()  # a joiner's script reaches the job's wave
+      return self._plain_run(route, fed_values, options, run_metadata)
     start = time.monotonic()
     while True:
       try:

@@ -22,9 +22,8 @@ from tensorbow import options as tb_options
 from tensorbow import prefetch
 from tensorbow import scaleout
 
-# What a training run gives its caller: the user's results, the rows it
-# trained on, and the batch size its graph was built for (the fed batch,
-# or one element of an input pipeline); the auto-tuner weighs runs by them.
+# A training run's results, rows trained on and batch its graph was built
+# for (fed, or an input pipeline's element): the auto-tuner weighs by them.
 Trained = collections.namedtuple("Trained", ["results", "rows", "batch"])
 
 
@@ -36,8 +35,7 @@ class Trainer(object):
     settings: the setting's `options.Settings`.
     plans: the setting's `planner.Planner` (plans each training run once).
     runtime: the setting's `runtime.Runtime`, which runs the waves.
-    builder: the setting's `rewrite.builder.Builder` (names errors as the
-      user's ops).
+    builder: the setting's `rewrite.builder.Builder` (names user errors).
     replicas: the setting's `replicas.ReplicaState`.
     user_graph: the user's `tf.Graph`.
     lock: the session's lock.
@@ -123,6 +121,9 @@ class Trainer(object):
     """The training runs completed."""
     return self._waves
 
+  def skipped(self):  # a training run ran as a plain run (a joiner's)
+    self._waves += 1
+
   def carry(self, previous):
     """Trains on from `previous` (the Trainer of the session's setting
     before this one): its replicas' state and its count of waves."""
@@ -190,10 +191,9 @@ class Trainer(object):
     if route.sparse and self._replicas > 1:
       sparse = route.sparse[0]
       raise tf.errors.UnimplementedError(
-          None, None,
-          "TensorBow cannot split a SparseTensor feed across replicas "
-          f"(fed: {sparse.indices.op.name}, {sparse.values.op.name}, "
-          f"{sparse.dense_shape.op.name}) in a training run: feed the "
+          None, None, "TensorBow cannot split a SparseTensor feed across "
+          f"replicas (fed: {sparse.indices.op.name}, {sparse.values.op.name}"
+          f", {sparse.dense_shape.op.name}) in a training run: feed the "
           "batch dense, or train one replica")
     first = fed_values = list(fed_values)
     if route.pulled:
@@ -250,6 +250,7 @@ class Trainer(object):
       if self._state.in_use:
         self._scale.take_model(self._state, self._session, self._waves + 1)
         self._seed_replicas()
+        self._scale.take_state(self._state, self._session, self._waves + 1)
         if self._backup is not None:
           self._backup.save(self._state.replicated_parts())
         prepare = self._state.runs.wave_run(self._waves + 1, sizes)
@@ -393,7 +394,7 @@ class Trainer(object):
       raise
 
   def _after_failed_writes(self):
-    """After a wave failed while writing: its replicas are put back on the
+    """After a wave failed while writing: its replicas go back to the
     central model, which it did not change."""
     if self._state.in_use:
       self._state.reseed()

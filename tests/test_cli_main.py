@@ -382,9 +382,17 @@ def test_workers_run_the_command_with_the_same_options(tmp_path,
   arguments."""
   started = []
 
-  def run_workers(command, workers, threads, min_workers=None):
+  def run_workers(command, workers, threads, min_workers=None, joiner=None,
+                  discovery=None, max_workers=None):
     started.append((command, workers, threads))
-    assert min_workers is None
+    assert min_workers is None and discovery is None and max_workers is None
+    # A joiner runs the same command, asking to join the job's addresses.
+    joins = main.parser().parse_args(
+        joiner(["127.0.0.1:7001", "127.0.0.1:7002"])[3:])
+    ran = main.parser().parse_args(command[3:])
+    assert cli_options.from_args(joins) == cli_options.from_args(
+        ran)._replace(join=("127.0.0.1:7001", "127.0.0.1:7002"))
+    assert joins.script_args == ran.script_args == ["--lr", "0.1"]
     return 5
 
   monkeypatch.setattr(launch, "run_workers", run_workers)

@@ -6,7 +6,10 @@ free ports on 127.0.0.1) and its share of the cores for TensorFlow's
 thread pools. Their output lines reach this process's stdout prefixed
 with the worker's index. The job ends when every worker has exited, or as
 soon as one fails: the others are then stopped, and its status returned.
-With `--min-workers M`, the others go on while M have not failed.
+With `--min-workers M`, the others go on while M have not failed, and
+with `--host-discovery CMD` the job grows: while CMD lists more hosts of
+this machine than workers run, it starts more, each asking the job to
+take it in (`--join`), as Horovod's `--host-discovery-script` does.
 """
 import contextlib
 import ctypes
@@ -58,7 +61,8 @@ def default_threads(workers):
 
 
 def run_workers(command, workers, threads=None, out=None, environ=None,
-                min_workers=None):
+                min_workers=None, joiner=None, discovery=None,
+                max_workers=None):
   """Runs `command` (argv) as `workers` workers of one local cluster.
 
   Args:
@@ -69,6 +73,11 @@ def run_workers(command, workers, threads=None, out=None, environ=None,
     environ: the workers' base environment (default: this process's).
     min_workers: with it, the others go on while that many have not
       failed (the workers' sessions go on without the lost).
+    joiner: `joiner(addresses)`, the argv of a worker that joins the job
+      of workers at `addresses`.
+    discovery: with `joiner`, a `Discovery`: while it lists more hosts of
+      this machine than workers run (at most `max_workers`), one more is
+      started.
 
   Returns:
     0 if every worker exited with 0, or with `min_workers` if at least
@@ -84,24 +93,36 @@ def run_workers(command, workers, threads=None, out=None, environ=None,
   threads = default_threads(workers) if threads is None else threads
   lock = threading.Lock()
   children, readers = [], []
+
+  def start(argv, env):
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, start_new_session=True,
+                             preexec_fn=_die_with_parent)
+    reader = threading.Thread(
+        target=_copy_lines, args=(child.stdout, f"[{len(children)}] ", out,
+                                  lock), daemon=True)
+    children.append(child)
+    reader.start()
+    readers.append(reader)
+
+  grow = None
+  if discovery is not None:
+    env = worker_environ(tb_cluster.Cluster(addresses, 0), threads, environ)
+    del env["TF_CONFIG"]  # a joiner's cluster is the job's answer
+    grow = discovery.grower(lambda: start(joiner(addresses), env), children,
+                            max_workers, out, lock)
   # Stopped by a signal, the launcher still stops its workers.
   handled = threading.current_thread() is threading.main_thread()
   if handled:
     previous = signal.signal(signal.SIGTERM, _terminated)
   try:
+    print(f"tensorbow-run: {workers} workers at {','.join(addresses)}",
+          file=out, flush=True)
     for k in range(workers):
-      env = worker_environ(tb_cluster.Cluster(addresses, k), threads, environ)
-      child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT,
-                               start_new_session=True,
-                               preexec_fn=_die_with_parent)
-      children.append(child)
-      reader = threading.Thread(target=_copy_lines,
-                                args=(child.stdout, f"[{k}] ", out, lock),
-                                daemon=True)
-      reader.start()
-      readers.append(reader)
-    status = _wait(children, min_workers=min_workers, out=out, lock=lock)
+      start(command, worker_environ(tb_cluster.Cluster(addresses, k),
+                                    threads, environ))
+    status = _wait(children, min_workers=min_workers, out=out, lock=lock,
+                   grow=grow)
   except _Terminated as e:
     _stop(children, _PREEMPTED_GRACE)
     saved = {c.returncode for c in children} == {preemption.EXIT_CODE}
@@ -142,16 +163,19 @@ def _copy_lines(stream, prefix, out, lock):
 
 
 def _wait(children, preempted_grace=_PREEMPTED_GRACE, min_workers=None,
-          out=None, lock=None):
+          out=None, lock=None, grow=None):
   """The first non-zero exit status among `children`, or 0 once all exit
   with 0. A worker preempted (preemption.EXIT_CODE) saved at a wave the
   others agreed on and are saving at too: they get `preempted_grace`
   seconds to finish before they are stopped. With `min_workers`, a
   worker's failure leaves the others running while that many have not
-  failed, and the job succeeds if that many exit with 0."""
+  failed, and the job succeeds if that many exit with 0. `grow()`, if
+  given, may start more children; it is called every tenth of a second."""
   deadline = None
   told = set()
   while True:
+    if grow is not None:
+      grow()
     codes = [c.poll() for c in children]
     failed = [c for c in codes if c not in (None, 0)]
     other = [c for c in failed if c != preemption.EXIT_CODE]

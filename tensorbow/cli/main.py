@@ -4,8 +4,10 @@
                   [--central_momentum M] [--nonfinite propagate|raise|skip]
                   [--cluster-timeout SECONDS] [--devices DEVICE,...]
                   [--prefetch | --no-prefetch]
-                  [--workers W [--threads T] |
-                   --hosts HOST:PORT,... --worker-index K]
+                  [--min-workers M [--max-workers X] [--membership-log F]]
+                  [--workers W [--threads T] [--host-discovery CMD] |
+                   --hosts HOST:PORT,... --worker-index K |
+                   --join HOST:PORT,...]
                   script.py [script args...]
 
 The session options are read once into one `options.SessionOptions`,
@@ -21,7 +23,10 @@ ports on 127.0.0.1, each worker's `TF_CONFIG` and intra-op threads
 (cores / W, or T), output lines prefixed with the worker's index; it
 returns the first non-zero exit status after stopping the others. With
 `--hosts` it runs, in this process, worker K of the cluster of those
-addresses (one per machine).
+addresses (one per machine). With `--join` it asks the running job whose
+workers started at those addresses (as `--hosts` gave them, or as
+`--workers` prints them) to take this process in; `--host-discovery`
+does that for the hosts of this machine a command lists (discovery.py).
 
 The script runs in this process (`runpy.run_path`, as `__main__`, with
 `sys.argv` set to `[script.py, args...]` and the script's folder first on
@@ -45,6 +50,7 @@ from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow import observe
 from tensorbow import preemption
 from tensorbow import session as tb_session
+from tensorbow.cli import discovery as tb_discovery
 from tensorbow.cli import launch
 from tensorbow.cli import options as cli_options
 from tensorbow.cli import patches
@@ -112,6 +118,11 @@ def parser():
                        "several machines; this process is --worker-index")
   workers.add_argument("--worker-index", type=int, default=None,
                        help="with --hosts: this process's worker")
+  workers.add_argument("--host-discovery", default=None, metavar="CMD",
+                       help="with --workers and --min-workers: a command "
+                       "printing one host a line, a worker each; while it "
+                       "lists more of this machine than run, one more is "
+                       "started and joins the job (at most --max-workers)")
   result.add_argument("script", help="the TF1 Python script to run")
   result.add_argument("script_args", nargs=argparse.REMAINDER,
                       help="arguments passed to the script")
@@ -147,6 +158,12 @@ def main(argv=None):
     os.environ["TF_CONFIG"] = tb_cluster.to_environ(job)
   elif args.worker_index is not None:
     command.error("--worker-index needs --hosts")
+  if options.join is not None and (args.hosts or args.workers != 1):
+    command.error("--join starts a worker outside the job: give it without "
+                  "--workers or --hosts")
+  if args.host_discovery is not None and (args.workers == 1 or
+                                          options.min_workers is None):
+    command.error("--host-discovery needs --workers and --min-workers")
   try:
     options.check(len(args.hosts) if args.hosts else args.workers)
   except ValueError as e:
@@ -154,7 +171,13 @@ def main(argv=None):
   if args.workers > 1:
     status = launch.run_workers(
         worker_command(options, args.script, args.script_args),
-        args.workers, args.threads, min_workers=options.min_workers)
+        args.workers, args.threads, min_workers=options.min_workers,
+        joiner=lambda job: worker_command(
+            options._replace(join=tuple(job)), args.script,
+            args.script_args),
+        discovery=(None if args.host_discovery is None else
+                   tb_discovery.Discovery(args.host_discovery)),
+        max_workers=options.max_workers)
     if options.timeline is not None:
       _merge_timelines(options.timeline, args.workers)
     return status

@@ -21,7 +21,8 @@ from tensorbow import options as tb_options
 class SessionOptions(collections.namedtuple("SessionOptions", [
     "replicas", "algorithm", "alpha", "central_momentum", "nonfinite",
     "cluster_timeout", "heartbeat_timeout", "devices", "prefetch",
-    "timeline", "logdir", "progress", "min_workers", "membership_log"])):
+    "timeline", "logdir", "progress", "min_workers", "membership_log",
+    "join", "max_workers"])):
   """Every `TensorBowSession` option `tensorbow-run` sets, with the
   session's defaults; `devices` is a tuple of device names or None."""
   __slots__ = ()
@@ -30,11 +31,12 @@ class SessionOptions(collections.namedtuple("SessionOptions", [
               central_momentum=0.9, nonfinite="propagate",
               cluster_timeout=60.0, heartbeat_timeout=3.0, devices=None,
               prefetch=True, timeline=None, logdir=None, progress=None,
-              min_workers=None, membership_log=None):
+              min_workers=None, membership_log=None, join=None,
+              max_workers=None):
     return super().__new__(cls, replicas, algorithm, alpha, central_momentum,
                            nonfinite, cluster_timeout, heartbeat_timeout,
                            devices, prefetch, timeline, logdir, progress,
-                           min_workers, membership_log)
+                           min_workers, membership_log, join, max_workers)
 
   def session_kwargs(self):
     """The keyword arguments of `TensorBowSession` (and of
@@ -117,6 +119,16 @@ def _path(text):
 def count(text):
   """`text` read as an int >= 1 (argparse's type for a count)."""
   return number(text, int, lambda v: v >= 1, "an int >= 1")
+
+
+def addresses(text):
+  """`text` read as comma-separated "host:port" addresses, as a tuple."""
+  found = tuple(a.strip() for a in text.split(",") if a.strip())
+  if not found or not all(a.rpartition(":")[0] and
+                          a.rpartition(":")[2].isdigit() for a in found):
+    raise argparse.ArgumentTypeError(
+        f"must be HOST:PORT,HOST:PORT,..., got {text!r}")
+  return found
 
 
 def _heartbeat(text):
@@ -215,6 +227,15 @@ _FLAGS = (
         "not exist, else replayed (the workers it says left leave at its "
         "waves), which with the same seeds and data gives the same models "
         "to the bit"), _text),
+    _Flag("max_workers", "--max-workers", dict(
+        type=count, metavar="M", help="with --min-workers, take processes "
+        "that ask to join (--join) in while the job has fewer than M "
+        "workers (default: any number)"), _text),
+    _Flag("join", "--join", dict(
+        type=addresses, metavar="HOST:PORT,...", help="with --min-workers, "
+        "join the running job whose workers started at these addresses "
+        "(--hosts', or those tensorbow-run --workers prints): this process "
+        "trains with them from a wave on"), _names),
     _Flag("devices", "--devices", dict(
         type=_devices, metavar="N|DEVICE,DEVICE,...", help="spread the "
         "replicas over these devices of each session, such as "

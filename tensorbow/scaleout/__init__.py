@@ -33,7 +33,16 @@ membership, not a failure: the sum raises `MembershipChanged`, the
 trainer puts the wave's writes back, and `reform` agrees with the
 survivors on a new cluster of themselves (membership.py), over which the
 session runs the same wave again.
+
+A process that asks to join (`from_environ(join=...)`) is a change too:
+the chief's sums say it has joiners, and before the next wave every
+worker raises `MembershipChanged`, nothing written yet, and forms the
+cluster with them. A joiner's training runs before its first wave are
+plain runs (`catching_up`: its script reaches the job's batch), and at
+that wave every worker takes the chief's model (`take_model`) and
+algorithm state (`take_state`).
 """
+import json
 import logging
 
 from tensorbow.scaleout import cluster as tb_cluster
@@ -42,19 +51,36 @@ from tensorbow import feeds
 
 
 def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
-                 min_workers=None, membership_log=None):
+                 min_workers=None, membership_log=None, join=None,
+                 max_workers=None):
   """The ScaleOut of this process: `Workers` if `TF_CONFIG` (in `environ`,
-  default os.environ) names a cluster, else `Alone`; `timeout`: seconds a
-  sum waits for the other workers; `heartbeat_timeout`: seconds of
-  silence that lose one; `requested()`: whether this process was asked
-  to stop (preemption.py), told to the others with every sum;
-  `min_workers`: how many must remain for the survivors of a loss to go
-  on (None: a loss fails the others); `membership_log`: the file of the
-  changes of membership to write or replay (membership.Log)."""
+  default os.environ) names a cluster or it joins one, else `Alone`.
+
+  Args:
+    timeout: seconds a sum waits for the other workers.
+    heartbeat_timeout: seconds of silence that lose one.
+    requested: `requested()`, whether this process was asked to stop
+      (preemption.py), told to the others with every sum.
+    min_workers: how many must remain for the survivors of a loss to go
+      on (None: a loss fails the others).
+    membership_log: the file of the changes of membership to write or
+      replay (membership.Log).
+    join: the addresses a job's workers started at: this process asks
+      that job to take it in, waiting up to `timeout` seconds.
+    max_workers: how many workers a job takes in at most (None: any).
+  """
+  if join is not None:
+    answer = membership.join(list(join), timeout)
+    tb_cluster.follow_group_key(answer["group_key"])
+    return Workers(
+        tb_cluster.Cluster(answer["workers"], answer["index"]), timeout,
+        heartbeat_timeout, requested, min_workers,
+        membership.Log(membership_log, answer["changes"]), max_workers,
+        joined=answer)
   found = tb_cluster.from_environ(environ)
   return (Alone() if found is None else
           Workers(found, timeout, heartbeat_timeout, requested, min_workers,
-                  membership.Log(membership_log)))
+                  membership.Log(membership_log), max_workers))
 
 
 def workers_named(environ=None):
@@ -65,12 +91,13 @@ def workers_named(environ=None):
 
 
 class MembershipChanged(Exception):
-  """Workers `lost` were lost during `wave`: nothing of it may commit,
-  and it is to run again among the survivors once `reform` has run."""
+  """Workers `lost` were lost during `wave`, or joiners are to be taken
+  in before it (`joining`): nothing of it may commit, and it is to run
+  again in the new cluster once `reform` has run."""
 
-  def __init__(self, wave, lost, message):
+  def __init__(self, wave, lost, message, joining=False):
     super().__init__(message)
-    self.wave, self.lost = wave, tuple(lost)
+    self.wave, self.lost, self.joining = wave, tuple(lost), joining
 
 
 class Alone(object):
@@ -93,6 +120,17 @@ class Alone(object):
 
   def take_model(self, state, session, wave):
     del state, session, wave
+
+  def take_state(self, state, session, wave):
+    """After the replicas were seeded for `wave`: the algorithm's state
+    for the central model becomes worker 0's where a worker joined."""
+    del state, session, wave
+
+  def catching_up(self, wave):
+    """Whether training run `wave` is to run as a plain run: a joiner's
+    before its first wave."""
+    del wave
+    return False
 
   def worker_sync(self, runs):
     """(run before the wave, then what to sum after it), or None."""
@@ -153,20 +191,34 @@ class Workers(Alone):
     cluster: this worker's `cluster.Cluster`.
     timeout: seconds a sum waits for the other workers.
     heartbeat_timeout: seconds of silence after which a worker is lost.
+    requested, min_workers, max_workers: as `from_environ`'s.
+    log: the job's `membership.Log`.
+    joined: a joiner's answer (membership.join); None: a worker of the
+      job as it started, whose chief takes joiners in.
   """
 
   def __init__(self, cluster, timeout,
                heartbeat_timeout=tb_cluster.DEFAULT_HEARTBEAT_TIMEOUT,
-               requested=None, min_workers=None, log=None):
+               requested=None, min_workers=None, log=None, max_workers=None,
+               joined=None):
     self.cluster = cluster
     self._timeout = timeout
     self._heartbeat_timeout = heartbeat_timeout
     self._requested = requested
     self._min_workers = min_workers
+    self._max_workers = max_workers
     self._made = None  # the Reducer, made when first used
-    self._first = list(range(cluster.num_workers))  # each one's first index
     self._departing = None  # (wave, workers preempted that leave before it)
     self.membership = log or membership.Log()
+    # Each one's first index; how many there were; the cluster the job
+    # started as (whose heartbeats joiners ask), if this was one of it.
+    self._first = (list(joined["first"]) if joined else
+                   list(range(cluster.num_workers)))
+    self._ever = joined["ever"] if joined else cluster.num_workers
+    self._started_as = None if joined else cluster
+    # The last wave that took joiners in: all take the chief's state.
+    self._joined_at = joined["wave"] if joined else None
+    self._fresh = joined is not None  # a joiner before its first wave
 
   @property
   def elastic(self):
@@ -190,7 +242,7 @@ class Workers(Alone):
       self._made = tb_cluster.Reducer(
           self.cluster, self._timeout,
           heartbeat_timeout=self._heartbeat_timeout,
-          requested=self._requested)
+          requested=self._requested, joining=self._has_joiners)
     return self._made
 
   @property
@@ -221,6 +273,22 @@ class Workers(Alone):
         f"the chief's model before wave {wave}")
     if first:
       session.run(*state.set_central_run(first))
+
+  def take_state(self, state, session, wave):
+    if wave != self._joined_at:
+      return
+    self._fresh = False
+    tensors = state.shared_state_tensors()
+    keys = sorted(tensors)
+    taken = self._summed(
+        wave, self._reducer.from_chief,
+        dict(zip(keys, session.run([tensors[k] for k in keys]))),
+        f"the chief's algorithm state before wave {wave}")
+    if taken:
+      session.run(*state.set_shared_state_run(taken))
+
+  def catching_up(self, wave):
+    return self._fresh and wave < self._joined_at
 
   def worker_sync(self, runs):
     return runs.worker_sync()
@@ -269,10 +337,12 @@ class Workers(Alone):
     old = self.cluster
     members = [i for i in range(old.num_workers) if i not in change.lost]
     self._check_enough(members, change)  # before waiting on the others
+    taking = (self._taking_in() if change.joining and old.is_chief and
+              self._started_as is not None else None)
     members, addresses = membership.agree(
         tb_cluster.heartbeat(old), old, change.lost,
         len(self.membership.changes) + 1, change.wave, self._timeout,
-        self._heartbeat_timeout)
+        self._heartbeat_timeout, taking and tuple(taking))
     self._check_enough(members, change)
     lost = [self._first[i] for i in range(old.num_workers)
             if i not in members]
@@ -280,10 +350,61 @@ class Workers(Alone):
       self._made.close()
       self._made = None
     self._departing = None
-    self._first = [self._first[i] for i in members]
+    joined = list(range(self._ever,
+                        self._ever + len(addresses) - len(members)))
+    self._ever += len(joined)
+    self._first = [self._first[i] for i in members] + joined
     self.cluster = tb_cluster.Cluster(addresses, members.index(old.index))
-    self.membership.record(change.wave, self._first, lost, self.index)
+    self.membership.record(change.wave, self._first, lost, self.index,
+                           joined)
+    if joined:
+      self._joined_at = change.wave
+      self._answer(taking or {}, change.wave)
     return self.membership.changes[-1]
+
+  def _has_joiners(self):
+    """Whether this worker, the chief of a job elastic and not full, has
+    processes asking to join (called with every sum); refuses them if
+    it may not take them in."""
+    if self._started_as is None or not self.cluster.is_chief:
+      return False
+    beats = tb_cluster.heartbeat(self._started_as)
+    for request in beats.requests():
+      if membership.address_asking(request) is None:
+        beats.answer(request, json.dumps({"refused": "not a request"}))
+    asking = beats.requests()
+    why = (None if not asking else
+           "the job was started without min_workers" if not self.elastic
+           else None if self._max_workers is None or
+           self.workers < self._max_workers else
+           f"the job has max_workers={self._max_workers} workers")
+    for request in asking if why else ():
+      beats.answer(request, json.dumps({"refused": why}))
+    return bool(asking) and why is None
+
+  def _taking_in(self):
+    """{address in the new cluster: request} of the joiners the chief
+    takes in now, in the order they asked, up to max_workers."""
+    room = (None if self._max_workers is None else
+            self._max_workers - self.workers)
+    taking = {}
+    for request in tb_cluster.heartbeat(self._started_as).requests()[:room]:
+      taking[membership.address_asking(request)] = request
+    return taking
+
+  def _answer(self, taking, wave):
+    """The chief tells each joiner of `taking` its place in the new
+    cluster, which trains first at `wave`."""
+    if not taking:
+      return
+    beats = tb_cluster.heartbeat(self._started_as)
+    for address, request in taking.items():
+      beats.answer(request, json.dumps({
+          "workers": self.cluster.workers,
+          "index": self.cluster.workers.index(address), "wave": wave,
+          "changes": self.membership.changes, "first": self._first,
+          "ever": self._ever,
+          "group_key": tb_cluster.last_group_key()}))
 
   def _scheduled(self, wave):
     """Before `wave`: the workers preempted after the last leave, or a
@@ -293,6 +414,10 @@ class Workers(Alone):
       SystemExit(0): the log says this worker left.
       MembershipChanged: the log says others left.
     """
+    if self._made is not None and self._made.joining:
+      raise MembershipChanged(
+          wave, (), f"TensorBow: processes ask to join before wave {wave}",
+          joining=True)
     if self._departing is not None and self._departing[0] == wave:
       left = self._departing[1]
       raise MembershipChanged(

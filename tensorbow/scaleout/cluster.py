@@ -199,6 +199,19 @@ def _started(cluster):
     return _servers[key]
 
 
+def last_group_key():
+  """The collective group key this process's last reducer took."""
+  with _servers_lock:
+    return _group_keys[0]
+
+
+def follow_group_key(key):
+  """This process's next reducer takes the key after `key`: a joiner's
+  reducer forms one group with the job's next ones."""
+  with _servers_lock:
+    _group_keys[0] = key
+
+
 class WorkerLost(tf.errors.UnavailableError):
   """A sum failed because workers were lost (`lost`: their indices)."""
 
@@ -223,11 +236,15 @@ class Reducer(object):
     requested: `requested()`, whether this worker was asked to stop; every
       sum carries it, and `asked` holds the workers that were, by the sums
       so far (`stopping`: any).
+    joining: `joining()`, whether this worker has processes to take in;
+      every sum carries it too, and `joining` says whether any had, by the
+      sums so far.
   """
 
   def __init__(self, cluster, timeout=DEFAULT_TIMEOUT,
                start_timeout=DEFAULT_START_TIMEOUT,
-               heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, requested=None):
+               heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, requested=None,
+               joining=None):
     self._cluster = cluster
     self._timeout = float(timeout)
     self._start_timeout = float(start_timeout)
@@ -244,6 +261,8 @@ class Reducer(object):
     self.seconds = 0.0  # in sums, once the workers had started
     self._requested = requested or (lambda: False)
     self.asked = set()  # the workers asked to stop, by the sums so far
+    self._joining = joining or (lambda: False)
+    self.joining = False  # whether a worker had joiners, by the sums so far
     self._spans = []  # (start, end, what) of the sums not yet taken
 
   def take_spans(self):
@@ -267,17 +286,21 @@ class Reducer(object):
         within the timeout.
     """
     arrays = [np.asarray(a) for a in arrays]
-    if self._cluster.num_workers == 1:  # the last worker left
+    workers = self._cluster.num_workers
+    if workers == 1:  # the last worker left
       if self._requested():
         self.asked.add(0)
+      self.joining = self.joining or bool(self._joining())
       return [a.copy() for a in arrays]
-    # Each worker's request to stop rides along, so all learn of it in the
-    # same sum, and of whose it is. It takes a dtype the sum has already
-    # (a flag is exact in any): there is one all-reduce per dtype.
+    # Each worker's request to stop, and whether it has joiners, ride
+    # along, so all learn of them in the same sum, and of whose a request
+    # is. They take a dtype the sum has already (a flag is exact in any):
+    # there is one all-reduce per dtype.
     carrier = next((a.dtype for a in arrays if a.dtype.kind in "fi"),
                    np.dtype(np.float64))
-    flags = np.zeros([self._cluster.num_workers], carrier)
+    flags = np.zeros([2 * workers], carrier)
     flags[self._cluster.index] = bool(self._requested())
+    flags[workers + self._cluster.index] = bool(self._joining())
     arrays.append(flags)
     by_dtype = {}
     for i, a in enumerate(arrays):
@@ -297,7 +320,9 @@ class Reducer(object):
         n = arrays[i].size
         out[i] = flat[offset:offset + n].reshape(arrays[i].shape)
         offset += n
-    self.asked.update(i for i, flag in enumerate(out[-1]) if flag > 0)
+    self.asked.update(i for i, flag in enumerate(out[-1][:workers])
+                      if flag > 0)
+    self.joining = self.joining or bool(np.any(out[-1][workers:] > 0))
     return out[:-1]
 
   @property

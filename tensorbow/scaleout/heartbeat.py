@@ -12,6 +12,11 @@ is lost once it has been silent for a session's `heartbeat_timeout`.
 A worker never heard at all (UDP blocked between hosts) is only probed,
 with a warning: better slow detection than losing a live worker.
 
+A process that would join the job (membership.py) sends its request to
+the workers' heartbeat ports, tagged with the job's addresses; a worker
+keeps each request until it answers it, and answers it again whenever it
+comes again (a datagram may be lost).
+
 The heartbeats run on a Python thread, so a worker whose own Python holds
 the interpreter lock for longer than the timeout would look lost to the
 others; TensorFlow's runs and TensorBow's waves release it.
@@ -25,6 +30,14 @@ INTERVAL = 0.25  # seconds between a worker's heartbeats
 PROBE_AFTER = 1.0  # seconds of silence before a worker's port is probed
 NEVER_HEARD = 10.0  # seconds without a first heartbeat before a warning
 _MAGIC = b"tensorbow-heartbeat"
+JOIN = b"join"  # in place of a worker's index: a request to join
+ANSWER = _MAGIC + b" answer|"  # how an answer to a request starts
+
+
+def tag(workers):
+  """What every datagram of the job of `workers` ("host:port"s) starts
+  with."""
+  return _MAGIC + b" " + ",".join(workers).encode()
 
 
 class Heartbeat(object):
@@ -54,9 +67,10 @@ class Heartbeat(object):
     self._closed = threading.Event()
     self._socket = None
     self._thread = None
-    self._tag = _MAGIC + b" " + ",".join(cluster.workers).encode()
+    self._tag = tag(cluster.workers)
     self._proposal = b""  # what this worker's heartbeats carry
     self._proposals = {}  # worker index -> what its last heartbeat carried
+    self._requests = {}  # request to join -> (its sender, the answer)
 
   def start(self):
     """Binds this worker's UDP port and starts beating; without the port
@@ -111,6 +125,28 @@ class Heartbeat(object):
     with self._lock:
       return dict(self._proposals)
 
+  def requests(self):
+    """The requests to join (their text) heard and not yet answered."""
+    with self._lock:
+      return sorted(r for r, (_, a) in self._requests.items() if a is None)
+
+  def answer(self, request, text):
+    """Sends `text` to the sender of `request` (one of `requests`), and
+    again whenever the request comes again."""
+    with self._lock:
+      sender = self._requests[request][0]
+      self._requests[request] = (sender, ANSWER + text.encode())
+    self._send_answer(request)
+
+  def _send_answer(self, request):
+    with self._lock:
+      sender, answer = self._requests[request]
+    if answer is not None and self._socket is not None:
+      try:
+        self._socket.sendto(answer, sender)
+      except OSError:
+        pass  # it asks again
+
   def watch(self, watcher):
     """Calls `watcher(silent)` after every heartbeat, on the heartbeat's
     thread (keep it short); returns a function that stops it."""
@@ -161,12 +197,20 @@ class Heartbeat(object):
       return
     self._socket.settimeout(max(seconds, 1e-3))
     try:
-      data, _ = self._socket.recvfrom(4096)
+      data, sender = self._socket.recvfrom(4096)
     except OSError:  # the timeout, mostly
       return
     data, _, proposal = data.partition(b"|")
-    tag, _, index = data.rpartition(b" ")
-    if tag != self._tag or not index.isdigit():
+    job, _, index = data.rpartition(b" ")
+    if job == self._tag and index == JOIN and proposal:
+      request = proposal.decode(errors="replace")
+      with self._lock:  # answered where it was asked from last
+        answer = self._requests.get(request, (None, None))[1]
+        self._requests[request] = (sender, answer)
+      if answer is not None:
+        self._send_answer(request)
+      return
+    if job != self._tag or not index.isdigit():
       return  # another job's, or not a heartbeat
     index = int(index)
     if index in self._cluster.others:

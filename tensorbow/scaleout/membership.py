@@ -12,6 +12,13 @@ same workers, a survivor knows the new cluster: those workers in their
 old order, at their new ports. A survivor that sees another lost too
 narrows its proposal, and the others follow.
 
+A process joins the same way (`join`): it asks the job's workers, at the
+heartbeat ports of the addresses the job started with, and waits. The
+workers learn of it through their sums and form, before the same wave,
+a cluster of themselves and the joiners their chief proposes (last, in
+the order asked); the chief then answers each joiner with that cluster
+and the wave the joiner trains first.
+
 `Log` keeps every change of membership with its wave, and replays the
 changes of a run: before each wave it names, the workers it says left
 leave (with status 0), and the others form their cluster as then.
@@ -22,6 +29,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 
 import tensorflow as tf
 
@@ -33,21 +41,22 @@ class Proposal(collections.namedtuple("Proposal", [
     "wave",  # the wave the new membership runs first
     "members",  # the old indices of the workers that go on, sorted
     "port",  # the proposer's port in the new cluster
-])):
+    "joined",  # the addresses of the joiners taken in, in order
+], defaults=[()])):
   """What a survivor's heartbeats carry while the survivors agree."""
   __slots__ = ()
 
   def text(self):
     return json.dumps([self.change, self.wave, list(self.members),
-                       self.port])
+                       self.port, list(self.joined)])
 
   @classmethod
   def parse(cls, text):
     """The Proposal of `text`, or None: not one."""
     try:
-      change, wave, members, port = json.loads(text)
+      change, wave, members, port, joined = json.loads(text)
       return cls(int(change), int(wave), tuple(int(m) for m in members),
-                 int(port))
+                 int(port), tuple(str(j) for j in joined))
     except (ValueError, TypeError):
       return None
 
@@ -60,9 +69,11 @@ def free_port(host):
     return s.getsockname()[1]
 
 
-def agree(beats, cluster, lost, change, wave, timeout, lost_after):
+def agree(beats, cluster, lost, change, wave, timeout, lost_after,
+          joined=None):
   """The workers that go on after workers `lost` (indices in `cluster`)
-  were lost during `wave`, agreed with them over heartbeats `beats`.
+  were lost during `wave`, or take joiners in before it, agreed with them
+  over heartbeats `beats`.
 
   Args:
     beats: this worker's `heartbeat.Heartbeat` of `cluster`.
@@ -72,9 +83,12 @@ def agree(beats, cluster, lost, change, wave, timeout, lost_after):
     wave: the wave the new membership is to run first.
     timeout: seconds to agree in.
     lost_after: seconds of silence that lose a worker.
+    joined: the addresses of the joiners this worker, the lowest going
+      on, takes in; None: those the lowest proposes.
 
   Returns:
-    (old indices of the workers that go on, their new addresses).
+    (old indices of the workers that go on, their new addresses and then
+    the joiners').
 
   Raises:
     tf.errors.UnavailableError: no agreement within `timeout`, the others
@@ -85,11 +99,18 @@ def agree(beats, cluster, lost, change, wave, timeout, lost_after):
   port = free_port(host)
   members = tuple(i for i in range(cluster.num_workers) if i not in lost)
   deadline = time.monotonic() + timeout
+  taken = tuple(joined or ())
   while True:
-    beats.propose(Proposal(change, wave, members, port).text())
+    beats.propose(Proposal(change, wave, members, port, taken).text())
     heard = {i: Proposal.parse(t) for i, t in beats.proposals().items()}
     heard = {i: p for i, p in heard.items()
              if p is not None and p.change == change and i in members}
+    # The lowest going on says whom they take in.
+    leader = (tuple(joined or ()) if me == members[0] else
+              heard[members[0]].joined if members[0] in heard else taken)
+    if leader != taken:
+      taken = leader
+      continue
     silent = beats.silent()
     seen = set(members) - {i for i, s in silent.items() if s >= lost_after}
     for p in heard.values():
@@ -101,20 +122,93 @@ def agree(beats, cluster, lost, change, wave, timeout, lost_after):
       members = tuple(sorted(seen))  # another was lost: propose again
       continue
     others = [i for i in members if i != me]
-    if all(i in heard and heard[i].members == members for i in others):
+    if all(i in heard and heard[i].members == members and
+           heard[i].joined == taken for i in others):
       waves = sorted({wave} | {heard[i].wave for i in others})
       if len(waves) > 1:
         raise _unavailable(cluster, f"the survivors were at waves {waves}: "
                            "one finished a wave the others did not")
       ports = {**{i: heard[i].port for i in others}, me: port}
       return members, [f"{cluster.workers[i].rpartition(':')[0]}:{ports[i]}"
-                       for i in members]
+                       for i in members] + list(taken)
     if time.monotonic() > deadline:
       waiting = [f"worker {i} ({cluster.workers[i]})" for i in others
                  if i not in heard or heard[i].members != members]
       raise _unavailable(cluster, f"no agreement within {timeout:g} s with "
                          + ", ".join(waiting))
     time.sleep(tb_heartbeat.INTERVAL / 2)
+
+
+def join(job, timeout, interval=tb_heartbeat.INTERVAL):
+  """Asks the workers of the job that started at addresses `job` to take
+  this process in, until one answers.
+
+  Returns:
+    The answer: {"workers": the new cluster's addresses, "index": this
+    process's place in it, "wave": the first it trains, "changes": the
+    membership log so far, "first": each worker's first index,
+    "group_key": the last collective group key the workers took}.
+
+  Raises:
+    tf.errors.UnavailableError: no answer within `timeout` seconds, or a
+      refusal (the job has `max_workers` workers, or is not elastic).
+  """
+  host = _host_towards(job[0])
+  request = json.dumps({"address": f"{host}:{free_port(host)}",
+                        "token": uuid.uuid4().hex})
+  message = (tb_heartbeat.tag(job) + b" " + tb_heartbeat.JOIN + b"|" +
+             request.encode())
+  peers = [(w.rpartition(":")[0].strip("[]"), int(w.rpartition(":")[2]))
+           for w in job]
+  deadline = time.monotonic() + timeout
+  logging.getLogger("tensorbow").warning(
+      "TensorBow: asks the job at %s to take this process in",
+      ",".join(job))
+  with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                     socket.SOCK_DGRAM) as sock:
+    sock.settimeout(interval)
+    while time.monotonic() < deadline:
+      for peer in peers:
+        try:
+          sock.sendto(message, peer)
+        except OSError:
+          pass  # a worker gone; another may answer
+      try:
+        data = sock.recv(65536)
+      except OSError:
+        continue
+      if data.startswith(tb_heartbeat.ANSWER):
+        answer = json.loads(data[len(tb_heartbeat.ANSWER):])
+        if "refused" in answer:
+          raise tf.errors.UnavailableError(
+              None, None, "TensorBow: the job at " + ",".join(job) +
+              " did not take this process in: " + answer["refused"])
+        return answer
+  raise tf.errors.UnavailableError(
+      None, None, f"TensorBow: no worker of the job at {','.join(job)} "
+      f"took this process in within {timeout:g} s (is the job running, "
+      "with min_workers?)")
+
+
+def address_asking(request):
+  """The address a request to join (its text) will serve at, or None: no
+  such request."""
+  try:
+    address = str(json.loads(request)["address"])
+  except (ValueError, TypeError, KeyError):
+    return None
+  host, _, port = address.rpartition(":")
+  return address if host and port.isdigit() else None
+
+
+def _host_towards(address):
+  """This machine's address on the way to `address` ("host:port")."""
+  host = address.rpartition(":")[0].strip("[]")
+  family = socket.AF_INET6 if ":" in host else socket.AF_INET
+  with socket.socket(family, socket.SOCK_DGRAM) as s:
+    s.connect((host, 9))  # no datagram is sent: it only picks a route
+    mine = s.getsockname()[0]
+  return f"[{mine}]" if family == socket.AF_INET6 else mine
 
 
 def _unavailable(cluster, why):
@@ -131,47 +225,69 @@ class Log(object):
     path: None, or a file: if it exists, the changes it holds are
       replayed (`due`); else the chief writes each change to it. A JSON
       list of {"wave": the first wave of the new membership, "workers":
-      those that go on, "left": those that left}, workers by their
-      index in `TF_CONFIG`.
+      those that go on, "left": those that left, and "joined": those
+      taken in, if any}, workers by their index in `TF_CONFIG` (a
+      joiner's: the next unused).
+    changes: a joiner's: the job's changes so far (the file is the
+      chief's to write, not replayed).
 
   Raises:
     ValueError: a file that is not such a list.
   """
 
-  def __init__(self, path=None):
+  def __init__(self, path=None, changes=None):
     self.path = path
-    self.changes = []  # {"wave", "workers", "left"} as they happened
+    # {"wave", "workers", "left"[, "joined"]} as they happened
+    self.changes = list(changes or [])
     self.replay = None  # the changes of the file, to replay
-    if path is not None and os.path.exists(path):
+    if path is not None and changes is None and os.path.exists(path):
       with open(path) as f:
         text = f.read()
       try:
-        replay = [{"wave": int(c["wave"]),
-                   "workers": [int(w) for w in c["workers"]],
-                   "left": [int(w) for w in c["left"]]}
+        replay = [dict({"wave": int(c["wave"]),
+                        "workers": [int(w) for w in c["workers"]],
+                        "left": [int(w) for w in c["left"]]},
+                       **({"joined": [int(w) for w in c["joined"]]}
+                          if c.get("joined") else {}))
                   for c in json.loads(text or "[]")]
       except (ValueError, TypeError, KeyError) as e:
         raise ValueError(f"{path} is no membership log: {e}") from None
       self.replay = replay
 
   def due(self, wave):
-    """The change the replayed log makes before `wave`, or None."""
+    """The change the replayed log makes before `wave`, or None.
+
+    Raises:
+      tf.errors.UnimplementedError: the change takes joiners in (a replay
+        does not wait for them).
+    """
     if self.replay is None or len(self.changes) >= len(self.replay):
       return None
     change = self.replay[len(self.changes)]
-    return change if change["wave"] == wave else None
+    if change["wave"] != wave:
+      return None
+    if change.get("joined"):
+      raise tf.errors.UnimplementedError(
+          None, None, f"TensorBow: {self.path} takes workers "
+          f"{change['joined']} in before wave {wave}: replaying a join is "
+          "not built")
+    return change
 
-  def record(self, wave, members, lost, index):
-    """Workers `lost` left and `members` go on from `wave`, this worker
-    now their `index`: says so on the "tensorbow" logger, and the chief
-    writes the log unless it replays one."""
+  def record(self, wave, members, lost, index, joined=()):
+    """Workers `lost` left, `joined` joined and `members` (those joined
+    last) go on from `wave`, this worker now their `index`: says so on the
+    "tensorbow" logger, and the chief writes the log unless it replays
+    one."""
     self.changes.append({"wave": wave, "workers": list(members),
                          "left": list(lost)})
+    if joined:
+      self.changes[-1]["joined"] = list(joined)
     logging.getLogger("tensorbow").warning(
-        "TensorBow: membership: from wave %d, workers %s go on without %s "
-        "(%d workers; this is now worker %d)", wave,
-        ",".join(map(str, members)), ",".join(map(str, lost)), len(members),
-        index)
+        "TensorBow: membership: from wave %d, workers %s go on%s%s (%d "
+        "workers; this is now worker %d)", wave, ",".join(map(str, members)),
+        f" without {','.join(map(str, lost))}" if lost else "",
+        f", {','.join(map(str, joined))} joined" if joined else "",
+        len(members), index)
     if self.path is not None and self.replay is None and index == 0:
       written = f"{self.path}.tmp"
       with open(written, "w") as f:
