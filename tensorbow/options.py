@@ -26,7 +26,7 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
                   cluster_timeout=60.0, heartbeat_timeout=3.0, devices=1,
                   prefetch=True, timeline=None, logdir=None, progress=None,
                   min_workers=None, membership_log=None, join=None,
-                  max_workers=None):
+                  max_workers=None, elastic_timeout=None):
   """Checks `TensorBowSession`'s options; returns the algorithm resolved for
   `replicas` on each of `workers` workers (for "auto", for the one
   replica it starts with), spread over `devices` devices.
@@ -74,6 +74,12 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
     raise ValueError("membership_log needs min_workers: only workers that "
                      "go on without a lost one change their membership")
   workers = _check_joining(join, max_workers, min_workers, workers)
+  if elastic_timeout is not None and (
+      isinstance(elastic_timeout, bool) or
+      not isinstance(elastic_timeout, (int, float)) or
+      not 0 <= elastic_timeout < float("inf") or min_workers is None):
+    raise ValueError(f"elastic_timeout must be None or a number of seconds "
+                     f">= 0, with min_workers, got {elastic_timeout!r}")
   resolved = algorithms.resolve(algorithm, alpha, central_momentum).resolved(
       (1 if replicas == AUTO else replicas) * workers)
   resolved.check_nonfinite(nonfinite)

@@ -64,10 +64,11 @@ class TensorBowSession(compat.SessionInterface):
       heartbeat before the others fail naming it (scaleout/heartbeat.py).
     min_workers: with workers, how many must remain for the survivors of
       a lost one to go on without it (None: the others fail).
-    membership_log, join, max_workers: with `min_workers`, a file of the
-      job's changes of membership (written if absent, else replayed); the
-      addresses a job's workers started at, to join that job; how many
-      workers the job takes in at most (scaleout/__init__.py).
+    membership_log, join, max_workers, elastic_timeout: with
+      `min_workers`, a file of the job's changes of membership (written if
+      absent, else replayed); the addresses a job's workers started at, to
+      join that job; how many it takes in at most; the seconds fewer than
+      `min_workers` wait for joiners (scaleout/__init__.py).
     devices: None or one device (TensorFlow places the model), or the
       devices to spread the replicas over, such as ["/cpu:0", "/cpu:1"]
       (with `ConfigProto(device_count={"CPU": 2})`): each keeps its own copy
@@ -94,10 +95,12 @@ class TensorBowSession(compat.SessionInterface):
                nonfinite="propagate", cluster_timeout=60.0,
                heartbeat_timeout=3.0, devices=None, prefetch=True,
                timeline=None, logdir=None, progress=None, min_workers=None,
-               membership_log=None, join=None, max_workers=None):
+               membership_log=None, join=None, max_workers=None,
+               elastic_timeout=None):
     devices = tb_devices.check(devices)
     elastic = dict(min_workers=min_workers, membership_log=membership_log,
-                   join=join, max_workers=max_workers)
+                   join=join, max_workers=max_workers,
+                   elastic_timeout=elastic_timeout)
     # Checked before the scale-out object uses them (a log file is read).
     options.check_options(replicas, algorithm, alpha, central_momentum,
                           nonfinite, scaleout.workers_named(),
@@ -472,11 +475,8 @@ class TensorBowSession(compat.SessionInterface):
     (scaling.Report): T_C and T_O per wave, the central model's bytes, the
     bandwidth GaDei's rule asks of them and the efficiency Lemma 3.1
     predicts for each number of devices or workers in `predicted`."""
-    waves, compute, sync, model_bytes = self._trainer.timing()
-    members = self._scale.workers * (len(self._devices) if self._devices
-                                     else 1)
-    return scaling.report(members, waves, compute, sync, model_bytes,
-                          predicted)
+    members = self._scale.workers * len(self._devices or [None])
+    return scaling.report(members, *self._trainer.timing(), predicted)
 
   def task_timings(self):
     """Start, end, replica and stream group of every learning task run."""

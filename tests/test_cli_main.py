@@ -383,9 +383,10 @@ def test_workers_run_the_command_with_the_same_options(tmp_path,
   started = []
 
   def run_workers(command, workers, threads, min_workers=None, joiner=None,
-                  discovery=None, max_workers=None):
+                  discovery=None, max_workers=None, patient=False):
     started.append((command, workers, threads))
     assert min_workers is None and discovery is None and max_workers is None
+    assert not patient
     # A joiner runs the same command, asking to join the job's addresses.
     joins = main.parser().parse_args(
         joiner(["127.0.0.1:7001", "127.0.0.1:7002"])[3:])

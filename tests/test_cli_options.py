@@ -32,7 +32,8 @@ EVERY_OPTION = cli_options.SessionOptions(
     # Written at a first training run, which these tests do not make.
     timeline="/nowhere/timeline.json", logdir="/nowhere/logs",
     progress=30.0, min_workers=2, membership_log="/nowhere/m.json",
-    join=("127.0.0.1:2001", "127.0.0.1:2002"), max_workers=3)
+    join=("127.0.0.1:2001", "127.0.0.1:2002"), max_workers=3,
+    elastic_timeout=30.0)
 
 
 def _parse(argv):
@@ -77,7 +78,8 @@ def test_every_option_parses_back_from_its_flags():
       "--central_momentum", "0.5", "--nonfinite", "raise",
       "--cluster-timeout", "5.0", "--heartbeat-timeout", "2.5",
       "--min-workers", "2", "--membership-log", "/nowhere/m.json",
-      "--max-workers", "3", "--join", "127.0.0.1:2001,127.0.0.1:2002",
+      "--max-workers", "3", "--elastic-timeout", "30.0",
+      "--join", "127.0.0.1:2001,127.0.0.1:2002",
       "--devices", "/cpu:0,/cpu:1", "--no-prefetch",
       "--timeline", "/nowhere/timeline.json", "--logdir", "/nowhere/logs",
       "--progress", "30.0"]

@@ -150,6 +150,29 @@ def test_workers_take_in_the_joiners_the_lowest_proposes_last():
   assert membership.Proposal.parse(p.text()) == p
 
 
+@pytest.mark.mode_independent
+def test_a_survivor_below_the_bound_waits_for_a_joiner_then_gives_up():
+  cluster = tb_cluster.Cluster(["127.0.0.1:2000", "127.0.0.1:2001"], 0)
+  asked = []
+
+  def joined(going):
+    assert going == 1
+    asked.append(going)
+    return ("127.0.0.1:77",) if len(asked) > 3 else ()
+
+  beats = _Beats([], ())
+  members, addresses = membership.agree(beats, cluster, (1,), 1, 3, 5.0,
+                                        3.0, joined, 2, 30.0)
+  assert members == (0,) and addresses[1] == "127.0.0.1:77"
+  assert len(asked) > 3
+  # No joiner within the wait: it agrees on fewer, and the caller fails.
+  start = time.monotonic()
+  members, addresses = membership.agree(_Beats([], ()), cluster, (1,), 1, 3,
+                                        5.0, 3.0, lambda going: (), 2, 0.5)
+  assert members == (0,) and len(addresses) == 1
+  assert 0.5 <= time.monotonic() - start < 3.0
+
+
 def test_a_one_worker_sum_carries_whether_it_has_joiners():
   asked = []
   reducer = tb_cluster.Reducer(tb_cluster.Cluster(["127.0.0.1:1"], 0),
@@ -289,6 +312,8 @@ with tf.compat.v1.Session() as sess:
     print("wave", wave, "done", flush=True)
     if not os.path.exists(sys.argv[3]):
       time.sleep(1.0)
+    if wave + 1 == int(os.environ.get("KILL_AT", 0)) and index == 1:
+      os.kill(os.getpid(), 9)
   w_value, b_value, steps = sess.run([w, b, step])
 np.savez(sys.argv[2] + str(index) + ".npz", w=w_value, b=b_value)
 print("steps", steps, flush=True)
@@ -304,7 +329,7 @@ def _environ():
   return env
 
 
-def _run(args, tmp_path, tf_mode_statement, log, **popen):
+def _run(args, tmp_path, tf_mode_statement, log, **environ):
   """`tensorbow-run ARGS job.py data central log`, started."""
   data = tmp_path / "data.npz"
   if not data.exists():
@@ -315,8 +340,8 @@ def _run(args, tmp_path, tf_mode_statement, log, **popen):
       [sys.executable, "-m", "tensorbow.run", "--replicas", "2",
        "--min-workers", "2", *args, str(script), str(data),
        str(tmp_path / "central"), str(log)],
-      env=_environ(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-      text=True, start_new_session=True, **popen)
+      env=dict(_environ(), **environ), stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 class _Lines(object):
@@ -458,3 +483,39 @@ def test_a_job_at_max_workers_refuses_a_joiner_by_name(tmp_path):
     _stopped(children)
   assert ("did not take this process in: the job has max_workers=2 workers"
           in joiner_out.text()), joiner_out.text()[-3000:]
+
+
+@pytest.mark.slow
+def test_a_lost_worker_is_replaced_while_the_survivor_waits(
+    tmp_path, tf_mode_statement):
+  # Worker 1 SIGKILLs itself before wave 3; one survivor is fewer than
+  # --min-workers 2, so it waits while the discovery command, still
+  # listing two, has the launcher start a worker that takes its place.
+  log = tmp_path / "membership.json"
+  hosts = tmp_path / "hosts"
+  hosts.write_text("127.0.0.1\n127.0.0.1\n")
+  job = _run(["--workers", "2", "--elastic-timeout", "60",
+              "--membership-log", str(log), "--host-discovery",
+              f"cat {hosts}"], tmp_path, tf_mode_statement, log, KILL_AT="3")
+  try:
+    job_out = _Lines(job)
+    assert job.wait(timeout=90) == 0, job_out.text()[-3000:]
+  finally:
+    _stopped([job])
+  out = job_out.text()
+  assert "worker 1 exited with status -9" in out, out[-3000:]
+  assert "2 workers of this machine, 1 run: worker 2 starts" in out
+  assert json.loads(log.read_text()) == [
+      {"wave": 3, "workers": [0, 2], "left": [1], "joined": [2]}]
+  # Replicas 2 and 3 (worker 1's) are lost during wave 3; 4 and 5, the
+  # joiner's, start from the central model and run it again with 0 and 1.
+  members = [[0, 1, 2, 3]] * 2 + [[0, 1, 4, 5]] * (WAVES - 2)
+  expected = references.sma_members([W0, B0], list(zip(XS, YS)), members,
+                                    0.9, LR)
+  for i in (0, 9):
+    central = np.load(tmp_path / f"central{i}.npz")
+    np.testing.assert_allclose(central["w"], expected[0], rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(central["b"], expected[1], rtol=1e-5,
+                               atol=1e-5)
+  assert f"[0] steps {WAVES}" in out and f"[2] steps {WAVES}" in out

@@ -62,7 +62,7 @@ def default_threads(workers):
 
 def run_workers(command, workers, threads=None, out=None, environ=None,
                 min_workers=None, joiner=None, discovery=None,
-                max_workers=None):
+                max_workers=None, patient=False):
   """Runs `command` (argv) as `workers` workers of one local cluster.
 
   Args:
@@ -78,6 +78,8 @@ def run_workers(command, workers, threads=None, out=None, environ=None,
     discovery: with `joiner`, a `Discovery`: while it lists more hosts of
       this machine than workers run (at most `max_workers`), one more is
       started.
+    patient: with `min_workers`, fewer may go on (they wait for joiners,
+      and fail themselves if none comes).
 
   Returns:
     0 if every worker exited with 0, or with `min_workers` if at least
@@ -122,7 +124,7 @@ def run_workers(command, workers, threads=None, out=None, environ=None,
       start(command, worker_environ(tb_cluster.Cluster(addresses, k),
                                     threads, environ))
     status = _wait(children, min_workers=min_workers, out=out, lock=lock,
-                   grow=grow)
+                   grow=grow, patient=patient)
   except _Terminated as e:
     _stop(children, _PREEMPTED_GRACE)
     saved = {c.returncode for c in children} == {preemption.EXIT_CODE}
@@ -163,14 +165,15 @@ def _copy_lines(stream, prefix, out, lock):
 
 
 def _wait(children, preempted_grace=_PREEMPTED_GRACE, min_workers=None,
-          out=None, lock=None, grow=None):
+          out=None, lock=None, grow=None, patient=False):
   """The first non-zero exit status among `children`, or 0 once all exit
   with 0. A worker preempted (preemption.EXIT_CODE) saved at a wave the
   others agreed on and are saving at too: they get `preempted_grace`
   seconds to finish before they are stopped. With `min_workers`, a
   worker's failure leaves the others running while that many have not
   failed, and the job succeeds if that many exit with 0. `grow()`, if
-  given, may start more children; it is called every tenth of a second."""
+  given, may start more children; it is called every tenth of a second.
+  If `patient`, fewer than `min_workers` go on while any runs."""
   deadline = None
   told = set()
   while True:
@@ -180,7 +183,8 @@ def _wait(children, preempted_grace=_PREEMPTED_GRACE, min_workers=None,
     failed = [c for c in codes if c not in (None, 0)]
     other = [c for c in failed if c != preemption.EXIT_CODE]
     going = sum(c in (None, 0) for c in codes)
-    if other and (min_workers is None or going < min_workers):
+    short = min_workers is None or going < (1 if patient else min_workers)
+    if other and short:
       return other[0]
     for k, code in enumerate(codes):
       if code not in (None, 0) and min_workers and k not in told:
@@ -190,8 +194,7 @@ def _wait(children, preempted_grace=_PREEMPTED_GRACE, min_workers=None,
                 f"{going} go on (--min-workers {min_workers})",
                 file=out or sys.stdout, flush=True)
     # With min_workers, the others may go on without a preempted worker.
-    if (failed and not other and deadline is None and
-        (min_workers is None or going < min_workers)):
+    if failed and not other and deadline is None and short:
       deadline = time.monotonic() + preempted_grace
     if None not in codes or (deadline and time.monotonic() > deadline):
       if failed and min_workers and codes.count(0) >= min_workers:

@@ -177,7 +177,8 @@ def main(argv=None):
             args.script_args),
         discovery=(None if args.host_discovery is None else
                    tb_discovery.Discovery(args.host_discovery)),
-        max_workers=options.max_workers)
+        max_workers=options.max_workers,
+        patient=bool(options.elastic_timeout))
     if options.timeline is not None:
       _merge_timelines(options.timeline, args.workers)
     return status

@@ -22,7 +22,7 @@ class SessionOptions(collections.namedtuple("SessionOptions", [
     "replicas", "algorithm", "alpha", "central_momentum", "nonfinite",
     "cluster_timeout", "heartbeat_timeout", "devices", "prefetch",
     "timeline", "logdir", "progress", "min_workers", "membership_log",
-    "join", "max_workers"])):
+    "join", "max_workers", "elastic_timeout"])):
   """Every `TensorBowSession` option `tensorbow-run` sets, with the
   session's defaults; `devices` is a tuple of device names or None."""
   __slots__ = ()
@@ -32,11 +32,12 @@ class SessionOptions(collections.namedtuple("SessionOptions", [
               cluster_timeout=60.0, heartbeat_timeout=3.0, devices=None,
               prefetch=True, timeline=None, logdir=None, progress=None,
               min_workers=None, membership_log=None, join=None,
-              max_workers=None):
+              max_workers=None, elastic_timeout=None):
     return super().__new__(cls, replicas, algorithm, alpha, central_momentum,
                            nonfinite, cluster_timeout, heartbeat_timeout,
                            devices, prefetch, timeline, logdir, progress,
-                           min_workers, membership_log, join, max_workers)
+                           min_workers, membership_log, join, max_workers,
+                           elastic_timeout)
 
   def session_kwargs(self):
     """The keyword arguments of `TensorBowSession` (and of
@@ -108,6 +109,11 @@ def _seconds(text):
   # NaN and infinity are floats too, but no timeout.
   return number(text, float, lambda v: 0.0 < v < float("inf"),
                 "a number of seconds > 0")
+
+
+def _seconds_or_none(text):
+  return number(text, float, lambda v: 0.0 <= v < float("inf"),
+                "a number of seconds >= 0")
 
 
 def _path(text):
@@ -231,6 +237,11 @@ _FLAGS = (
         type=count, metavar="M", help="with --min-workers, take processes "
         "that ask to join (--join) in while the job has fewer than M "
         "workers (default: any number)"), _text),
+    _Flag("elastic_timeout", "--elastic-timeout", dict(
+        type=_seconds_or_none, metavar="SECONDS", help="with --min-workers, "
+        "the seconds fewer than M survivors wait for workers to join (with "
+        "--host-discovery, the launcher's) before they fail (default: they "
+        "fail at once)"), _float),
     _Flag("join", "--join", dict(
         type=addresses, metavar="HOST:PORT,...", help="with --min-workers, "
         "join the running job whose workers started at these addresses "

@@ -52,7 +52,7 @@ from tensorbow import feeds
 
 def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
                  min_workers=None, membership_log=None, join=None,
-                 max_workers=None):
+                 max_workers=None, elastic_timeout=None):
   """The ScaleOut of this process: `Workers` if `TF_CONFIG` (in `environ`,
   default os.environ) names a cluster or it joins one, else `Alone`.
 
@@ -68,19 +68,22 @@ def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
     join: the addresses a job's workers started at: this process asks
       that job to take it in, waiting up to `timeout` seconds.
     max_workers: how many workers a job takes in at most (None: any).
+    elastic_timeout: seconds fewer than `min_workers` survivors wait for
+      workers to join (None: they fail at once).
   """
+  elastic = dict(max_workers=max_workers, elastic_timeout=elastic_timeout)
   if join is not None:
     answer = membership.join(list(join), timeout)
     tb_cluster.follow_group_key(answer["group_key"])
     return Workers(
         tb_cluster.Cluster(answer["workers"], answer["index"]), timeout,
         heartbeat_timeout, requested, min_workers,
-        membership.Log(membership_log, answer["changes"]), max_workers,
-        joined=answer)
+        membership.Log(membership_log, answer["changes"]), joined=answer,
+        **elastic)
   found = tb_cluster.from_environ(environ)
   return (Alone() if found is None else
           Workers(found, timeout, heartbeat_timeout, requested, min_workers,
-                  membership.Log(membership_log), max_workers))
+                  membership.Log(membership_log), **elastic))
 
 
 def workers_named(environ=None):
@@ -191,7 +194,8 @@ class Workers(Alone):
     cluster: this worker's `cluster.Cluster`.
     timeout: seconds a sum waits for the other workers.
     heartbeat_timeout: seconds of silence after which a worker is lost.
-    requested, min_workers, max_workers: as `from_environ`'s.
+    requested, min_workers, max_workers, elastic_timeout: as
+      `from_environ`'s.
     log: the job's `membership.Log`.
     joined: a joiner's answer (membership.join); None: a worker of the
       job as it started, whose chief takes joiners in.
@@ -200,13 +204,14 @@ class Workers(Alone):
   def __init__(self, cluster, timeout,
                heartbeat_timeout=tb_cluster.DEFAULT_HEARTBEAT_TIMEOUT,
                requested=None, min_workers=None, log=None, max_workers=None,
-               joined=None):
+               joined=None, elastic_timeout=None):
     self.cluster = cluster
     self._timeout = timeout
     self._heartbeat_timeout = heartbeat_timeout
     self._requested = requested
     self._min_workers = min_workers
     self._max_workers = max_workers
+    self._elastic_timeout = elastic_timeout or 0.0
     self._made = None  # the Reducer, made when first used
     self._departing = None  # (wave, workers preempted that leave before it)
     self.membership = log or membership.Log()
@@ -336,14 +341,22 @@ class Workers(Alone):
     """
     old = self.cluster
     members = [i for i in range(old.num_workers) if i not in change.lost]
-    self._check_enough(members, change)  # before waiting on the others
-    taking = (self._taking_in() if change.joining and old.is_chief and
-              self._started_as is not None else None)
+    if not self._elastic_timeout:
+      self._check_enough(members, change)  # before waiting on the others
+    taking = {}
+
+    def take(going):
+      # The lowest going on takes in those asking (at most max_workers).
+      taking.clear()
+      taking.update(self._taking_in(going))
+      return tuple(taking)
+
     members, addresses = membership.agree(
         tb_cluster.heartbeat(old), old, change.lost,
         len(self.membership.changes) + 1, change.wave, self._timeout,
-        self._heartbeat_timeout, taking and tuple(taking))
-    self._check_enough(members, change)
+        self._heartbeat_timeout, take, self._min_workers,
+        self._elastic_timeout)
+    self._check_enough(members, change, len(addresses) - len(members))
     lost = [self._first[i] for i in range(old.num_workers)
             if i not in members]
     if self._made is not None:
@@ -359,7 +372,8 @@ class Workers(Alone):
                            joined)
     if joined:
       self._joined_at = change.wave
-      self._answer(taking or {}, change.wave)
+      if self.cluster.is_chief:
+        self._answer(taking, change.wave)
     return self.membership.changes[-1]
 
   def _has_joiners(self):
@@ -382,15 +396,17 @@ class Workers(Alone):
       beats.answer(request, json.dumps({"refused": why}))
     return bool(asking) and why is None
 
-  def _taking_in(self):
-    """{address in the new cluster: request} of the joiners the chief
-    takes in now, in the order they asked, up to max_workers."""
+  def _taking_in(self, going):
+    """{address in the new cluster: request} of the joiners the lowest of
+    `going` workers takes in now, in the order they asked, up to
+    max_workers; none if it has no heartbeat of the job as it started."""
+    if self._started_as is None:
+      return {}
     room = (None if self._max_workers is None else
-            self._max_workers - self.workers)
-    taking = {}
-    for request in tb_cluster.heartbeat(self._started_as).requests()[:room]:
-      taking[membership.address_asking(request)] = request
-    return taking
+            max(self._max_workers - going, 0))
+    beats = tb_cluster.heartbeat(self._started_as)
+    return {membership.address_asking(r): r for r in beats.requests()[:room]
+            if membership.address_asking(r) is not None}
 
   def _answer(self, taking, wave):
     """The chief tells each joiner of `taking` its place in the new
@@ -437,17 +453,19 @@ class Workers(Alone):
         wave, [self._first.index(i) for i in due["left"]
                if i in self._first], f"TensorBow: {said}")
 
-  def _check_enough(self, members, change):
+  def _check_enough(self, members, change, joined=0):
     """Raises WorkerLost if `members` (indices of the workers that go on
-    after `change`) are fewer than min_workers."""
-    if len(members) < self._min_workers:
+    after `change`) and `joined` joiners are fewer than min_workers."""
+    if len(members) + joined < self._min_workers:
       lost = [self._first[i] for i in range(self.cluster.num_workers)
               if i not in members]
+      waited = (f" and none joined within {self._elastic_timeout:g} s"
+                if self._elastic_timeout else "")
       raise tb_cluster.WorkerLost(
           f"TensorBow: {len(members)} of the job's workers remain after "
           f"losing worker(s) {', '.join(map(str, lost))} during wave "
-          f"{change.wave}, fewer than min_workers={self._min_workers}: "
-          f"{change}", change.lost)
+          f"{change.wave}, fewer than min_workers={self._min_workers}"
+          f"{waited}: {change}", change.lost)
 
   def take_sums(self):
     return self._made.take_spans() if self._made is not None else []

@@ -70,7 +70,7 @@ def free_port(host):
 
 
 def agree(beats, cluster, lost, change, wave, timeout, lost_after,
-          joined=None):
+          joined=None, needed=0, waiting=0.0):
   """The workers that go on after workers `lost` (indices in `cluster`)
   were lost during `wave`, or take joiners in before it, agreed with them
   over heartbeats `beats`.
@@ -83,8 +83,12 @@ def agree(beats, cluster, lost, change, wave, timeout, lost_after,
     wave: the wave the new membership is to run first.
     timeout: seconds to agree in.
     lost_after: seconds of silence that lose a worker.
-    joined: the addresses of the joiners this worker, the lowest going
-      on, takes in; None: those the lowest proposes.
+    joined: `joined(going)`: the addresses of the joiners this worker
+      takes in if it is the lowest of `going` workers that go on (None:
+      none); the others take those the lowest proposes.
+    needed: how many workers, joiners included, the new cluster needs.
+    waiting: seconds the survivors wait for joiners while fewer than
+      `needed` agree (then they return fewer).
 
   Returns:
     (old indices of the workers that go on, their new addresses and then
@@ -98,15 +102,17 @@ def agree(beats, cluster, lost, change, wave, timeout, lost_after,
   host = cluster.workers[me].rpartition(":")[0]
   port = free_port(host)
   members = tuple(i for i in range(cluster.num_workers) if i not in lost)
-  deadline = time.monotonic() + timeout
-  taken = tuple(joined or ())
+  start = time.monotonic()
+  deadline = start + timeout + waiting
+  taken = ()
   while True:
     beats.propose(Proposal(change, wave, members, port, taken).text())
     heard = {i: Proposal.parse(t) for i, t in beats.proposals().items()}
     heard = {i: p for i, p in heard.items()
              if p is not None and p.change == change and i in members}
     # The lowest going on says whom they take in.
-    leader = (tuple(joined or ()) if me == members[0] else
+    leader = ((tuple(joined(len(members))) if joined else ())
+              if me == members[0] else
               heard[members[0]].joined if members[0] in heard else taken)
     if leader != taken:
       taken = leader
@@ -122,8 +128,12 @@ def agree(beats, cluster, lost, change, wave, timeout, lost_after,
       members = tuple(sorted(seen))  # another was lost: propose again
       continue
     others = [i for i in members if i != me]
-    if all(i in heard and heard[i].members == members and
-           heard[i].joined == taken for i in others):
+    agreed = all(i in heard and heard[i].members == members and
+                 heard[i].joined == taken for i in others)
+    if (agreed and len(members) + len(taken) < needed and
+        time.monotonic() < start + waiting):
+      agreed = False  # too few: they wait for a joiner
+    elif agreed:
       waves = sorted({wave} | {heard[i].wave for i in others})
       if len(waves) > 1:
         raise _unavailable(cluster, f"the survivors were at waves {waves}: "
@@ -132,10 +142,10 @@ def agree(beats, cluster, lost, change, wave, timeout, lost_after,
       return members, [f"{cluster.workers[i].rpartition(':')[0]}:{ports[i]}"
                        for i in members] + list(taken)
     if time.monotonic() > deadline:
-      waiting = [f"worker {i} ({cluster.workers[i]})" for i in others
-                 if i not in heard or heard[i].members != members]
+      slow = [f"worker {i} ({cluster.workers[i]})" for i in others
+              if i not in heard or heard[i].members != members]
       raise _unavailable(cluster, f"no agreement within {timeout:g} s with "
-                         + ", ".join(waiting))
+                         + ", ".join(slow))
     time.sleep(tb_heartbeat.INTERVAL / 2)
 
 
