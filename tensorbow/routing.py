@@ -129,6 +129,17 @@ class Router(object):
       route = route._replace(sparse=sparse)
     return route, [values[i] for i in route.order]
 
+  def evaluation(self, route, fed_values):
+    """(route, fed values) of a run of `route`'s fetched tensors alone, fed
+    the same: a training run that only evaluates; None if that would train
+    too (a tensor that waits for the training step) or leave an input
+    pipeline behind (`route` pulls from one)."""
+    if route.pulled:
+      return None
+    evaluated, values = self.route(list(route.handler.fetches()),
+                                   dict(zip(route.fed, fed_values)))
+    return None if evaluated.closure.training else (evaluated, values)
+
   def refuse_training(self, handler, fed_names, what):
     """Raises if `handler`'s fetches, fed `fed_names`, take a training step:
     `what` (partial_run) would take it as plain TensorFlow, unreplicated.

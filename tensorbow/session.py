@@ -366,7 +366,10 @@ class TensorBowSession(compat.SessionInterface):
     which may change the setting for the next."""
     if self._scale.catching_up(self._trainer.waves + 1):
       self._trainer.skipped()  # a joiner's script reaches the job's wave
-      return self._plain_run(route, fed_values, options, run_metadata)
+      evaluated = self._router.evaluation(route, fed_values)
+      return (self._plain_run(route, fed_values, options, run_metadata)
+              if evaluated is None else route.handler.build_results(
+                  self, self._plain_run(*evaluated, options, run_metadata)))
     start = time.monotonic()
     while True:
       try:
@@ -401,8 +404,7 @@ class TensorBowSession(compat.SessionInterface):
     return trained.results
 
   def _go_on_without(self, change):
-    """After `change` (scaleout.MembershipChanged): the setting made anew
-    for the workers that go on, the replicas' state carried over."""
+    """After `change` (a MembershipChanged): the setting made anew."""
     with self._lock:
       previous = self._trainer
       self._observer.membership(self._scale.reform(change))
@@ -487,8 +489,7 @@ class TensorBowSession(compat.SessionInterface):
     self._runtime.clear_task_timings()
 
   def arena_stats(self):
-    """Per stream group, the counters of the arena its tasks' staged feeds
-    come from (runtime.Runtime.arena_stats); [] before a training run."""
+    """Per stream group, its arena's counters ([] before a training run)."""
     return self._runtime.arena_stats()
 
 

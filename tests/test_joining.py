@@ -26,13 +26,14 @@ from tensorbow.cli import discovery as tb_discovery
 from tensorbow.cli import launch
 from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow.scaleout import heartbeat as tb_heartbeat
+from tensorbow.scaleout import joining
 from tensorbow.scaleout import membership
 
 import references
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 LR = 0.1
-WAVES = 12
+WAVES = 30
 RNG = np.random.RandomState(11)
 W0 = RNG.randn(3, 1).astype(np.float32)
 B0 = np.array([0.2], np.float32)
@@ -76,7 +77,7 @@ def test_a_request_to_join_is_heard_answered_and_answered_again():
               "wave": 7}
     heard = []
     thread = _answer_when_asked(beats, json.dumps(answer), heard)
-    assert membership.join(addresses, timeout=10) == answer
+    assert membership.Joiner(addresses).ask(10) == answer
     thread.join()
     [request] = heard
     assert json.loads(request)["address"].startswith("127.0.0.1:")
@@ -101,14 +102,109 @@ def test_a_refused_or_unanswered_joiner_fails_saying_why():
     with pytest.raises(tf.errors.UnavailableError,
                        match="did not take this process in: the job has "
                        "max_workers=2 workers"):
-      membership.join(addresses, timeout=10)
+      membership.Joiner(addresses).ask(10, probe=1)
     # Another job's workers (other addresses) do not hear it.
     with pytest.raises(tf.errors.UnavailableError,
                        match="took this process in within 0.5 s"):
-      membership.join(addresses[::-1], timeout=0.5)
+      membership.Joiner(addresses[::-1]).ask(0.5)
     assert beats.requests() == []
   finally:
     beats.close()
+
+
+class _Requests(object):
+  """Stands in for a Heartbeat's requests to join and their answers."""
+
+  def __init__(self, *requests):
+    self.asking = [json.dumps(r) if isinstance(r, dict) else r
+                   for r in requests]
+    self.answers = {}
+
+  def requests(self):
+    return [r for r in self.asking if r not in self.answers]
+
+  def answer(self, request, text):
+    self.answers[request] = json.loads(text)
+
+  def watch(self, watcher):
+    self.watcher = watcher
+
+
+def _request(port, probe=None):
+  asked = {"address": f"127.0.0.1:{port}", "token": str(port)}
+  return asked if probe is None else dict(asked, probe=probe)
+
+
+@pytest.mark.mode_independent
+def test_the_door_answers_probes_refuses_what_it_must_and_takes_in_order():
+  beats = _Requests(_request(5, probe=0), "garbage", _request(6),
+                    _request(7), _request(8))
+  door = joining.Door(lambda: beats, True, 4)
+  assert not door.asked()  # not the chief yet
+  door.at(2, 17, True)
+  assert door.asked()  # 6, 7 and 8 wait
+  probe, garbage = (json.dumps(_request(5, probe=0)), "garbage")
+  assert beats.answers == {garbage: {"refused": "no request"}}
+  beats.watcher({})  # a heartbeat: the probe is answered at once
+  assert beats.answers[probe] == {"wave": 17, "workers": 2}
+  # Two of the three fit under max_workers=4, in the order they asked.
+  assert list(door.taking_in(2)) == ["127.0.0.1:6", "127.0.0.1:7"]
+  cluster = tb_cluster.Cluster(["127.0.0.1:1", "127.0.0.1:2",
+                                "127.0.0.1:6", "127.0.0.1:7"], 0)
+  door.answer(door.taking_in(2), cluster, {"wave": 18})
+  told = beats.answers[json.dumps(_request(7))]
+  assert (told["index"], told["wave"], told["workers"]) == (
+      3, 18, cluster.workers)
+  # Full now: the one left is refused by name.
+  door.at(4, 19, True)
+  assert not door.asked()
+  assert beats.answers[json.dumps(_request(8))] == {
+      "refused": "the job has max_workers=4 workers"}
+  # A job without min_workers refuses all.
+  beats = _Requests(_request(9))
+  door = joining.Door(lambda: beats, False, None)
+  door.at(2, 3, True)
+  assert not door.asked()
+  assert "without min_workers" in beats.answers[json.dumps(_request(9))][
+      "refused"]
+
+
+class _Joiner(object):
+  """Stands in for a membership.Joiner: the job's waves, probe by probe,
+  then the answer that takes it in."""
+
+  def __init__(self, waves, answer):
+    self.waves, self.answer, self.asked = list(waves), answer, []
+
+  def ask(self, timeout, probe=None):
+    del timeout
+    self.asked.append(probe)
+    return self.answer if probe is None else {"wave": self.waves.pop(0)}
+
+
+@pytest.mark.mode_independent
+def test_a_joiner_catches_up_while_the_job_moves_on_then_asks_in():
+  provisional = tb_cluster.Cluster(["0.0.0.0:0"] * 2 + ["127.0.0.1:9"], 2)
+  answer = {"workers": ["a:1", "b:2", "127.0.0.1:9"], "index": 2,
+            "wave": 31, "group_key": 4}
+  joiner = _Joiner([30, 31], answer)
+  arrival = joining.Arrival(joiner, 12, 5.0)
+  assert not arrival.due(11) and arrival.due(12)
+  assert arrival.ask(12, provisional) is None  # the job is at 30 now
+  assert not arrival.due(29) and arrival.due(30)
+  last = tb_cluster.last_group_key()
+  try:
+    assert arrival.ask(30, provisional) == answer  # 31: close enough
+    assert tb_cluster.last_group_key() == 4  # its reducer joins theirs
+  finally:
+    tb_cluster.follow_group_key(last)  # this process's other reducers'
+  assert joiner.asked == [1, 2, None]
+  # A job that changed size meanwhile: the setting no longer fits.
+  arrival = joining.Arrival(_Joiner([5], dict(answer, index=3, workers=[
+      "a:1", "b:2", "c:3", "127.0.0.1:9"])), 5, 5.0)
+  with pytest.raises(tf.errors.UnavailableError,
+                     match="start it again"):
+    arrival.ask(5, provisional)
 
 
 class _Beats(object):
@@ -282,8 +378,9 @@ def test_discovery_starts_a_worker_while_it_lists_more_than_run(tmp_path,
 # ---- Jobs that a third worker joins ----------------------------------------
 
 # An unmodified TF1 script but for its pace: until the membership log
-# exists, each wave waits a second, so a joiner started after wave 1 joins
-# during the run. Outside the job (no TF_CONFIG) it calls itself worker 9.
+# exists, each wave of the job's workers waits half a second, so a joiner
+# started after wave 1 joins during the run. Outside the job (no
+# TF_CONFIG) it calls itself worker 9.
 SCRIPT = """\
 import json
 import os
@@ -308,10 +405,10 @@ train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(
 with tf.compat.v1.Session() as sess:
   sess.run(tf.compat.v1.global_variables_initializer())
   for wave, (xb, yb) in enumerate(zip(data["xs"], data["ys"]), 1):
-    sess.run(train, {{x: xb, y: yb}})
-    print("wave", wave, "done", flush=True)
-    if not os.path.exists(sys.argv[3]):
-      time.sleep(1.0)
+    value = sess.run([train, loss], {{x: xb, y: yb}})[1]
+    print("wave", wave, "done", repr(float(value)), flush=True)
+    if "TF_CONFIG" in os.environ and not os.path.exists(sys.argv[3]):
+      time.sleep(0.5)
     if wave + 1 == int(os.environ.get("KILL_AT", 0)) and index == 1:
       os.kill(os.getpid(), 9)
   w_value, b_value, steps = sess.run([w, b, step])
@@ -438,8 +535,15 @@ def test_a_worker_started_by_hand_joins_as_sma_of_the_new_replicas(
     assert f"[{i}] steps {WAVES}" in out
   joined = joiner_out.text()
   assert "asks the job at " + addresses in joined
-  # Its runs before wave k were its own; from k on it trained in the job.
   assert f"wave {WAVES} done" in joined and f"steps {WAVES}" in joined
+  # Its runs before wave k only evaluated its own model, as initialised.
+  losses = {int(line.split()[1]): float(line.split()[3])
+            for line in joined.splitlines() if line.startswith("wave ")}
+  for wave in range(1, k):
+    x, y = XS[wave - 1], YS[wave - 1]
+    np.testing.assert_allclose(
+        losses[wave], 0.5 * np.mean((x @ (W0 + 9) + B0 - 9 - y) ** 2),
+        rtol=1e-5)
 
 
 @pytest.mark.slow

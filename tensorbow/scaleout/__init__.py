@@ -34,18 +34,19 @@ trainer puts the wave's writes back, and `reform` agrees with the
 survivors on a new cluster of themselves (membership.py), over which the
 session runs the same wave again.
 
-A process that asks to join (`from_environ(join=...)`) is a change too:
-the chief's sums say it has joiners, and before the next wave every
-worker raises `MembershipChanged`, nothing written yet, and forms the
-cluster with them. A joiner's training runs before its first wave are
-plain runs (`catching_up`: its script reaches the job's batch), and at
-that wave every worker takes the chief's model (`take_model`) and
-algorithm state (`take_state`).
+A process that asks to join (`from_environ(join=...)`) is a change too.
+It first asks where the job is, and its training runs up to that wave
+only evaluate (`catching_up`: its script reaches the job's batch) while
+the job trains on; near it, it asks to be taken in. The chief's sums say
+it has joiners, and before the next wave every worker raises
+`MembershipChanged`, nothing written yet, and forms the cluster with
+them. At the joiner's first wave every worker takes the chief's model
+(`take_model`) and algorithm state (`take_state`).
 """
-import json
 import logging
 
 from tensorbow.scaleout import cluster as tb_cluster
+from tensorbow.scaleout import joining
 from tensorbow.scaleout import membership
 from tensorbow import feeds
 
@@ -73,13 +74,19 @@ def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
   """
   elastic = dict(max_workers=max_workers, elastic_timeout=elastic_timeout)
   if join is not None:
-    answer = membership.join(list(join), timeout)
-    tb_cluster.follow_group_key(answer["group_key"])
-    return Workers(
-        tb_cluster.Cluster(answer["workers"], answer["index"]), timeout,
-        heartbeat_timeout, requested, min_workers,
-        membership.Log(membership_log, answer["changes"]), joined=answer,
-        **elastic)
+    joiner = membership.Joiner(join)
+    logging.getLogger("tensorbow").warning(
+        "TensorBow: asks the job at %s to take this process in",
+        ",".join(join))
+    job = joiner.ask(timeout, probe=0)
+    # Until taken in: the job's size with this process last, what the
+    # session's setting is made for.
+    provisional = tb_cluster.Cluster(
+        ["0.0.0.0:0"] * job["workers"] + [joiner.address], job["workers"])
+    return Workers(provisional, timeout, heartbeat_timeout, requested,
+                   min_workers, membership.Log(membership_log, []),
+                   arrival=joining.Arrival(joiner, job["wave"], timeout),
+                   **elastic)
   found = tb_cluster.from_environ(environ)
   return (Alone() if found is None else
           Workers(found, timeout, heartbeat_timeout, requested, min_workers,
@@ -197,33 +204,33 @@ class Workers(Alone):
     requested, min_workers, max_workers, elastic_timeout: as
       `from_environ`'s.
     log: the job's `membership.Log`.
-    joined: a joiner's answer (membership.join); None: a worker of the
-      job as it started, whose chief takes joiners in.
+    arrival: a joiner's `joining.Arrival`; None: a worker of the job as it
+      started, whose chief takes joiners in.
   """
 
   def __init__(self, cluster, timeout,
                heartbeat_timeout=tb_cluster.DEFAULT_HEARTBEAT_TIMEOUT,
                requested=None, min_workers=None, log=None, max_workers=None,
-               joined=None, elastic_timeout=None):
+               arrival=None, elastic_timeout=None):
     self.cluster = cluster
     self._timeout = timeout
     self._heartbeat_timeout = heartbeat_timeout
     self._requested = requested
     self._min_workers = min_workers
-    self._max_workers = max_workers
     self._elastic_timeout = elastic_timeout or 0.0
     self._made = None  # the Reducer, made when first used
     self._departing = None  # (wave, workers preempted that leave before it)
     self.membership = log or membership.Log()
-    # Each one's first index; how many there were; the cluster the job
-    # started as (whose heartbeats joiners ask), if this was one of it.
-    self._first = (list(joined["first"]) if joined else
-                   list(range(cluster.num_workers)))
-    self._ever = joined["ever"] if joined else cluster.num_workers
-    self._started_as = None if joined else cluster
+    # Each one's first index; how many there were.
+    self._first = list(range(cluster.num_workers))
+    self._ever = cluster.num_workers
+    # Where processes ask to join, if this was one of the job as started.
+    self._door = (None if arrival else joining.Door(
+        lambda: tb_cluster.heartbeat(cluster), self.elastic, max_workers))
+    self._arrival = arrival  # a joiner's, until taken in
     # The last wave that took joiners in: all take the chief's state.
-    self._joined_at = joined["wave"] if joined else None
-    self._fresh = joined is not None  # a joiner before its first wave
+    self._joined_at = None
+    self._fresh = arrival is not None  # a joiner before its first wave
 
   @property
   def elastic(self):
@@ -247,7 +254,7 @@ class Workers(Alone):
       self._made = tb_cluster.Reducer(
           self.cluster, self._timeout,
           heartbeat_timeout=self._heartbeat_timeout,
-          requested=self._requested, joining=self._has_joiners)
+          requested=self._requested, joining=self._asked)
     return self._made
 
   @property
@@ -271,6 +278,8 @@ class Workers(Alone):
     its own: before `wave`, the variables due to be seeded take worker
     0's values on every worker. A replayed change of membership comes
     first."""
+    if self._door is not None:
+      self._door.at(self.workers, wave, self.cluster.is_chief)
     self._scheduled(wave)
     names, tensors = state.central_tensors(state.pending_seed())
     first = names and self._summed(
@@ -293,7 +302,15 @@ class Workers(Alone):
       session.run(*state.set_shared_state_run(taken))
 
   def catching_up(self, wave):
-    return self._fresh and wave < self._joined_at
+    if self._arrival is not None and self._arrival.due(wave):
+      answer = self._arrival.ask(wave, self.cluster)
+      if answer is not None:
+        self.cluster = tb_cluster.Cluster(answer["workers"], answer["index"])
+        self._first, self._ever = list(answer["first"]), answer["ever"]
+        self.membership.adopt(answer["changes"])
+        self._joined_at, self._arrival = answer["wave"], None
+    return self._fresh and (self._arrival is not None or
+                            wave < self._joined_at)
 
   def worker_sync(self, runs):
     return runs.worker_sync()
@@ -346,9 +363,12 @@ class Workers(Alone):
     taking = {}
 
     def take(going):
-      # The lowest going on takes in those asking (at most max_workers).
+      # The lowest going on takes in those asking (at most max_workers),
+      # and tells those who probe of the job as it will be.
       taking.clear()
-      taking.update(self._taking_in(going))
+      if self._door is not None:
+        self._door.at(going, change.wave, True)
+        taking.update(self._door.taking_in(going))
       return tuple(taking)
 
     members, addresses = membership.agree(
@@ -372,55 +392,16 @@ class Workers(Alone):
                            joined)
     if joined:
       self._joined_at = change.wave
-      if self.cluster.is_chief:
-        self._answer(taking, change.wave)
+      if taking:
+        self._door.answer(taking, self.cluster, {
+            "wave": change.wave, "changes": self.membership.changes,
+            "first": self._first, "ever": self._ever})
     return self.membership.changes[-1]
 
-  def _has_joiners(self):
-    """Whether this worker, the chief of a job elastic and not full, has
-    processes asking to join (called with every sum); refuses them if
-    it may not take them in."""
-    if self._started_as is None or not self.cluster.is_chief:
-      return False
-    beats = tb_cluster.heartbeat(self._started_as)
-    for request in beats.requests():
-      if membership.address_asking(request) is None:
-        beats.answer(request, json.dumps({"refused": "not a request"}))
-    asking = beats.requests()
-    why = (None if not asking else
-           "the job was started without min_workers" if not self.elastic
-           else None if self._max_workers is None or
-           self.workers < self._max_workers else
-           f"the job has max_workers={self._max_workers} workers")
-    for request in asking if why else ():
-      beats.answer(request, json.dumps({"refused": why}))
-    return bool(asking) and why is None
-
-  def _taking_in(self, going):
-    """{address in the new cluster: request} of the joiners the lowest of
-    `going` workers takes in now, in the order they asked, up to
-    max_workers; none if it has no heartbeat of the job as it started."""
-    if self._started_as is None:
-      return {}
-    room = (None if self._max_workers is None else
-            max(self._max_workers - going, 0))
-    beats = tb_cluster.heartbeat(self._started_as)
-    return {membership.address_asking(r): r for r in beats.requests()[:room]
-            if membership.address_asking(r) is not None}
-
-  def _answer(self, taking, wave):
-    """The chief tells each joiner of `taking` its place in the new
-    cluster, which trains first at `wave`."""
-    if not taking:
-      return
-    beats = tb_cluster.heartbeat(self._started_as)
-    for address, request in taking.items():
-      beats.answer(request, json.dumps({
-          "workers": self.cluster.workers,
-          "index": self.cluster.workers.index(address), "wave": wave,
-          "changes": self.membership.changes, "first": self._first,
-          "ever": self._ever,
-          "group_key": tb_cluster.last_group_key()}))
+  def _asked(self):
+    """Whether processes ask the chief of the job as started to join
+    (called with every sum)."""
+    return self._door is not None and self._door.asked()
 
   def _scheduled(self, wave):
     """Before `wave`: the workers preempted after the last leave, or a

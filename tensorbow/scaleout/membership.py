@@ -12,8 +12,8 @@ same workers, a survivor knows the new cluster: those workers in their
 old order, at their new ports. A survivor that sees another lost too
 narrows its proposal, and the others follow.
 
-A process joins the same way (`join`): it asks the job's workers, at the
-heartbeat ports of the addresses the job started with, and waits. The
+A process joins the same way (`Joiner`): it asks the job's workers, at
+the heartbeat ports of the addresses the job started with, and waits. The
 workers learn of it through their sums and form, before the same wave,
 a cluster of themselves and the joiners their chief proposes (last, in
 the order asked); the chief then answers each joiner with that cluster
@@ -149,66 +149,90 @@ def agree(beats, cluster, lost, change, wave, timeout, lost_after,
     time.sleep(tb_heartbeat.INTERVAL / 2)
 
 
-def join(job, timeout, interval=tb_heartbeat.INTERVAL):
-  """Asks the workers of the job that started at addresses `job` to take
-  this process in, until one answers.
+class Joiner(object):
+  """A process asking the job that started at addresses `job` to take it
+  in, at an address of its own on the way to them (`address`).
 
-  Returns:
-    The answer: {"workers": the new cluster's addresses, "index": this
-    process's place in it, "wave": the first it trains, "changes": the
-    membership log so far, "first": each worker's first index,
-    "group_key": the last collective group key the workers took}.
-
-  Raises:
-    tf.errors.UnavailableError: no answer within `timeout` seconds, or a
-      refusal (the job has `max_workers` workers, or is not elastic).
+  It first asks where the job is (`ask(probe=n)`: the wave the job runs
+  now), so that its script can catch up while the job trains on, then to
+  be taken in (`ask()`).
   """
-  host = _host_towards(job[0])
-  request = json.dumps({"address": f"{host}:{free_port(host)}",
-                        "token": uuid.uuid4().hex})
-  message = (tb_heartbeat.tag(job) + b" " + tb_heartbeat.JOIN + b"|" +
-             request.encode())
-  peers = [(w.rpartition(":")[0].strip("[]"), int(w.rpartition(":")[2]))
-           for w in job]
-  deadline = time.monotonic() + timeout
-  logging.getLogger("tensorbow").warning(
-      "TensorBow: asks the job at %s to take this process in",
-      ",".join(job))
-  with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
-                     socket.SOCK_DGRAM) as sock:
-    sock.settimeout(interval)
-    while time.monotonic() < deadline:
-      for peer in peers:
+
+  def __init__(self, job, interval=tb_heartbeat.INTERVAL):
+    self.job = list(job)
+    host = _host_towards(self.job[0])
+    self.address = f"{host}:{free_port(host)}"
+    self._token = uuid.uuid4().hex
+    self._interval = interval
+    self._peers = [(w.rpartition(":")[0].strip("[]"),
+                    int(w.rpartition(":")[2])) for w in self.job]
+    self._family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+  def ask(self, timeout, probe=None):
+    """Asks until one of the job's workers answers: its chief, at the
+    next sum of the job's.
+
+    Args:
+      timeout: seconds to wait for an answer.
+      probe: None, to be taken in; else the number of this probe (each
+        probe asks anew): where the job is.
+
+    Returns:
+      A probe's answer: {"wave": the wave the job runs, "workers": how
+      many}. To be taken in: {"workers": the new cluster's addresses,
+      "index": this process's place in it, "wave": the first it trains,
+      "changes": the membership log so far, "first": each worker's first
+      index, "ever": how many there have been, "group_key": the last
+      collective group key the workers took}.
+
+    Raises:
+      tf.errors.UnavailableError: no answer within `timeout`, or a refusal
+        (the job has `max_workers` workers, or is not elastic).
+    """
+    request = {"address": self.address, "token": self._token}
+    if probe is not None:
+      request["probe"] = probe
+    message = (tb_heartbeat.tag(self.job) + b" " + tb_heartbeat.JOIN +
+               b"|" + json.dumps(request).encode())
+    deadline = time.monotonic() + timeout
+    with socket.socket(self._family, socket.SOCK_DGRAM) as sock:
+      sock.settimeout(self._interval)
+      while time.monotonic() < deadline:
+        for peer in self._peers:
+          try:
+            sock.sendto(message, peer)
+          except OSError:
+            pass  # a worker gone; another may answer
         try:
-          sock.sendto(message, peer)
+          data = sock.recv(65536)
         except OSError:
-          pass  # a worker gone; another may answer
-      try:
-        data = sock.recv(65536)
-      except OSError:
-        continue
-      if data.startswith(tb_heartbeat.ANSWER):
-        answer = json.loads(data[len(tb_heartbeat.ANSWER):])
-        if "refused" in answer:
-          raise tf.errors.UnavailableError(
-              None, None, "TensorBow: the job at " + ",".join(job) +
-              " did not take this process in: " + answer["refused"])
-        return answer
-  raise tf.errors.UnavailableError(
-      None, None, f"TensorBow: no worker of the job at {','.join(job)} "
-      f"took this process in within {timeout:g} s (is the job running, "
-      "with min_workers?)")
+          continue
+        if data.startswith(tb_heartbeat.ANSWER):
+          answer = json.loads(data[len(tb_heartbeat.ANSWER):])
+          if "refused" in answer:
+            raise tf.errors.UnavailableError(
+                None, None, f"TensorBow: the job at {','.join(self.job)} "
+                f"did not take this process in: {answer['refused']}")
+          return answer
+    raise tf.errors.UnavailableError(
+        None, None, f"TensorBow: no worker of the job at "
+        f"{','.join(self.job)} took this process in within {timeout:g} s "
+        "(is the job running, with min_workers?)")
 
 
-def address_asking(request):
-  """The address a request to join (its text) will serve at, or None: no
-  such request."""
+def request_of(text):
+  """(the address it will serve at, its probe number or None) of a
+  request to join (its text), or None: no such request."""
   try:
-    address = str(json.loads(request)["address"])
-  except (ValueError, TypeError, KeyError):
+    request = json.loads(text)
+    address, probe = str(request["address"]), request.get("probe")
+  except (ValueError, TypeError, KeyError, AttributeError):
     return None
   host, _, port = address.rpartition(":")
-  return address if host and port.isdigit() else None
+  if not host or not port.isdigit() or not (
+      probe is None or isinstance(probe, int)):
+    return None
+  return address, probe
 
 
 def _host_towards(address):
@@ -263,6 +287,10 @@ class Log(object):
       except (ValueError, TypeError, KeyError) as e:
         raise ValueError(f"{path} is no membership log: {e}") from None
       self.replay = replay
+
+  def adopt(self, changes):
+    """A joiner's: the job's changes so far are `changes`."""
+    self.changes = list(changes)
 
   def due(self, wave):
     """The change the replayed log makes before `wave`, or None.
