@@ -93,7 +93,6 @@ def test_a_request_to_join_is_heard_answered_and_answered_again():
     beats.close()
 
 
-@pytest.mark.mode_independent
 def test_a_refused_or_unanswered_joiner_fails_saying_why():
   addresses, beats = _heartbeat()
   try:
@@ -182,7 +181,6 @@ class _Joiner(object):
     return self.answer if probe is None else {"wave": self.waves.pop(0)}
 
 
-@pytest.mark.mode_independent
 def test_a_joiner_catches_up_while_the_job_moves_on_then_asks_in():
   provisional = tb_cluster.Cluster(["0.0.0.0:0"] * 2 + ["127.0.0.1:9"], 2)
   answer = {"workers": ["a:1", "b:2", "127.0.0.1:9"], "index": 2,
@@ -281,7 +279,6 @@ def test_a_one_worker_sum_carries_whether_it_has_joiners():
   assert reducer.joining
 
 
-@pytest.mark.mode_independent
 def test_a_replayed_join_is_refused_by_name(tmp_path):
   path = tmp_path / "m.json"
   path.write_text(json.dumps([{"wave": 4, "workers": [0, 1, 2], "left": [],
@@ -426,13 +423,13 @@ def _environ():
   return env
 
 
-def _run(args, tmp_path, tf_mode_statement, log, **environ):
+def _run(args, tmp_path, mode, log, **environ):
   """`tensorbow-run ARGS job.py data central log`, started."""
   data = tmp_path / "data.npz"
   if not data.exists():
     np.savez(data, w0=W0, b0=B0, xs=XS, ys=YS)
   script = tmp_path / "job.py"
-  script.write_text(SCRIPT.format(mode=tf_mode_statement, lr=LR))
+  script.write_text(SCRIPT.format(mode=mode, lr=LR))
   return subprocess.Popen(
       [sys.executable, "-m", "tensorbow.run", "--replicas", "2",
        "--min-workers", "2", *args, str(script), str(data),
