@@ -365,7 +365,7 @@ def _job(tmp_path, tf_mode_statement, body, flags, **environ):
       [sys.executable, "-m", "tensorbow.run", "--workers", "3",
        "--replicas", "2", *flags, str(script), str(data),
        str(tmp_path / "central"), str(tmp_path / "ckpt")],
-      env=_environ(**environ), capture_output=True, text=True, timeout=120)
+      env=_environ(**environ), capture_output=True, text=True, timeout=60)
 
 
 def _expected(killed, at):

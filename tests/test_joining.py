@@ -466,14 +466,22 @@ class _Lines(object):
     return "".join(self.lines)
 
 
-def _job_and_joiner(job_args, tmp_path, mode, log, children):
+BOUND = 60.0  # seconds a test's processes may run in all
+
+
+def _left(deadline):
+  """Seconds left until `deadline` (time.monotonic), at least a tenth."""
+  return max(deadline - time.monotonic(), 0.1)
+
+
+def _job_and_joiner(job_args, tmp_path, mode, log, children, deadline):
   """A job of 2 workers under `tensorbow-run JOB_ARGS` and, once its
   worker 0 trained a wave, one started by hand to join it: (their
   output, the addresses the job printed); both appended to `children`."""
   children.append(_run(["--workers", "2", *job_args], tmp_path, mode, log))
   job_out = _Lines(children[-1])
-  addresses = job_out.wait_for("workers at", 60).split()[-1]
-  job_out.wait_for("[0] wave 1 done", 60)
+  addresses = job_out.wait_for("workers at", _left(deadline)).split()[-1]
+  job_out.wait_for("[0] wave 1 done", _left(deadline))
   children.append(_run(["--join", addresses], tmp_path, mode, log))
   return job_out, _Lines(children[-1]), addresses
 
@@ -513,14 +521,15 @@ def _assert_joined(tmp_path, log, indices, out):
 def test_a_worker_started_by_hand_joins_as_sma_of_the_new_replicas(
     tmp_path, tf_mode_statement):
   log = tmp_path / "membership.json"
-  children = []
+  children, deadline = [], time.monotonic() + BOUND
   try:
     job_out, joiner_out, addresses = _job_and_joiner(
         ["--membership-log", str(log)], tmp_path, tf_mode_statement, log,
-        children)
+        children, deadline)
     job, joiner = children
-    assert job.wait(timeout=90) == 0, job_out.text()[-3000:]
-    assert joiner.wait(timeout=30) == 0, joiner_out.text()[-3000:]
+    assert job.wait(timeout=_left(deadline)) == 0, job_out.text()[-3000:]
+    assert joiner.wait(timeout=_left(deadline)) == 0, \
+        joiner_out.text()[-3000:]
   finally:
     _stopped(children)
   out = job_out.text()
@@ -549,15 +558,16 @@ def test_a_discovery_command_starts_a_worker_that_joins(tmp_path,
   log = tmp_path / "membership.json"
   hosts = tmp_path / "hosts"
   hosts.write_text("127.0.0.1\n127.0.0.1\n")
+  deadline = time.monotonic() + BOUND
   job = _run(["--workers", "2", "--max-workers", "3", "--membership-log",
               str(log), "--host-discovery", f"cat {hosts}"], tmp_path,
              tf_mode_statement, log)
   try:
     job_out = _Lines(job)
-    job_out.wait_for("[0] wave 1 done", 60)
+    job_out.wait_for("[0] wave 1 done", _left(deadline))
     # Four listed, at most three run.
     hosts.write_text("127.0.0.1\n" * 4)
-    assert job.wait(timeout=90) == 0, job_out.text()[-3000:]
+    assert job.wait(timeout=_left(deadline)) == 0, job_out.text()[-3000:]
   finally:
     _stopped([job])
   out = job_out.text()
@@ -572,14 +582,14 @@ def test_a_discovery_command_starts_a_worker_that_joins(tmp_path,
 def test_a_job_at_max_workers_refuses_a_joiner_by_name(tmp_path):
   log = tmp_path / "membership.json"
   mode = "tf.compat.v1.disable_v2_behavior()"
-  children = []
+  children, deadline = [], time.monotonic() + BOUND
   try:
-    job_out, joiner_out, _ = _job_and_joiner(["--max-workers", "2"],
-                                             tmp_path, mode, log, children)
+    job_out, joiner_out, _ = _job_and_joiner(
+        ["--max-workers", "2"], tmp_path, mode, log, children, deadline)
     job, joiner = children
-    assert joiner.wait(timeout=60) != 0
+    assert joiner.wait(timeout=_left(deadline)) != 0
     log.write_text("[]")  # the job's waves need wait no more
-    assert job.wait(timeout=90) == 0, job_out.text()[-3000:]
+    assert job.wait(timeout=_left(deadline)) == 0, job_out.text()[-3000:]
   finally:
     _stopped(children)
   assert ("did not take this process in: the job has max_workers=2 workers"
@@ -600,7 +610,7 @@ def test_a_lost_worker_is_replaced_while_the_survivor_waits(
               f"cat {hosts}"], tmp_path, tf_mode_statement, log, KILL_AT="3")
   try:
     job_out = _Lines(job)
-    assert job.wait(timeout=90) == 0, job_out.text()[-3000:]
+    assert job.wait(timeout=BOUND) == 0, job_out.text()[-3000:]
   finally:
     _stopped([job])
   out = job_out.text()
