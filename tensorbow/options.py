@@ -5,6 +5,7 @@ import os
 
 from tensorbow import algorithms
 from tensorbow import devices as tb_devices
+from tensorbow.scaleout import cluster as tb_cluster
 
 ALGORITHMS = algorithms.NAMES
 NONFINITE = ("propagate", "raise", "skip")
@@ -110,9 +111,8 @@ def _check_joining(join, max_workers, min_workers, workers):
                        "takes workers in")
     return workers
   if (isinstance(join, (str, bytes)) or not isinstance(join, (list, tuple))
-      or not join or not all(
-          isinstance(a, str) and a.rpartition(":")[0] and
-          a.rpartition(":")[2].isdigit() for a in join)):
+      or not join or not all(isinstance(a, str) and tb_cluster.is_address(a)
+                             for a in join)):
     raise ValueError(f"join must be the addresses (\"host:port\") a job's "
                      f"workers started at, got {join!r}")
   if min_workers is None:

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from tensorbow import devices as tb_devices
 from tensorbow import options as tb_options
+from tensorbow.scaleout import cluster as tb_cluster
 
 
 class SessionOptions(collections.namedtuple("SessionOptions", [
@@ -130,8 +131,7 @@ def count(text):
 def addresses(text):
   """`text` read as comma-separated "host:port" addresses, as a tuple."""
   found = tuple(a.strip() for a in text.split(",") if a.strip())
-  if not found or not all(a.rpartition(":")[0] and
-                          a.rpartition(":")[2].isdigit() for a in found):
+  if not found or not all(tb_cluster.is_address(a) for a in found):
     raise argparse.ArgumentTypeError(
         f"must be HOST:PORT,HOST:PORT,..., got {text!r}")
   return found

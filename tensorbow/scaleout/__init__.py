@@ -228,9 +228,9 @@ class Workers(Alone):
     self._door = (None if arrival else joining.Door(
         lambda: tb_cluster.heartbeat(cluster), self.elastic, max_workers))
     self._arrival = arrival  # a joiner's, until taken in
-    # The last wave that took joiners in: all take the chief's state.
+    # The last wave that took joiners in: all take the chief's state, and
+    # a joiner's runs before it only catch up.
     self._joined_at = None
-    self._fresh = arrival is not None  # a joiner before its first wave
 
   @property
   def elastic(self):
@@ -291,7 +291,6 @@ class Workers(Alone):
   def take_state(self, state, session, wave):
     if wave != self._joined_at:
       return
-    self._fresh = False
     tensors = state.shared_state_tensors()
     keys = sorted(tensors)
     taken = self._summed(
@@ -309,8 +308,8 @@ class Workers(Alone):
         self._first, self._ever = list(answer["first"]), answer["ever"]
         self.membership.adopt(answer["changes"])
         self._joined_at, self._arrival = answer["wave"], None
-    return self._fresh and (self._arrival is not None or
-                            wave < self._joined_at)
+    return self._arrival is not None or (self._joined_at is not None and
+                                         wave < self._joined_at)
 
   def worker_sync(self, runs):
     return runs.worker_sync()

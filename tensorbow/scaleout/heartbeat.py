@@ -76,7 +76,7 @@ class Heartbeat(object):
     """Binds this worker's UDP port and starts beating; without the port
     (taken by another program), says so and only probes."""
     host, _, port = self._cluster.workers[self._cluster.index].rpartition(":")
-    sock = socket.socket(_family(host), socket.SOCK_DGRAM)
+    sock = socket.socket(family(host), socket.SOCK_DGRAM)
     try:
       sock.bind(("", int(port)))
     except OSError as e:
@@ -168,7 +168,7 @@ class Heartbeat(object):
 
   def _beat(self):
     head = self._tag + b" %d" % self._cluster.index
-    peers = {i: _address(self._cluster.workers[i])
+    peers = {i: socket_address(self._cluster.workers[i])
              for i in self._cluster.others}
     next_beat = self._clock()
     while not self._closed.is_set():
@@ -250,19 +250,21 @@ def listening_now(address):
   return listening(address, 0.5)
 
 
-def _address(worker):
+def socket_address(worker):
+  """(host, port) of a "host:port" address, for a socket."""
   host, _, port = worker.rpartition(":")
   return host.strip("[]"), int(port)
 
 
-def _family(host):
+def family(host):
+  """The socket family of `host`: IPv6 if it is written with colons."""
   return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def listening(address, timeout):
   """Whether a server accepts connections at "host:port"."""
   try:
-    with socket.create_connection(_address(address), timeout=timeout):
+    with socket.create_connection(socket_address(address), timeout=timeout):
       return True
   except OSError:
     return False

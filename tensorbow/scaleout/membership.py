@@ -33,6 +33,7 @@ import uuid
 
 import tensorflow as tf
 
+from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow.scaleout import heartbeat as tb_heartbeat
 
 
@@ -63,8 +64,7 @@ class Proposal(collections.namedtuple("Proposal", [
 
 def free_port(host):
   """A TCP port free now on `host`."""
-  family = socket.AF_INET6 if ":" in host else socket.AF_INET
-  with socket.socket(family, socket.SOCK_STREAM) as s:
+  with socket.socket(tb_heartbeat.family(host), socket.SOCK_STREAM) as s:
     s.bind((host.strip("[]"), 0))
     return s.getsockname()[1]
 
@@ -164,9 +164,8 @@ class Joiner(object):
     self.address = f"{host}:{free_port(host)}"
     self._token = uuid.uuid4().hex
     self._interval = interval
-    self._peers = [(w.rpartition(":")[0].strip("[]"),
-                    int(w.rpartition(":")[2])) for w in self.job]
-    self._family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    self._peers = [tb_heartbeat.socket_address(w) for w in self.job]
+    self._family = tb_heartbeat.family(host)
 
   def ask(self, timeout, probe=None):
     """Asks until one of the job's workers answers: its chief, at the
@@ -228,8 +227,7 @@ def request_of(text):
     address, probe = str(request["address"]), request.get("probe")
   except (ValueError, TypeError, KeyError, AttributeError):
     return None
-  host, _, port = address.rpartition(":")
-  if not host or not port.isdigit() or not (
+  if not tb_cluster.is_address(address) or not (
       probe is None or isinstance(probe, int)):
     return None
   return address, probe
@@ -237,8 +235,8 @@ def request_of(text):
 
 def _host_towards(address):
   """This machine's address on the way to `address` ("host:port")."""
-  host = address.rpartition(":")[0].strip("[]")
-  family = socket.AF_INET6 if ":" in host else socket.AF_INET
+  host, _ = tb_heartbeat.socket_address(address)
+  family = tb_heartbeat.family(host)
   with socket.socket(family, socket.SOCK_DGRAM) as s:
     s.connect((host, 9))  # no datagram is sent: it only picks a route
     mine = s.getsockname()[0]
