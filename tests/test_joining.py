@@ -22,6 +22,7 @@ import tensorflow as tf
 
 import tensorbow
 from tensorbow import options
+from tensorbow import scaleout
 from tensorbow.cli import discovery as tb_discovery
 from tensorbow.cli import launch
 from tensorbow.scaleout import cluster as tb_cluster
@@ -630,3 +631,16 @@ def test_a_lost_worker_is_replaced_while_the_survivor_waits(
     np.testing.assert_allclose(central["b"], expected[1], rtol=1e-5,
                                atol=1e-5)
   assert f"[0] steps {WAVES}" in out and f"[2] steps {WAVES}" in out
+
+
+def test_too_few_after_the_wait_fail_naming_the_bound_and_the_wait():
+  workers = scaleout.Workers(
+      tb_cluster.Cluster(["127.0.0.1:2000", "127.0.0.1:2001"], 0), 5.0,
+      min_workers=2, elastic_timeout=30.0)
+  change = scaleout.MembershipChanged(3, [1], "lost")
+  with pytest.raises(tb_cluster.WorkerLost,
+                     match="1 of the job's workers remain after losing "
+                     r"worker\(s\) 1 during wave 3, fewer than min_workers=2 "
+                     "and none joined within 30 s"):
+    workers._check_enough([0], change)
+  workers._check_enough([0], change, joined=1)  # a joiner makes two
