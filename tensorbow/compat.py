@@ -271,6 +271,11 @@ def interpolate_graph(message, graph):
   return _interpolation.interpolate_graph(message, graph)
 
 
+def function_names(graph):
+  """The names of the functions in `graph`'s library."""
+  return set(graph._functions)  # pylint: disable=protected-access
+
+
 def graph_read_lock(graph):
   """A context holding off `graph`'s op construction (a while loop or
   gradients mid-build, an import), as TensorFlow's `Session` does while it

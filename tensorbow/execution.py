@@ -26,6 +26,7 @@ class ExecutionGraph(object):
     self.graph = tf.Graph()
     self.version = 0  # the user graph's version imported up to
     self._imported = set()  # names of the user's ops imported
+    self._functions = set()  # names of the user's functions imported
     self._stubs = {}  # op name -> tensor carrying a control dependency on it
     self.sync()
 
@@ -46,12 +47,12 @@ class ExecutionGraph(object):
     version = self.user_graph.version
     if version == self.version:
       return
-    # as_graph_def's from_version is ignored since TensorFlow 2: the whole
-    # graph comes, and the ops imported already are left out.
-    graph_def = self.user_graph.as_graph_def()
-    pending = [graph_util.without_colocation(n) for n in graph_def.node
-               if n.name not in self._imported]
-    del graph_def.node[:]
+    graph_def, pending = self._since_last_sync()
+    if graph_def.library.function:
+      self._import(graph_def)
+      self._functions.update(f.signature.name
+                             for f in graph_def.library.function)
+      graph_def.ClearField("library")
     new = set(node.name for node in pending)
     # An op whose name is a scope of ops imported already (`x + 1`
     # makes "add/y" before "add": a sync between the two sees "add/y"
@@ -80,6 +81,34 @@ class ExecutionGraph(object):
     self._imported.update(new)
     self.version = version
     self._keep_static_shapes(new)
+
+  def _since_last_sync(self):
+    """(a GraphDef holding the user's functions not imported yet and no
+    node, the NodeDefs of the user's ops not imported yet)."""
+    # as_graph_def's from_version is ignored since TensorFlow 2: it gives
+    # the whole graph, its constants and function library too, and
+    # importing a function again compares it whole. A graph holding its
+    # data set (Dataset.from_tensor_slices of arrays, twice: as constants
+    # and in the one-shot iterator's function) took seconds a sync.
+    if compat.function_names(self.user_graph) <= self._functions:
+      graph_def = tf.compat.v1.GraphDef()
+      graph_def.versions.CopyFrom(self.user_graph.graph_def_versions)
+      nodes = [op.node_def for op in self.user_graph.get_operations()
+               if op.name not in self._imported]
+    else:
+      graph_def = self.user_graph.as_graph_def()
+      nodes = [n for n in graph_def.node if n.name not in self._imported]
+      del graph_def.node[:]
+      library = graph_def.library
+      new = [f for f in library.function
+             if f.signature.name not in self._functions]
+      gradients = [g for g in library.gradient
+                   if g.function_name not in self._functions]
+      del library.function[:]
+      del library.gradient[:]
+      library.function.extend(new)
+      library.gradient.extend(gradients)
+    return graph_def, [graph_util.without_colocation(n) for n in nodes]
 
   def _has(self, inp):
     try:
