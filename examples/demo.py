@@ -27,7 +27,10 @@ Without Fashion-MNIST (Debian's dataset-fashion-mnist) it warns and uses
 synthetic images, whose accuracies mean nothing.
 
   python -m examples.demo [--target 0.9] [--max_epochs 8] \
-      [--evals_per_epoch 8] [--seeds 1] [--log_dir logs/demo]
+      [--evals_per_epoch 8] [--seeds 1] [--log_dir logs/demo] [--fixed 1,2,4]
+
+`--fixed` runs, instead, TensorBow at each fixed L on TensorFlow's setting
+(its 32 rows split among the replicas, SMA): what auto chooses among.
 
 from the checkout's root (`bash scripts/main.sh` runs it so).
 """
@@ -69,16 +72,27 @@ def load(train_size, test_size):
         train_size=train_size or 20000, test_size=test_size)
 
 
-def verdict(label, result, baseline, target):
-  """How run `result` compares with TensorFlow's `baseline` at `target`."""
+def fixed_runs(replicas):
+  """TensorBow at each L of `replicas` on TensorFlow's setting (32 rows a
+  run split among the replicas, SMA, learning rate 0.005): the settings
+  `replicas="auto"` chooses among."""
+  return tuple(
+      (f"TensorBow, fixed L = {l}, {l} x batch {32 // l}",
+       dict(session="tensorbow", replicas=l, algorithm="sma",
+            batch_size=32 // l, learning_rate=0.005)) for l in replicas)
+
+
+def verdict(label, result, baseline, target, first="TensorFlow"):
+  """How run `result` compares with the `first` run's `baseline` at
+  `target`."""
   if not _reached(result):
     return f"{label}: did not reach {target} in {result['epochs']:.2f} epochs"
   if not _reached(baseline):
-    return f"{label}: reached {target}; TensorFlow did not"
+    return f"{label}: reached {target}; {first} did not"
   ratio = result["wall_time"] / baseline["wall_time"]
-  winner = (f"TensorBow wins, {1 / ratio:.2f}x as fast" if ratio < 1 else
-            f"TensorFlow wins, {ratio:.2f}x as fast")
-  return f"{label}: {ratio:.2f}x TensorFlow's time to {target}: {winner}"
+  winner = (f"{label} wins, {1 / ratio:.2f}x as fast" if ratio < 1 else
+            f"{first} wins, {ratio:.2f}x as fast")
+  return f"{label}: {ratio:.2f}x {first}'s time to {target}: {winner}"
 
 
 def _reached(result):
@@ -109,11 +123,16 @@ def main():
   parser.add_argument("--seeds", type=int, default=1,
                       help="seeds per run, interleaved; medians are shown")
   parser.add_argument("--log_dir", default=os.path.join("logs", "demo"))
+  parser.add_argument("--fixed", default="",
+                      help="comma list of L: instead of the three runs, "
+                      "TensorBow at each fixed L on TensorFlow's setting")
   args = parser.parse_args()
+  runs = (fixed_runs([int(l) for l in args.fixed.split(",")])
+          if args.fixed else RUNS)
   data_name, dataset = load(args.train_size, args.test_size)
-  by_run = {label: [] for label, _ in RUNS}
+  by_run = {label: [] for label, _ in runs}
   for seed in range(args.seeds):
-    for label, run in RUNS:
+    for label, run in runs:
       config = training.Config(
           epochs=args.max_epochs, target_accuracy=args.target,
           data=data_name, log_dir=os.path.join(args.log_dir, f"seed{seed}"),
@@ -123,7 +142,7 @@ def main():
       by_run[label].append(training.run(
           lenet.build, lenet.MODEL_NAME, lenet.SYNTHETIC_IMAGE_SHAPE, config,
           dataset))
-  results = [(label, medians(by_run[label])) for label, _ in RUNS]
+  results = [(label, medians(by_run[label])) for label, _ in runs]
   png = os.path.join(args.log_dir, "lenet_" + data_name + ".png")
   plot.plot_logs([r["log_path"] for _, r in results], png,
                  title=f"LeNet on {data_name}: time to {args.target}")
@@ -138,9 +157,10 @@ def main():
           f"{r['images_per_sec']:>10.0f}{r['final_replicas']:>5g}"
           f"{r['test_accuracy']:>10.4f}")
   print()
-  baseline = results[0][1]
+  first, baseline = results[0]
   for label, r in results[1:]:
-    print(verdict(label, r, baseline, args.target))
+    print(verdict(label, r, baseline, args.target,
+                  "TensorFlow" if runs is RUNS else first))
   print(f"curves: {os.path.abspath(png)}")
   print("Measurements across machines and both TF1 modes: "
         "benchmarks/RESULTS.md")

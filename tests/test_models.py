@@ -331,3 +331,18 @@ def test_the_main_jobs_medians_count_a_miss_unless_every_seed_reached():
                          result(12.0)])
   assert missed["wall_time"] == 11.0
   assert missed["stop_reason"] == "not every seed reached the target"
+
+
+def test_the_main_jobs_fixed_runs_split_tensorflows_32_rows():
+  runs = dict(demo.fixed_runs([1, 2, 4]))
+  assert [(r["replicas"], r["batch_size"]) for r in runs.values()] == [
+      (1, 32), (2, 16), (4, 8)]
+  assert {(r["session"], r["algorithm"], r["learning_rate"])
+          for r in runs.values()} == {("tensorbow", "sma", 0.005)}
+  reached = {"wall_time": 100.0, "stop_reason": "target_accuracy",
+             "epochs": 3.0}
+  slower = dict(reached, wall_time=119.0)
+  said = demo.verdict("L = 2", slower, reached, 0.9, first="L = 1")
+  assert said == "L = 2: 1.19x L = 1's time to 0.9: L = 1 wins, 1.19x as fast"
+  assert demo.verdict("L = 2", reached, slower, 0.9, first="L = 1") == (
+      "L = 2: 0.84x L = 1's time to 0.9: L = 2 wins, 1.19x as fast")
