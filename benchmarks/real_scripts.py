@@ -6,7 +6,8 @@
 
 The scripts are in benchmarks/real_scripts/ (an MLP, the "Deep MNIST" CNN,
 an autoencoder with summaries and a Saver, the CIFAR-10 tutorial's queue
-runners and MonitoredTrainingSession), each at its own batch size.
+runners and MonitoredTrainingSession, an MLP fed by a one-shot iterator
+over arrays held in the graph), each at its own batch size.
 Each repeat runs every script once as `python script.py` and once as
 `python -m tensorbow.run --replicas R script.py` for each R of
 `--replicas`, in turn, and times the whole process. Prints per script the
@@ -24,7 +25,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "benchmarks", "real_scripts")
-DEFAULT = ("mlp.py", "cnn.py", "autoencoder.py", "queue_cnn.py")
+DEFAULT = ("mlp.py", "cnn.py", "autoencoder.py", "queue_cnn.py",
+           "dataset_mlp.py")
 _RESULT = re.compile(r"RESULT accuracy=(\S+) loss=(\S+)")
 # tensorbow-run's line for an auto-tuner decision: "... -> (L, groups,
 # inline) (why)".
