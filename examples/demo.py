@@ -75,7 +75,10 @@ def load(train_size, test_size):
 def fixed_runs(replicas):
   """TensorBow at each L of `replicas` on TensorFlow's setting (32 rows a
   run split among the replicas, SMA, learning rate 0.005): the settings
-  `replicas="auto"` chooses among."""
+  `replicas="auto"` chooses among. Each L must divide 32."""
+  uneven = [l for l in replicas if l < 1 or 32 % l]
+  if uneven:
+    raise ValueError(f"L must divide TensorFlow's 32 rows, got {uneven}")
   return tuple(
       (f"TensorBow, fixed L = {l}, {l} x batch {32 // l}",
        dict(session="tensorbow", replicas=l, algorithm="sma",
@@ -127,8 +130,11 @@ def main():
                       help="comma list of L: instead of the three runs, "
                       "TensorBow at each fixed L on TensorFlow's setting")
   args = parser.parse_args()
-  runs = (fixed_runs([int(l) for l in args.fixed.split(",")])
-          if args.fixed else RUNS)
+  try:
+    runs = (fixed_runs([int(l) for l in args.fixed.split(",")])
+            if args.fixed else RUNS)
+  except ValueError as e:
+    parser.error(f"--fixed: {e}")
   data_name, dataset = load(args.train_size, args.test_size)
   by_run = {label: [] for label, _ in runs}
   for seed in range(args.seeds):

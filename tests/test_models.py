@@ -342,6 +342,8 @@ def test_the_main_jobs_fixed_runs_split_tensorflows_32_rows():
   reached = {"wall_time": 100.0, "stop_reason": "target_accuracy",
              "epochs": 3.0}
   slower = dict(reached, wall_time=119.0)
+  with pytest.raises(ValueError, match="divide"):
+    demo.fixed_runs([2, 3])
   said = demo.verdict("L = 2", slower, reached, 0.9, first="L = 1")
   assert said == "L = 2: 1.19x L = 1's time to 0.9: L = 1 wins, 1.19x as fast"
   assert demo.verdict("L = 2", reached, slower, 0.9, first="L = 1") == (
