@@ -47,12 +47,18 @@ class ExecutionGraph(object):
     version = self.user_graph.version
     if version == self.version:
       return
-    graph_def, pending = self._since_last_sync()
-    if graph_def.library.function:
-      self._import(graph_def)
+    library = self._new_functions()
+    if library is not None:
+      self._import(library)
       self._functions.update(f.signature.name
-                             for f in graph_def.library.function)
-      graph_def.ClearField("library")
+                             for f in library.library.function)
+    # Only the new ops: as_graph_def would copy the whole graph each sync,
+    # a data set held in it as constants included.
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.versions.CopyFrom(self.user_graph.graph_def_versions)
+    pending = [graph_util.without_colocation(op.node_def)
+               for op in self.user_graph.get_operations()
+               if op.name not in self._imported]
     new = set(node.name for node in pending)
     # An op whose name is a scope of ops imported already (`x + 1`
     # makes "add/y" before "add": a sync between the two sees "add/y"
@@ -82,33 +88,26 @@ class ExecutionGraph(object):
     self.version = version
     self._keep_static_shapes(new)
 
-  def _since_last_sync(self):
-    """(a GraphDef holding the user's functions not imported yet and no
-    node, the NodeDefs of the user's ops not imported yet)."""
-    # as_graph_def's from_version is ignored since TensorFlow 2: it gives
-    # the whole graph, its constants and function library too, and
-    # importing a function again compares it whole. A graph holding its
-    # data set (Dataset.from_tensor_slices of arrays, twice: as constants
-    # and in the one-shot iterator's function) took seconds a sync.
+  def _new_functions(self):
+    """A GraphDef of the user's functions not imported yet, with their
+    gradients and no node; None if there is none."""
+    # Importing a function again compares it whole: seconds a sync for a
+    # one-shot iterator's, which holds the arrays given to
+    # Dataset.from_tensor_slices.
     if compat.function_names(self.user_graph) <= self._functions:
-      graph_def = tf.compat.v1.GraphDef()
-      graph_def.versions.CopyFrom(self.user_graph.graph_def_versions)
-      nodes = [op.node_def for op in self.user_graph.get_operations()
-               if op.name not in self._imported]
-    else:
-      graph_def = self.user_graph.as_graph_def()
-      nodes = [n for n in graph_def.node if n.name not in self._imported]
-      del graph_def.node[:]
-      library = graph_def.library
-      new = [f for f in library.function
-             if f.signature.name not in self._functions]
-      gradients = [g for g in library.gradient
-                   if g.function_name not in self._functions]
-      del library.function[:]
-      del library.gradient[:]
-      library.function.extend(new)
-      library.gradient.extend(gradients)
-    return graph_def, [graph_util.without_colocation(n) for n in nodes]
+      return None
+    graph_def = self.user_graph.as_graph_def()
+    del graph_def.node[:]
+    library = graph_def.library
+    functions = [f for f in library.function
+                 if f.signature.name not in self._functions]
+    gradients = [g for g in library.gradient
+                 if g.function_name not in self._functions]
+    del library.function[:]
+    del library.gradient[:]
+    library.function.extend(functions)
+    library.gradient.extend(gradients)
+    return graph_def
 
   def _has(self, inp):
     try:
