@@ -4,9 +4,12 @@ model to the bit, whatever order the replicas' tasks finish in.
 Each synchronous algorithm trains L = 4 replicas on 2 stream groups twice.
 The runtime delays one replica's commits (TENSORBOW_TEST_SLOW_REPLICA's
 phase 1, where SMA's ops run): replica 3's in the first run and replica
-0's in the second, so each wave's updates arrive in different orders. The
-central model (the user's variables) and every replica's state (the
-checkpoint's TensorBow part) are compared byte for byte.
+0's in the second, so each wave's updates arrive in different orders.
+The delay is a sleep, and on a loaded machine the other commits may now
+and then take longer than it, so each run need only end with its delayed
+replica in all but one of the waves after the first. The central model
+(the user's variables) and every replica's state (the checkpoint's
+TensorBow part) are compared byte for byte.
 """
 import numpy as np
 import pytest
@@ -52,7 +55,7 @@ def _train(monkeypatch, prefix, algorithm, use_resource, slow):
   """(central model, replicas' state, the replica whose commit ended last
   in each wave), replica `slow`'s commits delayed."""
   monkeypatch.setenv("TENSORBOW_STREAM_GROUPS", "2")
-  monkeypatch.setenv("TENSORBOW_TEST_SLOW_REPLICA", f"{slow}:20:1")
+  monkeypatch.setenv("TENSORBOW_TEST_SLOW_REPLICA", f"{slow}:50:1")
   graph, (x, y), weights, train, init, saver = _model(use_resource)
   with tb.TensorBowSession(graph=graph, replicas=REPLICAS,
                            algorithm=algorithm) as sess:
@@ -89,8 +92,8 @@ def test_two_runs_give_the_same_model_to_the_bit(monkeypatch, tmp_path,
                  use_resource, slow) for slow in (REPLICAS - 1, 0)]
   (central, replicas, last), (slow_central, slow_replicas, slow_last) = runs
   # After the first wave, whose first runs of each task may take longer:
-  assert last[1:] == [REPLICAS - 1] * (WAVES - 1)
-  assert slow_last[1:] == [0] * (WAVES - 1)
+  for slow, ends in ((REPLICAS - 1, last), (0, slow_last)):
+    assert ends[1:].count(slow) >= WAVES - 2, (slow, ends)
   for got, want in zip(slow_central, central):
     assert got.tobytes() == want.tobytes()
   assert sorted(slow_replicas) == sorted(replicas)
