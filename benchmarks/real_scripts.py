@@ -13,7 +13,8 @@ Each repeat runs every script once as `python script.py` and once as
 `--replicas`, in turn, and times the whole process. Prints per script the
 median wall time of each, its ratio to TensorFlow's (and auto's to
 L = 1's when both are run), the final test accuracy and loss each printed
-(TensorFlow's first) and the L each auto run ended at.
+(TensorFlow's first) and the L each run's last tuning decision chose
+("none" where it made none, as at a fixed L).
 """
 import argparse
 import os
@@ -65,7 +66,7 @@ def main(argv=None):
   print("| script | tf.Session (s) | " + " | ".join(
       f"--replicas {r} (s) | ratio to tf" for r in settings) +
         (" | auto / 1" if {"auto", "1"} <= set(settings) else "") +
-        " | accuracy | loss | L at the end |")
+        " | accuracy | loss | last tuned L |")
   print("|" + " --- |" * (5 + 2 * len(settings) +
                          ({"auto", "1"} <= set(settings))))
   for script in args.scripts:
@@ -83,7 +84,7 @@ def main(argv=None):
     row.append(" / ".join(f"{median[n][1]:.4f}" for n in sessions))
     row.append(" / ".join(f"{median[n][2]:.4f}" for n in sessions))
     row.append("; ".join(
-        f"{r}: " + ", ".join("-" if x[3] is None else str(x[3])
+        f"{r}: " + ", ".join("none" if x[3] is None else str(x[3])
                              for x in results[r]) for r in settings))
     print("| " + " | ".join(row) + " |", flush=True)
 
