@@ -73,16 +73,18 @@ def load(train_size, test_size):
 
 
 def fixed_runs(replicas):
-  """TensorBow at each L of `replicas` on TensorFlow's setting (32 rows a
-  run split among the replicas, SMA, learning rate 0.005): the settings
-  `replicas="auto"` chooses among. Each L must divide 32."""
-  uneven = [l for l in replicas if l < 1 or 32 % l]
+  """TensorBow at each L of `replicas` on TensorFlow's run's setting (its
+  32 rows a run split among the replicas, SMA, learning rate 0.005): the
+  settings `replicas="auto"` chooses among. Each L must divide the rows."""
+  tensorflow = RUNS[0][1]
+  rows = tensorflow["batch_size"]
+  uneven = [l for l in replicas if l < 1 or rows % l]
   if uneven:
-    raise ValueError(f"L must divide TensorFlow's 32 rows, got {uneven}")
+    raise ValueError(f"L must divide TensorFlow's {rows} rows, got {uneven}")
   return tuple(
-      (f"TensorBow, fixed L = {l}, {l} x batch {32 // l}",
-       dict(session="tensorbow", replicas=l, algorithm="sma",
-            batch_size=32 // l, learning_rate=0.005)) for l in replicas)
+      (f"TensorBow, fixed L = {l}, {l} x batch {rows // l}",
+       dict(tensorflow, session="tensorbow", replicas=l,
+            batch_size=rows // l)) for l in replicas)
 
 
 def verdict(label, result, baseline, target, first="TensorFlow"):
