@@ -175,7 +175,7 @@ class Planner(object):
       rep.chooser = kernel_choice.Chooser(max(rows[0], 1) if rows else 1)
     stand_ins = {t.name: self._builder.input_stand_in(t) for t in fed
                  if t.name in pulled}
-    rep.extend(info, fed_names, stand_ins)
+    copies = rep.extend(info, fed_names, stand_ins)
     state = self._replica_state
     sync = state.sync_op(info)
     sync_call = (self._runtime.add_call([], [], [sync]) if sync is not None
@@ -189,19 +189,19 @@ class Planner(object):
                        if analysis.is_variable_value(t) and i not in skipped]
 
     def group_tensor(t, g):
-      return self._exec.graph.get_tensor_by_name(
-          f"{rep.group_name(t.op.name, g)}:{t.value_index}")
+      return copies.group_tensor(t.op.name, t.value_index, g)
 
     def group_op(op, g):
-      return self._exec.graph.get_operation_by_name(rep.group_name(op.name, g))
+      return self._exec.graph.get_operation_by_name(
+          copies.group_name(op.name, g))
 
     replica_fetches = [t for i, t in enumerate(fetches)
                        if i not in central_fetches and i not in skipped]
     # The writes that fetched or targeted value-only ops were ordered
-    # after in the user's graph still run (Replicator.orderings_of).
+    # after in the user's graph still run (Copies.orderings_of).
     moved = sorted(set(
         name for op in [t.op for t in replica_fetches] + targets
-        for name in rep.orderings_of(op.name)))
+        for name in copies.orderings_of(op.name)))
     targets = targets + [self._exec.graph.get_operation_by_name(n)
                          for n in moved]
     tasks = [([group_tensor(t, g) for t in replica_fetches],

@@ -156,6 +156,20 @@ def is_variable_value(tensor):
   return False
 
 
+def is_fixed_default(op):
+  """Whether `op` is a `placeholder_with_default` whose default every
+  replica computes alike: from no variable, placeholder, input pipeline,
+  random op or other stateful op. Such an op is shared by the copies, as
+  a placeholder is, so that a run feeding it or not reads what
+  TensorFlow would."""
+  if op.type != "PlaceholderWithDefault":
+    return False
+  return all(not o.op_def.is_stateful and
+             o.type not in ("Placeholder", "PlaceholderV2",
+                            "PlaceholderWithDefault")
+             for o in closure([op.inputs[0].op], frozenset()))
+
+
 def closure(fetch_ops, fed_names):
   """Every op executed to produce `fetch_ops`, as TensorFlow prunes it.
 

@@ -224,9 +224,11 @@ class Builder(object):
 
   # ---- Names ---------------------------------------------------------------
 
-  def copy_name(self, group, name):
-    """The name of stream group `group`'s copy of op `name` (see `flat`)."""
-    return f"{self.prefix}/group_{group}/{flat(name)}"
+  def copy_name(self, group, name, cut=0):
+    """The name of stream group `group`'s copy of op `name` (see `flat`)
+    among the copies of cut number `cut` (replicate.Copies)."""
+    scope = f"group_{group}_{cut}" if cut else f"group_{group}"
+    return f"{self.prefix}/{scope}/{flat(name)}"
 
   def user_name(self, name):
     """The user's name of the op or tensor a group's copy `name` copies."""
@@ -242,7 +244,7 @@ class Builder(object):
     op in `graph`, and the message interpolated with where that op was
     made ("Detected at node ... defined at")."""
     pattern = re.compile(
-        re.escape(self.prefix) + r"/group_\d+/([^\s:{}'\"]+)")
+        re.escape(self.prefix) + r"/group_\d+(?:_\d+)?/([^\s:{}'\"]+)")
     message = pattern.sub(lambda m: unflat(m.group(1)), error.message)
     op = None
     for name in _NODE_TAG.findall(message):

@@ -19,6 +19,15 @@ correction into the step and updates the central model in the wave).
 
 Copies are made incrementally: a later training run with a different
 closure copies only the operations not yet copied.
+
+What a copy reads depends on which tensors the run feeds: a fed tensor's
+op is not copied, its consumers read the fed tensor instead. So the
+copies are kept per *cut*, the fed tensors other than placeholders (and
+than `placeholder_with_default`s of a fixed default, shared as
+placeholders are) and the pipeline outputs read through stand-ins. Runs
+with the same cut share one set of copies, `<prefix>/group_<g>/` for the
+first cut seen, `<prefix>/group_<g>_<k>/` for the k-th after it; a script
+whose runs feed alike (the usual case) has one.
 """
 import numpy as np
 import tensorflow as tf
@@ -55,12 +64,8 @@ class Copier(object):
     self._graph = builder.graph
     self._replicas = replicas
     self._algorithm = algorithm
-    self._copied = set()  # op names copied into every group's copy
-    # Orderings on writes moved off value-only ops (phases.orders_only):
-    # op name -> the writes it carries down to the ops that consume it,
-    # and -> the writes an op with effects takes over from its inputs.
-    self._pushed = {}
-    self._taken_over = {}
+    self._copies = {}  # cut (see Copies) -> Copies
+    self._variables = set()  # names of the variable ops given replicas
     self._stubs = {}  # op name -> tensor that carries a control dependency
     self._histogram_size = None  # made with the first histogram copied
     self._fast_kernels = substitutes.enabled()
@@ -70,23 +75,26 @@ class Copier(object):
     self._streams = builder.num_replicas > 1 or builder.first_replica > 0
     self._stream_states = {}  # random op name -> its Replicated state
     self._frames = {}  # op name -> its while frames (while_frames)
-    # Tensor name -> what every copy reads for it (Builder.input_stand_in).
-    self._stand_ins = {}
-
-  def is_copied(self, name):
-    return name in self._copied
 
   def extend(self, info, fed_names, stand_ins=None):
-    """Copies what `info`'s closure needs into every group (idempotent);
-    the copies read `stand_ins[name]` for the tensor named `name`."""
+    """Copies what `info`'s closure needs into every group (idempotent),
+    for a run feeding the tensors named in `fed_names`; the copies read
+    `stand_ins[name]` for the tensor named `name`.
+
+    Returns:
+      The `Copies` the run's tasks use.
+    """
     graph, builder = self._graph, self._builder
-    self._stand_ins.update(stand_ins or {})
+    stand_ins = dict(stand_ins or {})
+    copies = self._copies_for(info.ops, fed_names, stand_ins)
     replicated = self._replicas.register(info)
     new_ops = []
     for op in info.ops:
-      if op.name in self._copied:
+      if op.name in copies.copied:
         continue
       if op.type in ("Placeholder", "PlaceholderV2"):
+        continue
+      if analysis.is_fixed_default(op):
         continue
       if any(t.name in fed_names for t in op.outputs):
         continue
@@ -94,25 +102,28 @@ class Copier(object):
         continue
       new_ops.append(op)
     if not new_ops:
-      return
-    var_ops = [op for op in new_ops if op.type in analysis.VARIABLE_OPS]
+      return copies
+    # Variables an earlier cut's copies gave replicas keep them, seeded.
+    var_ops = [op for op in new_ops if op.type in analysis.VARIABLE_OPS
+               and op.name not in self._variables]
     self._replicas.add_variables(var_ops, info.model_vars)
     with builder.building():
       local = set(op.name for op in new_ops)
-      self._push_orderings(new_ops)
+      self._push_orderings(copies, new_ops)
       if self._streams:
         self._add_streams(new_ops)
       fused = self._outer_applies(new_ops)
       for g in range(builder.num_groups):
-        graph_def, input_map = self._group_graph_def(new_ops, local, fused, g)
-        scope = f"{builder.prefix}/group_{g}/"
+        graph_def, input_map = self._group_graph_def(copies, new_ops, local,
+                                                     fused, g)
+        scope = builder.copy_name(g, "", copies.index)
         with graph.device(builder.device(g)):
           tf.compat.v1.import_graph_def(graph_def, input_map=input_map,
                                         name=scope)
         if builder.device(g):
           _unpin_shared_state([graph.get_operation_by_name(scope + n.name)
                                for n in graph_def.node])
-      self._copied.update(local)
+      copies.copied.update(local)
       trained = sorted(set(analysis.variable_of(op.inputs[0]).name
                            for op in new_ops if analysis.is_apply(op)))
       for name in trained:
@@ -121,8 +132,23 @@ class Copier(object):
           self._replicas.run_before_training(self._algorithm.after_copy(
               builder, state, self._replicas.is_seeded(name)))
     self._replicas.add_seeds(var_ops)
+    self._variables.update(op.name for op in var_ops)
+    return copies
 
-  def _group_graph_def(self, new_ops, local, fused, group):
+  def _copies_for(self, ops, fed_names, stand_ins):
+    """The `Copies` of the cut of a run over closure `ops` feeding
+    `fed_names` and reading `stand_ins`, made if new."""
+    cut = frozenset(
+        t.name for op in ops
+        if op.type not in ("Placeholder", "PlaceholderV2") and
+        not analysis.is_fixed_default(op)
+        for t in op.outputs if t.name in fed_names or t.name in stand_ins)
+    key = (cut, frozenset(stand_ins))
+    if key not in self._copies:
+      self._copies[key] = Copies(self._builder, len(self._copies), stand_ins)
+    return self._copies[key]
+
+  def _group_graph_def(self, copies, new_ops, local, fused, group):
     graph_def = tf.compat.v1.GraphDef()
     graph_def.versions.CopyFrom(self._graph.graph_def_versions)
     input_map = {}
@@ -130,8 +156,8 @@ class Copier(object):
     def external(name, index):
       key = f"{name}:{index}"
       if key not in input_map:
-        input_map[key] = (self._stand_ins[key] if key in self._stand_ins
-                          else self._group_tensor(name, index, group))
+        input_map[key] = (copies.stand_ins[key] if key in copies.stand_ins
+                          else copies.group_tensor(name, index, group))
       return key
 
     def resolve(inp):
@@ -141,7 +167,7 @@ class Copier(object):
           return "^" + tb_builder.flat(name)
         key = "^" + name
         if key not in input_map:
-          input_map[key] = self._control_stub(name, group)
+          input_map[key] = self._control_stub(copies, name, group)
         return inp
       name, _, index = inp.partition(":")
       if name in local:
@@ -163,14 +189,14 @@ class Copier(object):
             node, _REPLICA_OP[op.type], self._replicas.replicas_of(op.name),
             aux))
         continue
-      if op.name in self._pushed:
+      if op.name in copies.pushed:
         writes = set(c.name for c in op.control_inputs
                      if phases.is_write_group(c))
         inputs = [i for i in node.input
                   if not (i.startswith("^") and i[1:] in writes)]
       else:
         inputs = list(node.input) + [
-            "^" + n for n in sorted(self._taken_over.get(op.name, ()))
+            "^" + n for n in sorted(copies.taken_over.get(op.name, ()))
             if "^" + n not in node.input]
       inputs = [resolve(i) for i in inputs if i not in dropped]
       del node.input[:]
@@ -219,7 +245,8 @@ class Copier(object):
     builder = self._builder
     random_streams.warn_uncovered(new_ops)
     for op in new_ops:
-      if op.type not in random_streams.STATEFUL:
+      if (op.type not in random_streams.STATEFUL or
+          op.name in self._stream_states):  # an earlier cut's copies drew
         continue
       state = builder.replicated(f"{builder.prefix}/stream/{op.name}",
                                  tf.int64, tf.TensorShape([3]))
@@ -299,7 +326,7 @@ class Copier(object):
     node.input[1] = first.name + ":0"
     return [flat, first, node]
 
-  def _push_orderings(self, new_ops):
+  def _push_orderings(self, copies, new_ops):
     """Decides, for ops about to be copied, which waits on writes move.
 
     A value-only op's control dependencies on writes are taken off it and
@@ -313,40 +340,63 @@ class Copier(object):
     for op in new_ops:  # inputs first
       inherited = set()
       for t in op.inputs:
-        inherited |= self._pushed.get(t.op.name, frozenset())
+        inherited |= copies.pushed.get(t.op.name, frozenset())
       for c in op.control_inputs:
-        inherited |= self._pushed.get(c.name, frozenset())
+        inherited |= copies.pushed.get(c.name, frozenset())
       own = set(c.name for c in op.control_inputs
                 if phases.is_write_group(c))
       writes = [self._graph.get_operation_by_name(n)
                 for n in sorted(own | inherited)]
       if phases.orders_only(op, routing, writes, written):
         if own or inherited:
-          self._pushed[op.name] = frozenset(inherited | own)
+          copies.pushed[op.name] = frozenset(inherited | own)
       elif inherited:
-        self._taken_over[op.name] = frozenset(inherited)
+        copies.taken_over[op.name] = frozenset(inherited)
+
+  def _control_stub(self, copies, name, group):
+    name = copies.group_name(name, group)
+    return graph_util.control_stub(
+        self._graph, name, self._stubs,
+        f"{self._builder.prefix}/control/{name}")
+
+
+class Copies(object):
+  """The copies made for the runs of one cut: the fed tensors whose ops
+  are not copied, the copies reading them instead (see the module's
+  docstring).
+
+  Args:
+    builder: the setting's `builder.Builder`.
+    index: the cut's index among the copier's, in the copies' scope.
+    stand_ins: {tensor name: what the copies read for it}.
+  """
+
+  def __init__(self, builder, index, stand_ins):
+    self._builder = builder
+    self.index = index
+    self.stand_ins = stand_ins
+    self.copied = set()  # user op names copied into every group's copy
+    # Orderings on writes moved off value-only ops (phases.orders_only):
+    # op name -> the writes it carries down to the ops that consume it,
+    # and -> the writes an op with effects takes over from its inputs.
+    self.pushed = {}
+    self.taken_over = {}
 
   def orderings_of(self, name):
     """User op names of the writes that op `name`, copied, no longer waits
     on: a run that fetches or targets it must target them."""
-    return sorted(self._pushed.get(name, ()))
+    return sorted(self.pushed.get(name, ()))
 
   def group_name(self, name, group):
     """The name of op `name` in stream group `group`'s copy: its copy's,
     or its own if it is not copied."""
-    if name in self._copied:
-      return self._builder.copy_name(group, name)
+    if name in self.copied:
+      return self._builder.copy_name(group, name, self.index)
     return name
 
-  def _group_tensor(self, name, index, group):
-    return self._graph.get_tensor_by_name(
+  def group_tensor(self, name, index, group):
+    return self._builder.graph.get_tensor_by_name(
         f"{self.group_name(name, group)}:{index}")
-
-  def _control_stub(self, name, group):
-    name = self.group_name(name, group)
-    return graph_util.control_stub(
-        self._graph, name, self._stubs,
-        f"{self._builder.prefix}/control/{name}")
 
 
 def _unpin_shared_state(ops):

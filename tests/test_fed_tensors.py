@@ -1,0 +1,90 @@
+"""Runs whose plans depend on what they feed (issue #59): a default fed
+through `make_callable` and on several devices. The `run()` idioms of fed
+defaults are in tests/idioms/test_fed_tensors.py."""
+import numpy as np
+import tensorflow as tf
+
+import tensorbow as tb
+
+TWO_CPUS = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
+RUNS = 6
+
+
+def _scaled_regression():
+  """x [None, 4], a linear model of ones, a loss scale and a learning rate
+  with defaults; returns (x, scale, rate, loss, train op, w)."""
+  x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+  w = tf.compat.v1.get_variable(
+      "w", [4, 1], initializer=tf.compat.v1.ones_initializer())
+  scale = tf.compat.v1.placeholder_with_default(1.0, [], name="scale")
+  rate = tf.compat.v1.placeholder_with_default(0.05, [], name="rate")
+  target = tf.constant(np.arange(4, dtype=np.float32).reshape(4, 1))
+  loss = scale * tf.reduce_mean(tf.square(tf.matmul(x, w - target)))
+  train = tf.compat.v1.train.GradientDescentOptimizer(rate).minimize(loss)
+  return x, scale, rate, loss, train, w
+
+
+def _rows(i):
+  return np.random.RandomState(i).randn(8, 4).astype(np.float32)
+
+
+def _alternating(make_session, callable_=False):
+  """Six training runs, the scale fed 0 in runs 1 and 4 and the rate fed
+  0 in runs 2 and 3: (loss of each run, w after each run)."""
+  graph = tf.Graph()
+  with graph.as_default():
+    x, scale, rate, loss, train, w = _scaled_regression()
+    init = tf.compat.v1.global_variables_initializer()
+  losses, weights = [], []
+  with make_session(graph) as sess:
+    sess.run(init)
+    with_scale = with_rate = plain = None
+    if callable_:
+      plain = sess.make_callable([loss, train], [x])
+      with_scale = sess.make_callable([loss, train], [x, scale])
+      with_rate = sess.make_callable([loss, train], [x, rate])
+    for i in range(RUNS):
+      if i in (1, 4):
+        args, feed = (_rows(i), 0.0), {x: _rows(i), scale: 0.0}
+        call = with_scale
+      elif i in (2, 3):
+        args, feed = (_rows(i), 0.0), {x: _rows(i), rate: 0.0}
+        call = with_rate
+      else:
+        args, feed = (_rows(i),), {x: _rows(i)}
+        call = plain
+      out = call(*args) if callable_ else sess.run([loss, train], feed)
+      losses.append(out[0])
+      weights.append(sess.run(w))
+  return np.array(losses), np.array(weights)
+
+
+def test_a_fed_default_through_make_callable_is_read_at_one_replica():
+  expected = _alternating(lambda g: tf.compat.v1.Session(graph=g), True)
+  actual = _alternating(lambda g: tb.TensorBowSession(graph=g, replicas=1),
+                        True)
+  for a, e in zip(actual, expected):
+    np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7)
+  losses, weights = actual
+  assert losses[1] == 0.0 and losses[4] == 0.0
+  # Fed a rate of 0, a run leaves w where it was.
+  np.testing.assert_array_equal(weights[2], weights[1])
+  np.testing.assert_array_equal(weights[3], weights[2])
+
+
+def test_make_callable_feeds_defaults_as_run_does_at_four_replicas():
+  by_run = _alternating(lambda g: tb.TensorBowSession(graph=g, replicas=4))
+  by_callable = _alternating(
+      lambda g: tb.TensorBowSession(graph=g, replicas=4), True)
+  for a, e in zip(by_callable, by_run):
+    np.testing.assert_array_equal(a, e)
+  assert by_run[0][1] == 0.0 and by_run[0][4] == 0.0
+
+
+def test_fed_defaults_on_two_devices_are_as_on_one():
+  one = _alternating(lambda g: tb.TensorBowSession(graph=g, replicas=4))
+  two = _alternating(lambda g: tb.TensorBowSession(
+      graph=g, replicas=4, config=TWO_CPUS,
+      devices=["/cpu:0", "/cpu:1"]))
+  for a, e in zip(two, one):
+    np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7)
