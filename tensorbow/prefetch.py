@@ -30,13 +30,20 @@ run that reads the element's shape is not fed it (fed, its dequeue would
 still run: analysis.shape_reader): it takes its own, out of order, with a
 warning. Runs that neither take from nor reset the pipeline (enqueues,
 evaluation on feeds) do not wait for a pull.
+
+A pull that reads some of the run's feeds (a feedable iterator's string
+handle, `Closure.pull_feeds`) takes where those feeds say: it is given
+them, what it took is kept apart per fed value, and nothing is pulled
+ahead for it, since the next run may feed another handle.
 """
 import collections
 import logging
 import threading
 
+import numpy as np
 import tensorflow as tf
 
+from tensorbow import feeds
 from tensorbow.rewrite import analysis
 
 _logger = logging.getLogger("tensorbow")
@@ -47,11 +54,28 @@ _JOIN_SECONDS = 60.0
 _IDLE_SECONDS = 10.0
 
 
+# What a training run took from its pipeline: its elements, and the run's
+# feeds the pulls read ({name: value}), which say where they took from.
+Taken = collections.namedtuple("Taken", ["elements", "feeds"])
+
+
+def with_elements(fed_values, taken, by_element):
+  """(one replica's feed values, the wave's) of a training run fed
+  `fed_values` that took `taken`: the first element, or, `by_element`,
+  each replica its own (feeds.Elements)."""
+  first = fed_values + taken.elements[0]
+  if not by_element:
+    return first, first
+  return first, fed_values + [
+      feeds.Elements(e[i] for e in taken.elements)
+      for i in range(len(taken.elements[0]))]
+
+
 class _Held(object):
   """What one pipeline's training runs took and what was pulled for them.
 
   Attributes:
-    names: the pulled tensors' names (the key).
+    names: the pulled tensors' names (with the pull's feeds, the key).
     ops: names of the ops that take the elements.
     pipelines: names of the iterators and queues they take from.
     carried: elements taken by a training run and not trained on.
@@ -98,16 +122,21 @@ class Prefetcher(object):
     self._thread = None  # the thread pulling ahead, once started
     self._warned = set()
 
-  def take(self, route, count, options):
-    """`count` elements for a training run over `route`, each a list of
-    values in the order of route.closure.pulled.
+  def take(self, route, fed_values, count, options):
+    """A `Taken` of `count` elements for a training run over `route` fed
+    `fed_values` (in the order of route.fed), each a list of values in
+    the order of route.closure.pulled.
 
     Elements it carried come first, then those pulled ahead (waiting for
     a pull in flight to finish), then new ones from the pipeline. If the
     input ends (OutOfRangeError) or a pull fails first, the error is
     raised and the elements taken so far are carried to the next run.
     """
-    held = self._held_for(route.closure)
+    # What the pulls read of the run's feeds (a feedable iterator's
+    # handle) decides where they take from.
+    pull_feeds = {t.name: v for t, v in zip(route.fed, fed_values)
+                  if t.name in route.closure.pull_feeds}
+    held = self._held_for(route.closure, pull_feeds)
     others = self._stop_pulls(held.pipelines, but=held)
     with self._cond:
       for other in others:
@@ -122,7 +151,7 @@ class Prefetcher(object):
         held.carried = rest[:max(carried - count, 0)]
         held.ahead = rest[len(held.carried):]
         held.error = error
-        return taken[:count]
+        return Taken(taken[:count], pull_feeds)
       if error is not None and not isinstance(
           error, tf.errors.DeadlineExceededError):
         # A deadline was the wave's before; this run pulls under its own.
@@ -130,25 +159,27 @@ class Prefetcher(object):
         raise error
     try:
       while len(taken) < count:
-        taken.append(self._session.run(list(held.names), options=options))
+        taken.append(self._session.run(list(held.names), pull_feeds,
+                                       options=options))
     except BaseException:
-      self.put_back(route, taken)
+      self.put_back(route, Taken(taken, pull_feeds))
       raise
-    return taken
+    return Taken(taken, pull_feeds)
 
   def put_back(self, route, taken):
-    """Elements `taken` by a training run over `route` that it did not
-    train on: they begin its next wave."""
-    if not taken:
+    """What a training run over `route` took (a `Taken`) and did not train
+    on: it begins the next wave so fed."""
+    if not taken.elements:
       return
-    held = self._held_for(route.closure)
+    held = self._held_for(route.closure, taken.feeds)
     with self._cond:
-      held.carried = list(taken) + held.carried
+      held.carried = list(taken.elements) + held.carried
 
   def pull_ahead(self, route, count, options):
     """Starts pulling the elements of `route`'s next wave, `count` of them
-    less those already held, on the prefetcher's thread."""
-    if not self._ahead:
+    less those already held, on the prefetcher's thread; none for a pull
+    that reads the run's feeds."""
+    if not self._ahead or route.closure.pull_feeds:
       return
     held = self._held_for(route.closure)
     with self._cond:
@@ -252,12 +283,14 @@ class Prefetcher(object):
                       "running %.0f s after the session closed",
                       _JOIN_SECONDS)
 
-  def _held_for(self, closure):
+  def _held_for(self, closure, feeds=None):
+    """The `_Held` of `closure`'s pulls fed `feeds`, made if new."""
+    key = (closure.pulled, _fed_key(feeds))
     with self._cond:
-      held = self._held.get(closure.pulled)
+      held = self._held.get(key)
       if held is None:
         ops = frozenset(n.rsplit(":", 1)[0] for n in closure.pulled)
-        held = self._held[closure.pulled] = _Held(
+        held = self._held[key] = _Held(
             closure.pulled, ops,
             frozenset(closure.pipelines.takes.get(op) for op in ops) -
             {None})
@@ -330,3 +363,11 @@ class Prefetcher(object):
     if message not in self._warned:
       self._warned.add(message)
       _logger.warning(message)
+
+
+def _fed_key(feeds):
+  """A hashable key of the values `feeds` ({name: value}) a pull reads:
+  small ones such as a string handle."""
+  return tuple((name, np.asarray(value).dtype.str, np.shape(value),
+                np.asarray(value).tobytes())
+               for name, value in sorted((feeds or {}).items()))

@@ -38,6 +38,8 @@ Closure = collections.namedtuple("Closure", [
     "reads",  # names of the variable ops it runs
     "pipelines",  # analysis.PipelineUses: how it takes from or resets
                   # input pipelines (a training run: before its pulls)
+    "pull_feeds",  # names, sorted, of the fed tensors its pulls read (a
+                   # feedable iterator's string handle)
 ])
 
 
@@ -184,13 +186,16 @@ class Router(object):
                               op.type in analysis.PULLED_INPUT_OPS
                               for t in op.outputs))
         pipelines = analysis.pipeline_uses(ops, fed_names)
+        pull_feeds = _read_feeds(
+            [self._exec.graph.get_tensor_by_name(n).op for n in pulled],
+            fed_names)
         if pulled:
           ops = analysis.closure(roots, fed_names | frozenset(pulled))
         closure = Closure(
             training, analysis.written_variables(ops), ops, pulled,
             frozenset(op.name for op in ops
                       if op.type in analysis.VARIABLE_OPS),
-            pipelines)
+            pipelines, pull_feeds)
         self._closures[signature] = closure
         if not training:
           self._warn_hand_written(ops, fed_names)
@@ -223,6 +228,14 @@ class Router(object):
         "the replicas, take the step with a tf.compat.v1.train.Optimizer "
         "(minimize or apply_gradients)", "s" if len(names) > 1 else "",
         listed)
+
+
+def _read_feeds(ops, fed_names):
+  """The names, sorted, of the tensors among `fed_names` that running
+  `ops` reads."""
+  return tuple(sorted(
+      t.name for op in analysis.closure(ops, fed_names)
+      for t in op.outputs if t.name in fed_names))
 
 
 class _Uncacheable(Exception):

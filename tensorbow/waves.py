@@ -204,15 +204,11 @@ class Trainer(object):
       by_element = (any(plan.elements) if plan is not None else
                     self._plans.takes_elements(route.pulled))
       count = self._replicas if by_element else 1
-      taken = self._inputs.take(route, count, options)
+      taken = self._inputs.take(route, fed_values, count, options)
       # The next wave's elements come while this one computes.
       self._inputs.pull_ahead(route, count, options)
-      if by_element:
-        first = fed_values + taken[0]
-        fed_values = fed_values + [feeds.Elements(e[i] for e in taken)
-                                   for i in range(len(route.pulled))]
-      else:
-        first = fed_values = fed_values + taken[0]
+      first, fed_values = prefetch.with_elements(fed_values, taken,
+                                                 by_element)
     with self._lock, self._dropped_on_loss(route, route.pulled and taken):
       start = time.perf_counter()
       synced = self._scale.seconds
@@ -233,7 +229,7 @@ class Trainer(object):
       # One replica's element of an input pipeline, for the tuner.
       if plan.batch_feed < 0 and route.pulled:
         rows = batch = next(
-            (len(v) for v in taken[0] if np.ndim(v)), 0)
+            (len(v) for v in taken.elements[0] if np.ndim(v)), 0)
       # An empty batch is no pool's: replica 0 trains on it alone.
       pooled = (self._algorithm.pooled and self._state.in_use and
                 plan.batch_feed >= 0 and not plan.elements[plan.batch_feed]

@@ -1,7 +1,9 @@
 """Runs whose plans depend on what they feed (issue #59): a default fed
-through `make_callable` and on several devices. The `run()` idioms of fed
-defaults are in tests/idioms/test_fed_tensors.py."""
+through `make_callable` and on several devices, and a feedable iterator's
+string handle. The `run()` idioms of fed defaults are in
+tests/idioms/test_fed_tensors.py."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tensorbow as tb
@@ -88,3 +90,74 @@ def test_fed_defaults_on_two_devices_are_as_on_one():
       devices=["/cpu:0", "/cpu:1"]))
   for a, e in zip(two, one):
     np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7)
+
+
+# A feedable iterator: training and validation iterators, the one a run
+# reads chosen by the string handle it feeds.
+
+TRAIN_ROWS, VALIDATION_ROWS, BATCH = 64, 16, 8
+
+
+def _feedable_runs(make_session, rounds=4):
+  """Each round a training run on the training handle, then an
+  evaluation run on the validation handle: (per run its loss and rows x,
+  the final weights)."""
+  graph = tf.Graph()
+  with graph.as_default():
+    tx = np.arange(TRAIN_ROWS * 4, dtype=np.float32).reshape(-1, 4) / 100.
+    ty = np.arange(TRAIN_ROWS) % 3
+    vx = -np.arange(VALIDATION_ROWS * 4, dtype=np.float32).reshape(-1, 4)
+    vy = np.arange(VALIDATION_ROWS) % 2
+    datasets = [tf.data.Dataset.from_tensor_slices(
+        (a, b.astype(np.int64))).batch(BATCH).repeat()
+                for a, b in ((tx, ty), (vx / 100., vy))]
+    iterators = [tf.compat.v1.data.make_one_shot_iterator(d)
+                 for d in datasets]
+    handle = tf.compat.v1.placeholder(tf.string, [], name="handle")
+    it = tf.compat.v1.data.Iterator.from_string_handle(
+        handle, tf.compat.v1.data.get_output_types(iterators[0]),
+        tf.compat.v1.data.get_output_shapes(iterators[0]))
+    x, y = it.get_next()
+    w = tf.compat.v1.get_variable(
+        "w", [4, 3], initializer=tf.compat.v1.constant_initializer(0.1))
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=y, logits=tf.matmul(x, w)))
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    init = tf.compat.v1.global_variables_initializer()
+    handles = [i.string_handle() for i in iterators]
+  out = []
+  with make_session(graph) as sess:
+    sess.run(init)
+    training, validation = sess.run(handles)
+    for _ in range(rounds):
+      out.append(sess.run([loss, x, train], {handle: training})[:2])
+      out.append(sess.run([loss, x], {handle: validation}))
+    return out, sess.run(w), (tx, vx / 100.)
+
+
+@pytest.mark.parametrize("fast_kernels", ["0", "all"])
+def test_a_feedable_iterator_trains_as_tensorflow_at_one_replica(
+    fast_kernels, monkeypatch):
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", fast_kernels)
+  expected, expected_w, _ = _feedable_runs(
+      lambda g: tf.compat.v1.Session(graph=g))
+  actual, actual_w, _ = _feedable_runs(
+      lambda g: tb.TensorBowSession(graph=g, replicas=1))
+  exact = fast_kernels == "0"
+  for (a_loss, a_x), (e_loss, e_x) in zip(actual, expected):
+    np.testing.assert_array_equal(a_x, e_x)
+    np.testing.assert_allclose(a_loss, e_loss, rtol=0 if exact else 1e-6)
+  np.testing.assert_allclose(actual_w, expected_w,
+                             rtol=0 if exact else 1e-6)
+
+
+def test_a_feedable_iterator_reads_where_each_run_points_at_four_replicas():
+  runs, _, (tx, vx) = _feedable_runs(
+      lambda g: tb.TensorBowSession(graph=g, replicas=4))
+  for k, (_, x) in enumerate(runs):
+    batch = k // 2
+    # Training runs take the training rows in order, whole (their shards'
+    # rows concatenated); evaluation runs the validation rows alone.
+    rows = (tx[batch * BATCH:(batch + 1) * BATCH] if k % 2 == 0 else
+            vx[(batch * BATCH) % VALIDATION_ROWS:][:BATCH])
+    np.testing.assert_array_equal(x, rows, err_msg=f"run {k}")
