@@ -191,6 +191,7 @@ class AutoTuner(object):
     self._runs = 0
     self._untried = []  # stream-group counts still to try
     self._split = True  # whether the batch is split across the replicas
+    self._pinned = None  # why L is kept at 1 for good, once it is
     self._start(None)
 
   def _start(self, rows):
@@ -211,6 +212,22 @@ class AutoTuner(object):
   def settled(self):
     return self._phase == "settled"
 
+  @property
+  def pinned(self):
+    """Why the tuner keeps L = 1 for good, or None."""
+    return self._pinned
+
+  def pin(self, setting, reason):
+    """Keeps L = 1 for good from the next training run, at `setting` (L,
+    stream groups, inline) now, because of `reason` (a feed no setting
+    can split); returns the setting of the next run. Recorded once."""
+    following = (1,) + tuple(setting[1:])
+    if self._pinned is None:
+      self._pinned = reason
+      self._decide(setting, self._rows or 0, None, following,
+                   f"kept at L=1: {reason}", run=self._runs + 1)
+    return following
+
   def observe(self, replicas, groups, rows, seconds, inline=False,
               batch=None, efficiency=None, noise_scale=None):
     """Records a training run of `rows` rows at `replicas` replicas on
@@ -223,6 +240,8 @@ class AutoTuner(object):
     """
     setting = (replicas, groups, inline)
     self._runs += 1
+    if self._pinned is not None:
+      return None
     # Each replica its own element of `batch` rows: L is not bounded by
     # the rows, and a change of L is no change of batch.
     self._split = batch is None
@@ -351,15 +370,17 @@ class AutoTuner(object):
         f"settled at L={best_l} on {best_groups} stream groups, "
         f"{_threads(best_inline)} (goodput {best:.0f} rows/s)")
 
-  def _decide(self, setting, rows, measured, following, reason):
-    """Records a decision; `measured` as _measurement gives it, or None."""
+  def _decide(self, setting, rows, measured, following, reason, run=None):
+    """Records a decision at training run `run` (None: the last observed);
+    `measured` as _measurement gives it, or None."""
     throughput, efficiency, noise, goodput = measured or (None,) * 4
-    self.decisions.append(Decision(self._runs, *setting, rows, throughput,
+    run = self._runs if run is None else run
+    self.decisions.append(Decision(run, *setting, rows, throughput,
                                    following, reason, efficiency, noise,
                                    goodput))
     logging.getLogger("tensorbow").info(
         "TensorBow auto-tuner, run %d: L=%d on %d stream groups%s, %s rows, "
-        "%s rows/s x efficiency %s = goodput %s -> %s (%s)", self._runs,
+        "%s rows/s x efficiency %s = goodput %s -> %s (%s)", run,
         setting[0], setting[1],
         ", ops on the task's thread" if setting[2] else "", rows,
         "-" if throughput is None else f"{throughput:.0f}",
@@ -367,3 +388,41 @@ class AutoTuner(object):
             "" if noise is None else f" (noise scale {noise:.1f} rows)"),
         "-" if goodput is None else f"{goodput:.0f}", following, reason)
     return following
+
+
+class Tuning(object):
+  """replicas="auto" in one session: the tuner, the gradient noise scale
+  it weighs an input pipeline's rows by, and what each training run tells
+  them. Settings are (L, stream groups, inline) triples.
+
+  Args:
+    tuner: the `AutoTuner` (default: a new one).
+  """
+
+  def __init__(self, tuner=None):
+    self.tuner = tuner or AutoTuner()
+    self.noise = NoiseScale()
+
+  def before_wave(self, route, setting):
+    """The setting a training run over `route` (routing.Route) must take,
+    at `setting` now: L = 1 for good once a run is fed what no setting can
+    split (a SparseTensor); else `setting`."""
+    if route.sparse:
+      return self.tuner.pin(
+          setting, f"a SparseTensor feed ({route.sparse[0].values.op.name}) "
+          "cannot be split across replicas")
+    return setting
+
+  def after_wave(self, trained, seconds, setting):
+    """The setting of the next training run, after one at `setting` that
+    gave `trained` (waves.Trained) in `seconds`."""
+    # Each replica's own element of `batch` rows: L b rows a run, weighed
+    # by their statistical efficiency.
+    batch = trained.batch if trained.batch != trained.rows else None
+    noise = self.noise.value() if batch is not None else None
+    following = self.tuner.observe(
+        *setting[:2], trained.rows, seconds, setting[2], batch=batch,
+        efficiency=(None if noise is None else
+                    efficiency(noise, batch, setting[0])),
+        noise_scale=noise)
+    return setting if following is None else following

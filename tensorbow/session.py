@@ -113,9 +113,8 @@ class TensorBowSession(compat.SessionInterface):
     # Resolved for L whenever L is set (replicas="auto" changes it).
     self._algorithm_spec = algorithms.resolve(algorithm, alpha,
                                               central_momentum)
-    self._tuner = autotune.AutoTuner() if replicas == options.AUTO else None
-    # What the tuner weighs an input pipeline's rows by, from the waves.
-    self._noise = autotune.NoiseScale() if self._tuner is not None else None
+    self._tuning = (autotune.Tuning() if replicas == options.AUTO
+                    else None)
     self._graph = compat.session_graph(graph)
     checkpoint.follow_saver_retention()
     # TensorBow's ops go into a graph of the session's own (execution.py).
@@ -146,7 +145,7 @@ class TensorBowSession(compat.SessionInterface):
     self._backup = (rollback.Backup(self._session, self._exec.graph)
                     if self._scale.elastic else None)
     self._settings = self._runtime = self._planner = self._trainer = None
-    self.retune(1 if self._tuner is not None else replicas)
+    self.retune(1 if self._tuning is not None else replicas)
 
   def retune(self, replicas, stream_groups=None, inline=False, anew=False):
     """Trains `replicas` replicas on `stream_groups` (None: the default),
@@ -193,7 +192,7 @@ class TensorBowSession(compat.SessionInterface):
       self._trainer = waves.Trainer(
           self._session, settings, self._planner, self._runtime, builder,
           state, self._graph, self._lock, self._check_open, self._scale,
-          self._inputs, self._noise, self._backup)
+          self._inputs, self._tuning and self._tuning.noise, self._backup)
 
   # ---- SessionInterface ----------------------------------------------------
 
@@ -243,7 +242,7 @@ class TensorBowSession(compat.SessionInterface):
 
   def tuning_decisions(self):
     """replicas="auto"'s decisions so far (autotune.Decision)."""
-    return list(self._tuner.decisions) if self._tuner else []
+    return list(self._tuning.tuner.decisions) if self._tuning else []
 
   def adaptive_history(self):
     """Adaptive SGD's decisions per mega-batch of this setting so far: a
@@ -370,6 +369,8 @@ class TensorBowSession(compat.SessionInterface):
       return (self._plain_run(route, fed_values, options, run_metadata)
               if evaluated is None else route.handler.build_results(
                   self, self._plain_run(*evaluated, options, run_metadata)))
+    if self._tuning is not None:
+      self._follow(self._tuning.before_wave(route, self._setting()))
     start = time.monotonic()
     while True:
       try:
@@ -386,22 +387,20 @@ class TensorBowSession(compat.SessionInterface):
         if self._observer.wants_distances() else None)
     self._preemption.after_wave(self.counts["training_runs"] + 1,
                                 lambda r, v: self._plain_run(r, v, None, None))
-    if self._tuner is None:
-      return trained.results
-    current = (self.replicas, self._runtime.num_stream_groups,
-               self._runtime.inline)
-    # Each replica's own element of `batch` rows: L b rows a run, weighed
-    # by their statistical efficiency (autotune.py).
-    batch = trained.batch if trained.batch != trained.rows else None
-    noise = self._noise.value() if batch is not None else None
-    following = self._tuner.observe(
-        *current[:2], trained.rows, seconds, current[2], batch=batch,
-        efficiency=(None if noise is None else
-                    autotune.efficiency(noise, batch, current[0])),
-        noise_scale=noise)
-    if following is not None and following != current:
-      self.retune(*following)
+    if self._tuning is not None:
+      self._follow(self._tuning.after_wave(trained, seconds,
+                                           self._setting()))
     return trained.results
+
+  def _setting(self):
+    """(L, stream groups, inline) now (autotune.Tuning)."""
+    return (self.replicas, self._runtime.num_stream_groups,
+            self._runtime.inline)
+
+  def _follow(self, setting):
+    """Takes `setting` for the next training run, if it is another."""
+    if setting != self._setting():
+      self.retune(*setting)
 
   def _go_on_without(self, change):
     """After `change` (a MembershipChanged): the setting made anew."""

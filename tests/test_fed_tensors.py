@@ -1,12 +1,15 @@
 """Runs whose plans depend on what they feed (issue #59): a default fed
-through `make_callable` and on several devices, and a feedable iterator's
-string handle. The `run()` idioms of fed defaults are in
-tests/idioms/test_fed_tensors.py."""
+through `make_callable` and on several devices, a feedable iterator's
+string handle, and `replicas="auto"` on a feed it cannot split. The
+`run()` idioms of fed defaults are in tests/idioms/test_fed_tensors.py."""
+import logging
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tensorbow as tb
+from tensorbow import autotune
 
 TWO_CPUS = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
 RUNS = 6
@@ -161,3 +164,44 @@ def test_a_feedable_iterator_reads_where_each_run_points_at_four_replicas():
     rows = (tx[batch * BATCH:(batch + 1) * BATCH] if k % 2 == 0 else
             vx[(batch * BATCH) % VALIDATION_ROWS:][:BATCH])
     np.testing.assert_array_equal(x, rows, err_msg=f"run {k}")
+
+
+# replicas="auto" on a SparseTensor feed.
+
+
+@pytest.mark.parametrize("varying", [False, True], ids=["same", "varying"])
+def test_auto_keeps_one_replica_for_a_sparse_feed(varying, monkeypatch,
+                                                  caplog):
+  # A tuner that decides within a few runs, so that one that did not know
+  # the feed cannot be split would move L within this test's runs.
+  monkeypatch.setattr(autotune, "MIN_SECONDS", 0.0)
+  monkeypatch.setattr(autotune, "PATIENCE", 0.0)
+  graph = tf.Graph()
+  with graph.as_default():
+    features = tf.compat.v1.sparse_placeholder(tf.float32, name="features")
+    y = tf.compat.v1.placeholder(tf.float32, [None], name="y")
+    w = tf.compat.v1.get_variable(
+        "w", [64, 1], initializer=tf.compat.v1.zeros_initializer())
+    pred = tf.reshape(tf.sparse.sparse_dense_matmul(features, w), [-1])
+    loss = tf.reduce_mean(tf.square(pred - y))
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    init = tf.compat.v1.global_variables_initializer()
+  rng = np.random.RandomState(0)
+  caplog.set_level(logging.INFO, logger="tensorbow")
+  with tb.TensorBowSession(graph=graph, replicas="auto") as sess:
+    sess.run(init)
+    for i in range(60):
+      count = 12 + (i % 5 if varying else 0)
+      indices = np.stack([np.sort(rng.randint(0, 4, count)),
+                          rng.randint(0, 64, count)], 1)
+      sess.run(train, {features: tf.compat.v1.SparseTensorValue(
+          indices, np.ones(count, np.float32), [4, 64]),
+                       y: np.ones(4, np.float32)})
+    assert sess.replicas == 1
+    decisions = sess.tuning_decisions()
+  assert len(decisions) == 1, decisions
+  assert decisions[0].next[0] == 1
+  assert "SparseTensor feed" in decisions[0].reason
+  assert "features" in decisions[0].reason
+  lines = [r for r in caplog.records if "auto-tuner" in r.getMessage()]
+  assert len(lines) == 1
