@@ -50,3 +50,24 @@ def test_a_write_of_a_model_variable_racing_its_step_is_refused():
                      r"optimizer's apply op.*control_dependencies") as e:
     analysis.analyse_training(ops, ["x:0"])
   assert e.value.op is clip.op
+
+
+def test_writes_are_told_by_the_variable_they_write():
+  # ScatterNd (gather_nd's gradient, confusion_matrix) is named like the
+  # variable scatters but computes a new tensor: no write (issue #60).
+  graph = tf.Graph()
+  with graph.as_default():
+    v = tf.compat.v1.get_variable("v", initializer=[1.0, 2.0])
+    r = tf.compat.v1.get_variable("r", initializer=[1.0, 2.0],
+                                  use_resource=True)
+    indices = tf.constant([[1]])
+    pure = tf.scatter_nd(indices, [5.0], [2])
+    matrix = tf.math.confusion_matrix([0, 1], [1, 1], 2)
+    writes = [tf.compat.v1.scatter_add(v, [1], [5.0]),
+              tf.raw_ops.ResourceScatterAdd(resource=r.handle, indices=[1],
+                                            updates=[5.0]),
+              tf.compat.v1.assign_add(v, [1.0, 1.0])]
+  assert not analysis.is_write(pure.op)
+  assert not any(analysis.is_write(op) for op in graph.get_operations()
+                 if op.name.startswith(matrix.op.name.split("/")[0]))
+  assert all(analysis.is_write(getattr(w, "op", w)) for w in writes)

@@ -23,6 +23,8 @@ _APPLY_PREFIXES = ("Apply", "ResourceApply", "SparseApply",
 _WRITE_PREFIXES = _APPLY_PREFIXES + ("Assign", "Scatter", "ResourceScatter")
 _OTHER_WRITES = frozenset(["StridedSliceAssign", "ResourceStridedSliceAssign",
                            "CountUpTo", "ResourceCountUpTo"])
+# Pure ops named like writes: they compute a new tensor.
+_PURE_SCATTERS = frozenset(["ScatterNd", "ScatterNdNonAliasingAdd"])
 # Ops through which a variable (ref or handle) reaches the op using it.
 _PASS_THROUGH = frozenset(["Identity", "RefIdentity"])
 # Input ops a training run takes its batch from before the wave: their
@@ -74,7 +76,20 @@ def is_dense_apply(op):
 
 
 def is_write(op):
-  return op.type.startswith(_WRITE_PREFIXES) or op.type in _OTHER_WRITES
+  """Whether `op` writes a variable: an op of a writing kind (an assign, a
+  scatter, an apply) given the variable itself, as a reference or a
+  resource handle, at its first input. Pure ops of such names
+  (`ScatterNd`, whose first input is its indices) write nothing."""
+  return (_writes_by_type(op.type) and bool(op.inputs) and
+          (op.inputs[0].dtype == tf.resource or
+           compat.is_ref_dtype(op.inputs[0].dtype)))
+
+
+def _writes_by_type(op_type):
+  """Whether ops of type `op_type` may write a variable; where only the
+  type is known (in a function's body), whether they do."""
+  return ((op_type.startswith(_WRITE_PREFIXES) or op_type in _OTHER_WRITES)
+          and op_type not in _PURE_SCATTERS)
 
 
 # Ops that run functions of the graph's library: control flow v2 (what
@@ -241,8 +256,7 @@ def analyse_training(ops, batch_feed_names, trainable=None):
           "each replica needs its own batch; feed it, or take it from a "
           "tf.data iterator's get_next() or a queue's dequeue")
     writes_inside = sorted(t for t in called_op_types(op)
-                           if t.startswith(_WRITE_PREFIXES) or
-                           t in _OTHER_WRITES)
+                           if _writes_by_type(t))
     if writes_inside:
       raise tf.errors.UnimplementedError(
           None, op,
