@@ -8,6 +8,8 @@ one to each replica, and each fetch's per-replica values merged back
 import numpy as np
 import tensorflow as tf
 
+from tensorbow.rewrite import reductions
+
 # A floating-point type that NumPy's dtype kinds do not call one.
 _BFLOAT16 = np.dtype(tf.bfloat16.as_numpy_dtype)
 
@@ -142,28 +144,38 @@ def contiguous(array):
   return np.require(array, requirements="C")
 
 
-def merge(values, sizes, per_example):
-  """Merges one fetch's per-replica values (DESIGN.md, "Fetches are merged").
+def merge(values, sizes, combine):
+  """Merges one fetch's per-replica values (DESIGN.md, "What leaves the
+  replicas").
 
   Args:
     values: the fetch's value per replica, in replica order.
     sizes: the rows of each replica's shard, or None (no batch: equal
       weights).
-    per_example: whether the fetch is per-example (the plan's decision,
-      rewrite/per_example.py): its values are then concatenated.
+    combine: how they make the whole batch's (the plan's decision,
+      rewrite/reductions.py): ROWS, concatenated; SUM, added (in float64
+      for floating point, exactly for integers); MAX or MIN, their
+      maximum or minimum; None, any other value.
 
   Returns:
-    The values concatenated if per-example; else, for a floating-point
-    fetch, their mean weighted by `sizes`, in float64 then cast back;
-    else the first replica's value.
+    The merged value; for None, a floating-point fetch's mean weighted by
+    `sizes`, in float64 then cast back, or else the first replica's value.
   """
   first = values[0]
   if len(values) == 1:
     return first[()] if first.ndim == 0 else first
-  if per_example and all(v.ndim >= 1 for v in values):
+  if combine == reductions.ROWS and all(v.ndim >= 1 for v in values):
     return np.concatenate(values)
+  same = all(v.shape == first.shape for v in values)
+  if combine in _ELEMENTWISE and same:
+    if _is_float(first):
+      merged = _ELEMENTWISE[combine](
+          [v.astype(np.float64) for v in values]).astype(first.dtype)
+    else:
+      merged = _ELEMENTWISE[combine](values).astype(first.dtype)
+    return merged[()] if first.ndim == 0 else merged
   # Values that differ in shape (a data-dependent one) have no mean.
-  if _is_float(first) and all(v.shape == first.shape for v in values):
+  if _is_float(first) and same:
     weights = np.asarray(sizes if sizes else [1] * len(values), np.float64)
     if not weights.sum():
       weights = np.ones(len(values))
@@ -176,17 +188,25 @@ def merge(values, sizes, per_example):
   return first[()] if first.ndim == 0 else first
 
 
+# How the replicas' values of a reduction over rows combine, elementwise.
+_ELEMENTWISE = {
+    reductions.SUM: lambda vs: np.sum(vs, axis=0),
+    reductions.MAX: lambda vs: np.max(vs, axis=0),
+    reductions.MIN: lambda vs: np.min(vs, axis=0),
+}
+
+
 def _is_float(array):
   return array.dtype.kind == "f" or array.dtype == _BFLOAT16
 
 
-def echoed(value, per_example):
+def echoed(value, combine):
   """A fed value fetched back from a training run: an element feed's
-  elements merged as the replicas' fetches of it are."""
+  elements merged as the replicas' fetches of it are (`combine`)."""
   if not isinstance(value, Elements):
     return value
   return merge(list(value), [len(v) if np.ndim(v) else 1 for v in value],
-               per_example)
+               combine)
 
 
 # Ops whose output is a serialized `Summary` (tf.compat.v1.summary).

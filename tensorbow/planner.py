@@ -16,7 +16,7 @@ from tensorbow import runtime as tb_runtime
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import graph_util
 from tensorbow.rewrite import kernel_choice
-from tensorbow.rewrite import per_example
+from tensorbow.rewrite import reductions
 from tensorbow.rewrite import substitutes
 from tensorbow.rewrite import phases
 from tensorbow.rewrite import replicate
@@ -40,11 +40,12 @@ Plan = collections.namedtuple("Plan", [
     "sync_call",  # runtime call id of the synchronisation, or -1
     "sync_calls",  # with nonfinite="skip": per replica, the synchronisation
                    # taking single variables from it; else None
-    "central_fetches",  # fetch positions read from the central model
+    "central_fetches",  # {fetch position: the tensor name read for it
+                        # from the central model after the wave}
     "echoed",  # (fetch position, feed position) of fetches of fed tensors
                # (a pipeline's element): the whole value fed
-    "per_example",  # per fetch: are its replicas' values concatenated
-                    # (DESIGN.md, "Fetches are merged", rewrite/per_example.py)?
+    "combine",  # per fetch: how its replicas' values make the whole
+                # batch's (rewrite/reductions.py: ROWS, SUM, MAX, MIN, None)
     "atomic",  # a phases.Split of every replica's task, or None: run whole
     "commit_calls",  # as calls: runtime call id of the commit
     "described",  # per computed fetch then internal tensor: what it is
@@ -133,8 +134,9 @@ class Planner(object):
     by_element = self.takes_elements([t for t in fed if t.name in pulled])
     elements = [by_element and t.name in pulled for t in fed]
     batch = [is_batch_feed(t) and not e for t, e in zip(fed, elements)]
-    merged = dict(echoed=echoed, per_example=self._per_example(
+    merged = dict(echoed=echoed, combine=self._combinations(
         handler.fetches(), fed, batch, elements))
+    sourced = (fed, batch, elements)  # of the user's graph
     fed = [self._exec.tensor(t) for t in fed]
     skipped = set(i for i, _ in echoed)
     fetches = [self._exec.tensor(t) for t in handler.fetches()]
@@ -156,7 +158,7 @@ class Planner(object):
         # non-finite values before the writes.
         return self._task_plan(fed, batch, elements,
                                [(task_fetches, list(targets))],
-                               -1, [], lambda name: name,
+                               -1, {}, lambda name: name,
                                self._nonfinite != "propagate")._replace(
                                    **merged)
     else:
@@ -177,16 +179,21 @@ class Planner(object):
                  if t.name in pulled}
     copies = rep.extend(info, fed_names, stand_ins)
     state = self._replica_state
-    sync = state.sync_op(info)
+    summed = self._summed(info, *sourced)
+    sync = state.sync_op(info, summed=summed)
     sync_call = (self._runtime.add_call([], [], [sync]) if sync is not None
                  else -1)
     if sync is not None and self._nonfinite == "skip":
       # Replica 0 may be skipped: then single variables come from another.
       sync_call = [sync_call] + [
-          self._runtime.add_call([], [], [state.sync_op(info, source=r)])
+          self._runtime.add_call([], [], [state.sync_op(info, r, summed)])
           for r in range(1, self._replicas)]
-    central_fetches = [i for i, t in enumerate(fetches)
-                       if analysis.is_variable_value(t) and i not in skipped]
+    central_fetches = {i: t.name for i, t in enumerate(fetches)
+                       if analysis.is_variable_value(t) and i not in skipped}
+    twins = self._twins(fetches, merged["combine"], summed, skipped)
+    central_fetches.update((i, t.name) for i, t in twins.items())
+    # What the replicas compute for a twin still runs (its writes).
+    targets = targets + [fetches[i].op for i in sorted(twins)]
 
     def group_tensor(t, g):
       return copies.group_tensor(t.op.name, t.value_index, g)
@@ -220,18 +227,52 @@ class Planner(object):
                            [self._builder.replica_input] if by_group else [],
                            stand_ins)._replace(**merged)
 
-  def _per_example(self, fetches, fed, batch, elements):
-    """Per fetch (of the user's graph), whether it is per-example: its
-    first dimension is the batch dimension of the run's batch feeds or of
-    the pipeline elements the replicas are fed (`fed`, with `batch` and
-    `elements` saying which)."""
+  def _combinations(self, tensors, fed, batch, elements):
+    """Per tensor (of the user's graph), how its replicas' values make the
+    whole batch's (rewrite/reductions.py), from the run's batch sources:
+    its batch feeds and the pipeline elements the replicas are fed
+    (`fed`, with `batch` and `elements` saying which)."""
     if self._replicas == 1:  # one value: nothing to merge
-      return tuple(False for _ in fetches)
+      return tuple(None for _ in tensors)
     sources = [t for t, b, e in zip(fed, batch, elements)
                if b or (e and t.shape.rank)]
     others = [t for t, b, e in zip(fed, batch, elements)
               if not (b or (e and t.shape.rank))]
-    return per_example.per_example(self.graph, fetches, sources, others)
+    return reductions.combinations(self.graph, tensors, sources, others)
+
+  def _twins(self, fetches, combine, summed, skipped):
+    """{fetch position: its central twin (rewrite/reductions.py)} of the
+    fetches (of the execution graph) computed from the variables merged
+    as sums, `summed`, not merged otherwise (`combine`) nor `skipped`."""
+    twins = {}
+    for i, (t, kind) in enumerate(zip(fetches, combine)):
+      if kind is None and i not in skipped and summed:
+        twin = reductions.central_twin(self._builder, t, summed)
+        if twin is not None:
+          twins[i] = twin
+    return twins
+
+  def _summed(self, info, fed, batch, elements):
+    """Names of the variables of `info.other_vars` that the run only adds
+    sums over the batch's rows to (a counter of rows, a metric's
+    accumulators: rewrite/reductions.py), fed `fed` of the user's graph
+    (`batch` and `elements` saying which are batch sources)."""
+    writes = {}
+    for op in info.ops:
+      var = analysis.variable_of(op.inputs[0]) if analysis.is_write(
+          op) else None
+      if var is not None and var.name in info.other_vars:
+        writes.setdefault(var.name, []).append(op)
+    adds = {name: ops for name, ops in writes.items()
+            if all(op.type in reductions.ADDING_WRITES for op in ops)}
+    deltas = sorted(set(op.inputs[1].name for ops in adds.values()
+                        for op in ops))
+    kinds = dict(zip(deltas, self._combinations(
+        [self.graph.get_tensor_by_name(n) for n in deltas], fed, batch,
+        elements)))
+    return frozenset(name for name, ops in adds.items()
+                     if all(kinds[op.inputs[1].name] == reductions.SUM
+                            for op in ops))
 
   def takes_elements(self, pulled):
     """Whether each replica takes an element of its own from the input
@@ -407,7 +448,7 @@ def _new_plan(fed, batch, elements, replicas, by_group, calls, sync_call,
               for t in fed],
       replicas=replicas, by_group=by_group, calls=calls, sync_call=sync_call,
       sync_calls=sync_calls,
-      central_fetches=central_fetches, echoed=[], per_example=(),
+      central_fetches=central_fetches, echoed=[], combine=(),
       atomic=atomic, commit_calls=commit_calls, described=described,
       snapshot=snapshot, gradients=list(gradients))
 

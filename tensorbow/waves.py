@@ -302,10 +302,10 @@ class Trainer(object):
       central = {}
       if plan.central_fetches:
         central_values = self._session.run(
-            [fetched[i].name for i in plan.central_fetches])
+            list(plan.central_fetches.values()))
         central = dict(zip(plan.central_fetches, central_values))
       for i, j in plan.echoed:
-        central[i] = feeds.echoed(values[j], plan.per_example[i])
+        central[i] = feeds.echoed(values[j], plan.combine[i])
     if not pooled:
       # The fetches are merged over the replicas that trained.
       keep = [r for r in range(trained)
@@ -322,7 +322,7 @@ class Trainer(object):
         results.append(
             feeds.merge_summaries(replica_values, sizes)
             if fetched[i].op.type in feeds.SUMMARY_OPS else
-            feeds.merge(replica_values, sizes, plan.per_example[i]))
+            feeds.merge(replica_values, sizes, plan.combine[i]))
         k += 1
     return Trained(handler.build_results(self, results), rows, batch)
 

@@ -5,9 +5,11 @@ A softmax classifier whose weight is [4, 10], trained at L = 4 on 16 rows:
 the weight's gradient has the shards' first dimension (4) by coincidence
 and must be the shard-weighted mean, not concatenated; the logits, their
 flattened [16 * 10] form and the predictions are per-example and
-concatenated; an int count that is not per-example is replica 0's. The
-references are `tf.compat.v1.Session` runs of the same graph on each
-shard: in a first wave every replica computes at the initial weights.
+concatenated; an int count of correct predictions is the batch's, the
+sum of the shards' (DESIGN.md, "What leaves the replicas"; until issue
+#60 it was replica 0's, and this test said so). The references are
+`tf.compat.v1.Session` runs of the same graph on each shard: in a first
+wave every replica computes at the initial weights.
 """
 import numpy as np
 import pytest
@@ -25,7 +27,7 @@ B0 = (0.1 * RNG.randn(10)).astype(np.float32)
 # How each fetch merges.
 CONCATENATED = ("logits", "flat", "predictions")
 MEANS = ("weight_grad", "bias_grad", "loss")
-REPLICA_ZERO = ("correct",)
+SUMMED = ("correct",)
 
 
 def _model(x, y, hard_coded=False):
@@ -71,8 +73,8 @@ def _expected(per_shard, sizes):
     expected[name] = np.average(
         np.asarray([s[name] for s in per_shard], np.float64), axis=0,
         weights=sizes)
-  for name in REPLICA_ZERO:
-    expected[name] = per_shard[0][name]
+  for name in SUMMED:
+    expected[name] = np.sum([s[name] for s in per_shard], dtype=np.int32)
   return expected
 
 
@@ -83,7 +85,7 @@ def _assert_merged(got, expected, rows):
   assert got["weight_grad"].shape == (4, 10)
   assert got["bias_grad"].shape == (10,)
   assert np.shape(got["loss"]) == ()
-  for name in CONCATENATED + REPLICA_ZERO:
+  for name in CONCATENATED + SUMMED:
     np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
     assert got[name].dtype == expected[name].dtype, name
   for name in MEANS:

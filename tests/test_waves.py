@@ -16,6 +16,7 @@ from tensorbow import waves
 from tensorbow.algorithms import base
 from tensorbow.rewrite import builder
 from tensorbow.rewrite import phases
+from tensorbow.rewrite import reductions
 
 tf1 = tf.compat.v1
 ROWS = 10
@@ -191,7 +192,7 @@ def _wave(replicas, nonfinite="propagate", algorithm=None, bad=()):
       batch_feed=0, dtypes=[fed.dtype.as_datatype_enum],
       np_dtypes=[np.float32], shapes=[(None, 2)], replicas=replicas,
       by_group=True, calls=[0], sync_call=-1, sync_calls=None,
-      central_fetches=[], echoed=[], per_example=(True, False),
+      central_fetches={}, echoed=[], combine=(reductions.ROWS, None),
       atomic=phases.Split([0, 1], [], [0], [], [], False),
       commit_calls=[1], described=["doubled:0", "loss:0"], snapshot=None,
       gradients=[])

@@ -185,12 +185,14 @@ def is_fixed_default(op):
              for o in closure([op.inputs[0].op], frozenset()))
 
 
-def closure(fetch_ops, fed_names):
+def closure(fetch_ops, fed_names, controls=True):
   """Every op executed to produce `fetch_ops`, as TensorFlow prunes it.
 
   Args:
     fetch_ops: operations fetched or targeted.
     fed_names: names of fed tensors; their producers do not run.
+    controls: whether to follow control inputs; without, the ops whose
+      values `fetch_ops` are computed from.
 
   Returns:
     A list of operations in dependency order (inputs first).
@@ -212,7 +214,7 @@ def closure(fetch_ops, fed_names):
     for t in op.inputs:
       if t.op.name not in seen:
         stack.append((t.op, False))
-    for c in op.control_inputs:
+    for c in op.control_inputs if controls else ():
       if c.name not in seen:
         stack.append((c, False))
   return order
@@ -392,7 +394,7 @@ def written_variables(ops, failed_op=None):
   return frozenset(names)
 
 
-def _is_gradient_op(op):
+def is_gradient_op(op):
   """Whether `op` computes part of a gradient: made by a gradient function
   (scope `<X>_grad`) under `tf.gradients`' scope ("gradients", "gradients_1",
   an optimizer's compute_gradients too) or a GradientTape's."""
@@ -417,7 +419,7 @@ def gradient_writes(ops, fed_names, trainable):
     var = variable_of(op.inputs[0])
     if var is None or var.name not in trainable or var.name in names:
       continue
-    if any(_is_gradient_op(o) and
+    if any(is_gradient_op(o) and
            not any(t.name in fed_names for t in o.outputs)
            for o in closure([t.op for t in op.inputs[1:]], fed_names)):
       names.add(var.name)
