@@ -153,9 +153,11 @@ def merge(values, sizes, combine):
     sizes: the rows of each replica's shard, or None (no batch: equal
       weights).
     combine: how they make the whole batch's (the plan's decision,
-      rewrite/reductions.py): ROWS, concatenated; SUM, added (in float64
-      for floating point, exactly for integers); MAX or MIN, their
-      maximum or minimum; None, any other value.
+      rewrite/reductions.py): ROWS, concatenated; ROW_INDICES (rows of
+      [row index, ...]), concatenated with each shard's first row added
+      to its column 0; SUM, added (in float64 for floating point,
+      exactly for integers); MAX or MIN, their maximum or minimum; None,
+      any other value.
 
   Returns:
     The merged value; for None, a floating-point fetch's mean weighted by
@@ -164,7 +166,13 @@ def merge(values, sizes, combine):
   first = values[0]
   if len(values) == 1:
     return first[()] if first.ndim == 0 else first
-  if combine == reductions.ROWS and all(v.ndim >= 1 for v in values):
+  if combine == reductions.ROW_INDICES and sizes and all(
+      v.ndim == 2 for v in values):
+    firsts = np.cumsum([0] + list(sizes[:-1]))
+    return np.concatenate([v + np.eye(1, v.shape[1], dtype=v.dtype) * first
+                           for v, first in zip(values, firsts)])
+  if (combine in (reductions.ROWS, reductions.ROW_INDICES) and
+      all(v.ndim >= 1 for v in values)):
     return np.concatenate(values)
   same = all(v.shape == first.shape for v in values)
   if combine in _ELEMENTWISE and same:
@@ -215,19 +223,26 @@ SUMMARY_OPS = frozenset([
     "AudioSummaryV2", "TensorSummary", "TensorSummaryV2", "MergeSummary"])
 
 
-def merge_summaries(values, sizes):
-  """Merges one summary fetch's per-replica values: each scalar is the
-  shard-weighted mean over the replicas, as a fetched loss is; the other
-  values (histograms, images, ...) are the first replica's."""
+def merge_summaries(values, sizes, combine=None):
+  """Merges one summary fetch's per-replica values: each scalar as the
+  value it summarises merges (`combine`, {tag: kind} of
+  rewrite/reductions.py: a sum over rows added, a maximum or minimum
+  theirs), any other scalar the shard-weighted mean over the replicas, as
+  a fetched loss is; the other values (histograms, images, ...) are the
+  first replica's."""
   first = values[0][()]
   if len(values) == 1:
     return first
   protos = [tf.compat.v1.Summary.FromString(v[()]) for v in values]
   weights = np.asarray(sizes if sizes else [1] * len(values), np.float64)
+  kinds = combine if isinstance(combine, dict) else {}
   merged = protos[0]
   for k, value in enumerate(merged.value):
     if value.WhichOneof("value") == "simple_value":
-      scalars = [p.value[k].simple_value for p in protos]
-      value.simple_value = float(np.dot(weights, scalars) / weights.sum())
+      scalars = np.array([p.value[k].simple_value for p in protos],
+                         np.float64)
+      kind = kinds.get(value.tag)
+      value.simple_value = float(
+          _ELEMENTWISE[kind](scalars) if kind in _ELEMENTWISE else
+          np.dot(weights, scalars) / weights.sum())
   return merged.SerializeToString()
-

@@ -320,7 +320,7 @@ class Trainer(object):
       else:
         replica_values = [o[k] for o in outputs]
         results.append(
-            feeds.merge_summaries(replica_values, sizes)
+            feeds.merge_summaries(replica_values, sizes, plan.combine[i])
             if fetched[i].op.type in feeds.SUMMARY_OPS else
             feeds.merge(replica_values, sizes, plan.combine[i]))
         k += 1

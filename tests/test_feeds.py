@@ -473,3 +473,20 @@ def test_a_maximum_or_minimum_over_rows_is_the_replicas(combine, expected):
   values = [np.array([5, 2], np.int64), np.array([-1, 4], np.int64)]
   np.testing.assert_array_equal(feeds.merge(values, [2, 2], combine),
                                 expected)
+
+
+def test_row_indices_are_concatenated_past_the_earlier_shards_rows():
+  # tf.where of a per-example mask: [row in the shard, column] per replica.
+  values = [np.array([[0, 1], [2, 0]], np.int64), np.array([[1, 1]], np.int64),
+            np.zeros([0, 2], np.int64)]
+  merged = feeds.merge(values, [3, 3, 2], reductions.ROW_INDICES)
+  np.testing.assert_array_equal(merged, [[0, 1], [2, 0], [4, 1]])
+  assert merged.dtype == np.int64
+
+
+def test_summary_scalars_follow_what_they_summarise():
+  values = [_summary(1.0, 3.0, 10.0), _summary(2.0, 5.0, 20.0)]
+  merged = tf1.Summary.FromString(feeds.merge_summaries(
+      values, [3, 1], {"accuracy": reductions.SUM, "loss": None}))
+  assert merged.value[0].simple_value == pytest.approx(1.25)  # the mean
+  assert merged.value[2].simple_value == 8.0  # a count of correct rows

@@ -103,3 +103,19 @@ def test_the_kinds_regroup_the_whole_batchs_value_from_the_shards():
       np.testing.assert_allclose(merged, whole[k], rtol=1e-5, err_msg=name)
     else:
       np.testing.assert_array_equal(merged, whole[k], err_msg=name)
+
+
+def test_row_indices_and_summaries_of_sums():
+  graph, tensors, x, y, lr = _graph()
+  with graph.as_default():
+    found = tf.where(tensors["logits"] > 1.0)
+    summary = tf1.summary.merge([
+        tf1.summary.scalar("n_correct", tensors["correct"]),
+        tf1.summary.scalar("n_loss", tensors["loss"]),
+        tf1.summary.scalar("n_max", tensors["max"])])
+    reshaped = tf.reshape(found, [-1])
+  got = reductions.combinations(graph, [found, summary, reshaped], [x, y],
+                                [lr])
+  assert got[0] == reductions.ROW_INDICES
+  assert got[1] == {"n_correct": SUM, "n_loss": None, "n_max": MAX}
+  assert got[2] == ROWS  # its row indices moved: merged as rows

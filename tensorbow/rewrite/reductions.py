@@ -15,6 +15,12 @@ replicas' partial results, never recomputed:
   added;
 - MAX, MIN: `reduce_max` or `reduce_min` over dimension 0 of a
   per-example tensor: the replicas' maximum or minimum;
+- ROW_INDICES: `tf.where` of a per-example tensor, whose first column
+  is a row's index in the replica's shard: the replicas' values
+  concatenated, each shard's first row added to its indices;
+- a dict {tag: kind} for a serialized Summary (`tf.compat.v1.summary`):
+  the kind of each scalar summary's value, which the merge of summaries
+  follows;
 - None: anything else, a mean over the rows among them: the
   shard-weighted mean of floating-point values, replica 0's of others
   (feeds.merge). So is every value computed from a gradient
@@ -30,6 +36,7 @@ from such writes' results (a metric's update op: its new total over its
 new count) is computed again after the wave, on the central model, by a
 twin that reads the variables instead (`central_twin`).
 """
+import numpy as np
 import tensorflow as tf
 
 from tensorbow.rewrite import analysis
@@ -37,6 +44,7 @@ from tensorbow.rewrite import graph_util
 from tensorbow.rewrite import per_example
 
 ROWS, SUM, MAX, MIN = "rows", "sum", "max", "min"
+ROW_INDICES = "row_indices"
 # A row count's way there: the shape of a per-example tensor.
 _SHAPE = "shape"
 
@@ -47,6 +55,9 @@ _SCATTERS = {"ScatterNd": 1, "UnsortedSegmentSum": 0}
 # Ops that keep how their first input's values combine.
 _KEEPING = frozenset(["Identity", "Cast", "Reshape", "Squeeze", "ExpandDims",
                       "StopGradient", "Snapshot"])
+# Of those, the ones that keep every element where it was.
+_ELEMENTWISE_KEEPING = frozenset(["Identity", "Cast", "StopGradient",
+                                  "Snapshot"])
 # Ops whose output is a sum when every input is.
 _ADDING = frozenset(["Add", "AddV2", "Sub", "AddN"])
 # Ops whose output is a sum when input 0 is and input 1 has no batch.
@@ -91,9 +102,38 @@ def combinations(graph, tensors, sources, fed=()):
     if kind is not None:
       for t in op.outputs:
         kinds[t.name] = kind
-  return tuple(ROWS if rows[t.name] else
-               (kinds.get(t.name) if kinds.get(t.name) != _SHAPE else None)
-               for t in tensors)
+  return tuple(_decided(t, kinds, rows.get(t.name), ops) for t in tensors)
+
+
+def _decided(tensor, kinds, per_example, ops):
+  """The kind of `tensor` (of a closure `ops`) given the kinds of the
+  closure's tensors and whether it is per-example."""
+  kind = kinds.get(tensor.name)
+  if kind == ROW_INDICES or (kind in (SUM, MAX, MIN) and not per_example):
+    return kind
+  if per_example:
+    return ROWS
+  if tensor.op.type in ("ScalarSummary", "MergeSummary"):
+    summaries = _scalar_summaries(tensor, ops)
+    if summaries:
+      return {tag: kinds.get(values.name) for tag, values in summaries}
+  return None
+
+
+def _scalar_summaries(tensor, ops):
+  """[(tag, values tensor)] of the scalar summaries among `ops` that
+  `tensor` (a serialized Summary, maybe merged) holds, their tags known."""
+  inside = set(op.name for op in _data_ops([tensor], frozenset()))
+  found = []
+  for op in ops:
+    if op.type != "ScalarSummary" or op.name not in inside:
+      continue
+    tag = tf.get_static_value(op.inputs[0])
+    if tag is not None and np.ndim(tag) == 0:
+      tag = np.asarray(tag).item()
+      found.append((tag.decode() if isinstance(tag, bytes) else str(tag),
+                    op.inputs[1]))
+  return found
 
 
 def _data_ops(tensors, stops):
@@ -113,7 +153,7 @@ def _dependent(ops, sources):
 
 def _row_inputs(op):
   """The inputs of `op` whose being per-example decides its kind."""
-  if op.type in _REDUCTIONS or op.type in ("Size", "Shape"):
+  if op.type in _REDUCTIONS or op.type in ("Size", "Shape", "Where"):
     return op.inputs[:1]
   if op.type in _SCATTERS:
     return [op.inputs[_SCATTERS[op.type]]]
@@ -137,7 +177,11 @@ def _kind(op, kinds, rows, dependent):
     return SUM if inputs[0] == _SHAPE and _first_element(op) else None
   if op.type in _SCATTERS:
     return SUM if rows.get(op.inputs[_SCATTERS[op.type]].name) else None
+  if op.type == "Where" and len(op.inputs) == 1:
+    return ROW_INDICES if rows.get(op.inputs[0].name) else None
   if op.type in _KEEPING:
+    if inputs[0] == ROW_INDICES and op.type not in _ELEMENTWISE_KEEPING:
+      return None  # a reshape moves the row indices
     return inputs[0] if inputs[0] != _SHAPE else None
   if op.type == "Neg":
     return SUM if inputs[0] == SUM else None

@@ -142,9 +142,22 @@ def fetched_sums_counts_maxima_and_means():
       "min_per_class": tf.reduce_min(logits, axis=0),
       "summed_rows": tf.reduce_sum(x, axis=0),
       "accuracy": tf.reduce_mean(tf.cast(correct, tf.float32)),
-      "loss": loss}
+      "loss": loss,
+      "correct_rows": tf.where(correct)}
   op = train.GradientDescentOptimizer(0.5).minimize(loss)
   return Case([fetches, op], feed, runs=5)
+
+
+@_idiom()
+def summaries_of_a_mean_and_a_count():
+  """A merged summary of the loss and of the count of correct rows."""
+  _, labels, _, predictions, loss, feed = _classifier()
+  correct = tf.reduce_sum(tf.cast(tf.equal(predictions, labels), tf.float32))
+  summary = tf.compat.v1.summary.merge([
+      tf.compat.v1.summary.scalar("loss", loss),
+      tf.compat.v1.summary.scalar("correct", correct)])
+  op = train.GradientDescentOptimizer(0.5).minimize(loss)
+  return Case([summary, op], feed, runs=5)
 
 
 @_idiom()
@@ -190,6 +203,9 @@ def _run(idiom, make_session, runs):
 
 
 def _assert_equal(actual, expected, what):
+  if isinstance(expected, bytes):  # a Summary: its numbers, to tolerance
+    actual = harness.summary_values(actual)
+    expected = harness.summary_values(expected)
   actual, expected = np.asarray(actual), np.asarray(expected)
   assert actual.shape == expected.shape, (what, actual.shape, expected.shape)
   assert actual.dtype == expected.dtype, (what, actual.dtype, expected.dtype)
