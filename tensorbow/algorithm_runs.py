@@ -10,6 +10,8 @@ once (`Builder.once`); the trainer (waves.py) runs them.
 import numpy as np
 import tensorflow as tf
 
+from tensorbow.rewrite import graph_util
+
 
 class AlgorithmRuns(object):
   """The runs of `algorithm` around a wave.
@@ -21,13 +23,16 @@ class AlgorithmRuns(object):
       grown) by the replica state.
     state_key: what the states of variable names depend on, for
       `Builder.once` (`ReplicaState._state_key`).
+    replicas_of: the `Replicated` copies of a replicated variable, by
+      name (`ReplicaState.replicas_of`).
   """
 
-  def __init__(self, builder, algorithm, states, state_key):
+  def __init__(self, builder, algorithm, states, state_key, replicas_of):
     self._builder = builder
     self._algorithm = algorithm
     self._states = states
     self._state_key = state_key
+    self._replicas_of = replicas_of
     # (ops, value) of the latest wave run known to have run, and of the
     # one wave_run returned last.
     self._prepared = self._preparing = None
@@ -109,15 +114,18 @@ class AlgorithmRuns(object):
     fed, ops = self._builder.once(purpose, self._state_key(names), build)
     return (ops, {fed: value}) if ops else None
 
-  def worker_sync(self):
+  def worker_sync(self, summed=()):
     """(op run before a wave, [tensor each worker adds to the sum after
     it], [placeholder fed each sum], op applying the sums, its other feeds
-    (none)) keeping the central models of a cluster's workers equal, or
-    None."""
+    (none)) keeping the central models of a cluster's workers equal, and
+    the variables named in `summed` (merged as sums over rows: counters,
+    metrics) the sum of every worker's move; or None."""
     names = tuple(sorted(self._states))
+    summed = tuple(sorted(summed))
 
     def build():
-      parts = self._parts(self._algorithm.worker_sync, names)
+      parts = (self._parts(self._algorithm.worker_sync, names) +
+               [self._worker_sum(name) for name in summed])
       if not parts:
         return None
       before, added, apply = zip(*parts)
@@ -126,7 +134,34 @@ class AlgorithmRuns(object):
               tf.group(*[a(s) for a, s in zip(apply, sums)],
                        name="worker_sum"), {})
 
-    return self._builder.once("worker_sync", self._state_key(names), build)
+    return self._builder.once("worker_sync",
+                              (self._state_key(names), summed), build)
+
+  def _worker_sum(self, name):
+    """worker_sync's part for variable `name`, merged as a sum over rows:
+    every worker's wave moved it from the same base by its own replicas'
+    moves; the base plus the sum of the workers' moves is the whole
+    batch's, given to the variable and its replicas. Summed in float64
+    (exact for counts below 2 ** 53)."""
+    builder = self._builder
+    var = builder.graph.get_operation_by_name(name)
+    dtype, shape = graph_util.dtype_and_shape(var)
+    handle = graph_util.resource(f"{builder.prefix}/sums/{name}/worker_base",
+                                 dtype, shape)
+    # A copy: a reference variable's read shares its buffer, which the
+    # wave's assign_add then changes in place.
+    before = tf.raw_ops.AssignVariableOp(
+        resource=handle, value=tf.raw_ops.Snapshot(input=graph_util.read(var)))
+    base = tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype)
+    moved = tf.cast(graph_util.read(var) - base, tf.float64)
+
+    def apply(total):
+      value = base + tf.cast(total, dtype)
+      return tf.group(graph_util.assign(var, value),
+                      self._replicas_of(name).set(value,
+                                                  builder.all_replicas()))
+
+    return before, moved, apply
 
   def worker_merge_run(self, wave, sizes):
     """On a cluster, the merge after training run `wave` spanning every

@@ -53,6 +53,8 @@ Plan = collections.namedtuple("Plan", [
     "gradients",  # positions among the float32/64 internal tensors (as
                   # Runtime.kept_sums orders them) of model variables' whole
                   # gradients (the gradient noise scale's, autotune.py)
+    "summed",  # names of the variables merged as sums over rows
+               # (rewrite/reductions.py), summed over the workers too
 ])
 
 
@@ -225,7 +227,8 @@ class Planner(object):
                            central_fetches, self._builder.user_name, atomic,
                            info.written,
                            [self._builder.replica_input] if by_group else [],
-                           stand_ins)._replace(**merged)
+                           stand_ins)._replace(summed=tuple(sorted(summed)),
+                                               **merged)
 
   def _combinations(self, tensors, fed, batch, elements):
     """Per tensor (of the user's graph), how its replicas' values make the
@@ -450,7 +453,7 @@ def _new_plan(fed, batch, elements, replicas, by_group, calls, sync_call,
       sync_calls=sync_calls,
       central_fetches=central_fetches, echoed=[], combine=(),
       atomic=atomic, commit_calls=commit_calls, described=described,
-      snapshot=snapshot, gradients=list(gradients))
+      snapshot=snapshot, gradients=list(gradients), summed=())
 
 
 def is_batch_feed(tensor):

@@ -42,8 +42,8 @@ class ReplicaState(object):
     self._before_training = []  # ops run once before the next training run
     self._pending_replicas = set()  # replicas to seed before training
     # The runs the algorithm makes around a wave, over these states.
-    self._runs = algorithm_runs.AlgorithmRuns(builder, algorithm,
-                                              self._states, self._state_key)
+    self._runs = algorithm_runs.AlgorithmRuns(
+        builder, algorithm, self._states, self._state_key, self.replicas_of)
 
   @property
   def runs(self):

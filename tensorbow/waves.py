@@ -250,7 +250,7 @@ class Trainer(object):
         if self._backup is not None:
           self._backup.save(self._state.replicated_parts())
         prepare = self._state.runs.wave_run(self._waves + 1, sizes)
-        sync = self._scale.worker_sync(self._state.runs)
+        sync = self._scale.worker_sync(self._state.runs, plan.summed)
         if sync:  # the workers' common base, in the same run
           prepare = (([sync[0]] + list(prepare[0]), prepare[1])
                      if prepare is not None else ([sync[0]], {}))
@@ -287,7 +287,7 @@ class Trainer(object):
         raise self._builder.user_error(e, self._user_graph) from None
       self._waves += 1
       if self._state.in_use:
-        self._after_wave(sizes)
+        self._after_wave(sizes, plan.summed)
         if self._backup is not None:
           self._backup.forget()
         if self._schedule is not None:
@@ -368,16 +368,16 @@ class Trainer(object):
     if merge is not None:
       self._session.run(*merge)
 
-  def _after_wave(self, sizes):
+  def _after_wave(self, sizes, summed):
     """The algorithm's work after a completed wave: a merge (over every
     process's replicas where the algorithm can), then what keeps the
-    processes' central models equal."""
+    processes' central models, and the variables `summed`, equal."""
     runs = self._state.runs
     if not self._scale.merge(runs, self._session, self._waves, sizes):
       merge = runs.merge_run(self._waves, sizes)
       if merge is not None:
         self._session.run(*merge)
-    self._scale.sync(runs, self._session, self._waves)
+    self._scale.sync(runs, self._session, self._waves, summed)
 
   def _whole_wave(self, plan, per_replica, options, run_metadata):
     """A wave of tasks that compute and write in one TensorFlow run."""

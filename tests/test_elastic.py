@@ -186,7 +186,7 @@ class _LosesOnce(scaleout.Alone):
       return arrays
     return summed
 
-  def sync(self, runs, session, wave):
+  def sync(self, runs, session, wave, summed=()):
     self._lose(wave, "sync")
 
   def reform(self, change):

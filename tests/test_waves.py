@@ -195,7 +195,7 @@ def _wave(replicas, nonfinite="propagate", algorithm=None, bad=()):
       central_fetches={}, echoed=[], combine=(reductions.ROWS, None),
       atomic=phases.Split([0, 1], [], [0], [], [], False),
       commit_calls=[1], described=["doubled:0", "loss:0"], snapshot=None,
-      gradients=[])
+      gradients=[], summed=())
   runtime, state = _Runtime(bad), _State()
   settings = options.Settings(replicas, algorithm or base.Algorithm(),
                               nonfinite, 1, False)

@@ -47,7 +47,8 @@ YS = RNG.randn(4, 10, 1).astype(np.float32)
 # elsewhere (the chief's are taken by all), trained by TensorBowSession
 # with 2 replicas over the waves of data.npz; the central model saved.
 # With CKPT set, a Saver saves the model after wave SAVE_AT, or (FIRST set)
-# restores it and trains from wave FIRST + 1.
+# restores it and trains from wave FIRST + 1. With COUNT set, the train op
+# also counts the rows, by a counter and by metrics.mean's count, saved.
 WORKER = """\
 import json
 import os
@@ -73,6 +74,15 @@ opt = {{"sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer({lr}),
        "adam": lambda: tf.compat.v1.train.AdamOptimizer({lr})}}[optimizer]()
 train = opt.minimize(loss)
 env = os.environ
+counts = []
+if "COUNT" in env:
+  seen = tf.compat.v1.get_variable("seen", [], tf.int64, trainable=False,
+                                   initializer=tf.zeros_initializer())
+  _, update = tf.compat.v1.metrics.mean(tf.square(tf.matmul(x, w) - y))
+  train = tf.group(train, update,
+                   seen.assign_add(tf.cast(tf.shape(x)[0], tf.int64)))
+  counts = [seen] + [v for v in tf.compat.v1.local_variables()
+                     if v.name.endswith("count:0")]
 if "LOCAL_SGD" in env:  # LocalSGD's arguments, as JSON
   algorithm = tb.algorithms.LocalSGD(**json.loads(env["LOCAL_SGD"]))
 saver = tf.compat.v1.train.Saver()
@@ -85,6 +95,7 @@ with tb.TensorBowSession(
     devices=[f"/cpu:{{d}}" for d in range(devices)] if devices > 1 else None
     ) as sess:
   sess.run(tf.compat.v1.global_variables_initializer())
+  sess.run(tf.compat.v1.local_variables_initializer())
   if first:
     saver.restore(sess, os.path.join(env["CKPT"], "model"))
   # ROWS: per wave, the rows of its batch taken (an epoch's last batch).
@@ -101,7 +112,8 @@ with tb.TensorBowSession(
     if step + 1 == int(env.get("PAUSE_AT", -1)) and index == int(
         env.get("PAUSE_WORKER", -1)):
       time.sleep(float(env["PAUSE"]))  # one worker's wave is slow
-  np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b))
+  np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b),
+           counts=np.array(sess.run(counts), np.float64))
   print("REPORT", json.dumps(sess.scaling_report()._asdict()), flush=True)
 """
 
@@ -412,6 +424,20 @@ def test_two_workers_of_two_replicas_are_sma_of_four(
     assert report["model_bytes"] == 4 * (3 + 1)  # w and b, float32
     assert report["bandwidth"] == pytest.approx(
         2 * 16 / (report["compute_seconds"] + report["sync_seconds"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["sma", "easgd"])
+def test_two_workers_count_every_row_of_the_job(tmp_path, tf_mode_statement,
+                                                algorithm):
+  # A counter of rows and a metric's count written in the training run
+  # are the whole job's, on every worker (DESIGN.md, "What leaves the
+  # replicas"; issue #60): 4 waves of 10 rows, 2 x 2 replicas.
+  script, data = _worker_script(tmp_path, tf_mode_statement)
+  _, centrals = _run_job(tmp_path, script, data, "sgd", False, algorithm,
+                         COUNT="1")
+  for central in centrals:
+    np.testing.assert_array_equal(central["counts"], [40.0, 40.0])
 
 
 @pytest.mark.slow
@@ -1014,7 +1040,8 @@ with tf.compat.v1.Session() as sess:  # one device, as the script wrote it
   for xb, yb in zip(data["xs"], data["ys"]):
     sess.run(train, {{x: xb, y: yb}})
   index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-  np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b))
+  np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b),
+           counts=np.array(sess.run(counts), np.float64))
   print("CPUS", sum(d.device_type == "CPU" for d in sess.list_devices()))
   print("MEMBERS", sess.scaling_report().workers)  # workers x devices
 """

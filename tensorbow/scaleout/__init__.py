@@ -142,9 +142,10 @@ class Alone(object):
     del wave
     return False
 
-  def worker_sync(self, runs):
-    """(run before the wave, then what to sum after it), or None."""
-    del runs
+  def worker_sync(self, runs, summed=()):
+    """(run before the wave, then what to sum after it), or None; `summed`:
+    the variables merged as sums over rows."""
+    del runs, summed
 
   def commit_sum(self, wave):
     """`workers(arrays)` summing over the workers before commit `wave`, or
@@ -158,9 +159,9 @@ class Alone(object):
     del runs, session, wave, sizes
     return False
 
-  def sync(self, runs, session, wave):
+  def sync(self, runs, session, wave, summed=()):
     """After `wave`: sums what `worker_sync` added and applies it."""
-    del runs, session, wave
+    del runs, session, wave, summed
 
   def leaves_save(self):
     """Whether a Saver's save is another process's to write: this one
@@ -311,8 +312,8 @@ class Workers(Alone):
     return self._arrival is not None or (self._joined_at is not None and
                                          wave < self._joined_at)
 
-  def worker_sync(self, runs):
-    return runs.worker_sync()
+  def worker_sync(self, runs, summed=()):
+    return runs.worker_sync(summed)
 
   def commit_sum(self, wave):
     return lambda arrays: self._summed(wave, self._reducer.sum, arrays,
@@ -325,8 +326,8 @@ class Workers(Alone):
     self._apply_sum(spanning, session, wave)
     return True
 
-  def sync(self, runs, session, wave):
-    sync = runs.worker_sync()
+  def sync(self, runs, session, wave, summed=()):
+    sync = runs.worker_sync(summed)
     if sync:
       self._apply_sum(sync[1:], session, wave)
 
