@@ -1040,8 +1040,7 @@ with tf.compat.v1.Session() as sess:  # one device, as the script wrote it
   for xb, yb in zip(data["xs"], data["ys"]):
     sess.run(train, {{x: xb, y: yb}})
   index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-  np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b),
-           counts=np.array(sess.run(counts), np.float64))
+  np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b))
   print("CPUS", sum(d.device_type == "CPU" for d in sess.list_devices()))
   print("MEMBERS", sess.scaling_report().workers)  # workers x devices
 """
