@@ -204,6 +204,35 @@ _ELEMENTWISE = {
 }
 
 
+def merge_fetches(plan, fetched, outputs, sizes):
+  """{fetch position: merged value} of the fetches (`fetched`) a wave's
+  replicas computed: all but `plan`'s central and echoed ones, whose
+  values are `outputs` (per replica, in fetch order) from shards of
+  `sizes` rows."""
+  echoed = set(i for i, _ in plan.echoed)
+  computed = [i for i in range(len(fetched))
+              if i not in plan.central_fetches and i not in echoed]
+  merged = {}
+  for k, i in enumerate(computed):
+    values = [o[k] for o in outputs]
+    merged[i] = (merge_summaries(values, sizes, plan.combine[i])
+                 if fetched[i].op.type in SUMMARY_OPS else
+                 merge(values, sizes, plan.combine[i]))
+  return merged
+
+
+def sums_over_rows(plan, merged):
+  """The values of `merged` ({fetch position: value}) that are sums over
+  the batch's rows (reductions.SUM): what other processes add to."""
+  return {i: v for i, v in merged.items()
+          if plan.combine[i] == reductions.SUM}
+
+
+def in_dtype_of(value, total):
+  """`total` (a sum, in float64) in the dtype and form of `value`."""
+  return np.asarray(total).astype(np.asarray(value).dtype)[()]
+
+
 def _is_float(array):
   return array.dtype.kind == "f" or array.dtype == _BFLOAT16
 

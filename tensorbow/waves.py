@@ -286,8 +286,16 @@ class Trainer(object):
           raise
         raise self._builder.user_error(e, self._user_graph) from None
       self._waves += 1
+      fetched, kept = handler.fetches(), sizes
+      if not pooled:  # merged over the replicas that trained
+        keep = [r for r in range(trained)
+                if committed is None or committed[r]] or [0]
+        outputs = [outputs[r] for r in keep]
+        kept = [sizes[r] for r in keep] if plan.batch_feed >= 0 else None
+      merged = feeds.merge_fetches(plan, fetched, outputs, kept)
       if self._state.in_use:
-        self._after_wave(sizes, plan.summed)
+        merged.update(self._after_wave(sizes, plan.summed,
+                                       feeds.sums_over_rows(plan, merged)))
         if self._backup is not None:
           self._backup.forget()
         if self._schedule is not None:
@@ -298,32 +306,12 @@ class Trainer(object):
       self._timing[0] += 1
       self._timing[1] += time.perf_counter() - start - synced
       self._timing[2] += synced
-      fetched = handler.fetches()
-      central = {}
-      if plan.central_fetches:
-        central_values = self._session.run(
-            list(plan.central_fetches.values()))
-        central = dict(zip(plan.central_fetches, central_values))
+      if plan.central_fetches:  # after the sums: twins read them
+        merged.update(zip(plan.central_fetches, self._session.run(
+            list(plan.central_fetches.values()))))
       for i, j in plan.echoed:
-        central[i] = feeds.echoed(values[j], plan.combine[i])
-    if not pooled:
-      # The fetches are merged over the replicas that trained.
-      keep = [r for r in range(trained)
-              if committed is None or committed[r]] or [0]
-      outputs = [outputs[r] for r in keep]
-      sizes = [sizes[r] for r in keep] if plan.batch_feed >= 0 else None
-    results = []
-    k = 0  # position among the replicas' fetches
-    for i in range(len(fetched)):
-      if i in central:
-        results.append(central[i])
-      else:
-        replica_values = [o[k] for o in outputs]
-        results.append(
-            feeds.merge_summaries(replica_values, sizes, plan.combine[i])
-            if fetched[i].op.type in feeds.SUMMARY_OPS else
-            feeds.merge(replica_values, sizes, plan.combine[i]))
-        k += 1
+        merged[i] = feeds.echoed(values[j], plan.combine[i])
+    results = [merged[i] for i in range(len(fetched))]
     return Trained(handler.build_results(self, results), rows, batch)
 
   @contextlib.contextmanager
@@ -368,16 +356,27 @@ class Trainer(object):
     if merge is not None:
       self._session.run(*merge)
 
-  def _after_wave(self, sizes, summed):
+  def _after_wave(self, sizes, summed, sums):
     """The algorithm's work after a completed wave: a merge (over every
     process's replicas where the algorithm can), then what keeps the
-    processes' central models, and the variables `summed`, equal."""
+    processes' central models, and the variables `summed`, equal.
+
+    Returns:
+      `sums` ({fetch position: this process's sum over rows}) summed over
+      every process.
+    """
     runs = self._state.runs
     if not self._scale.merge(runs, self._session, self._waves, sizes):
       merge = runs.merge_run(self._waves, sizes)
       if merge is not None:
         self._session.run(*merge)
-    self._scale.sync(runs, self._session, self._waves, summed)
+    positions = sorted(sums)
+    # In float64: exact for counts, one all-reduce for all.
+    totals = self._scale.sync(
+        runs, self._session, self._waves, summed,
+        [np.asarray(sums[i], np.float64) for i in positions])
+    return {i: feeds.in_dtype_of(sums[i], total)
+            for i, total in zip(positions, totals)}
 
   def _whole_wave(self, plan, per_replica, options, run_metadata):
     """A wave of tasks that compute and write in one TensorFlow run."""

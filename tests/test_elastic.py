@@ -186,8 +186,9 @@ class _LosesOnce(scaleout.Alone):
       return arrays
     return summed
 
-  def sync(self, runs, session, wave, summed=()):
+  def sync(self, runs, session, wave, summed=(), fetched=()):
     self._lose(wave, "sync")
+    return list(fetched)
 
   def reform(self, change):
     self.reformed.append(change.wave)

@@ -48,7 +48,8 @@ YS = RNG.randn(4, 10, 1).astype(np.float32)
 # with 2 replicas over the waves of data.npz; the central model saved.
 # With CKPT set, a Saver saves the model after wave SAVE_AT, or (FIRST set)
 # restores it and trains from wave FIRST + 1. With COUNT set, the train op
-# also counts the rows, by a counter and by metrics.mean's count, saved.
+# also counts the rows, by a counter and by metrics.mean's count, and each
+# wave fetches its rows and the sum of its labels: all saved.
 WORKER = """\
 import json
 import os
@@ -74,8 +75,9 @@ opt = {{"sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer({lr}),
        "adam": lambda: tf.compat.v1.train.AdamOptimizer({lr})}}[optimizer]()
 train = opt.minimize(loss)
 env = os.environ
-counts = []
+counts, sums, fetched = [], [], []
 if "COUNT" in env:
+  sums = [tf.shape(x)[0], tf.reduce_sum(y)]
   seen = tf.compat.v1.get_variable("seen", [], tf.int64, trainable=False,
                                    initializer=tf.zeros_initializer())
   _, update = tf.compat.v1.metrics.mean(tf.square(tf.matmul(x, w) - y))
@@ -102,8 +104,9 @@ with tb.TensorBowSession(
   cut = ([int(r) for r in env["ROWS"].split(",")] if "ROWS" in env else
          [None] * len(data["xs"]))
   for step in range(first, int(env.get("LAST", len(data["xs"])))):
-    sess.run(train, {{x: data["xs"][step][:cut[step]],
-                     y: data["ys"][step][:cut[step]]}})
+    fetched.append(sess.run([train] + sums,
+                            {{x: data["xs"][step][:cut[step]],
+                             y: data["ys"][step][:cut[step]]}})[1:])
     print("wave", step + 1, "done", flush=True)
     if "CKPT" in env and step + 1 == int(env.get("SAVE_AT", -1)):
       print("saved", saver.save(sess, os.path.join(env["CKPT"], "model")),
@@ -113,7 +116,8 @@ with tb.TensorBowSession(
         env.get("PAUSE_WORKER", -1)):
       time.sleep(float(env["PAUSE"]))  # one worker's wave is slow
   np.savez(sys.argv[2] + str(index) + ".npz", w=sess.run(w), b=sess.run(b),
-           counts=np.array(sess.run(counts), np.float64))
+           counts=np.array(sess.run(counts), np.float64),
+           fetched=np.array(fetched, np.float64))
   print("REPORT", json.dumps(sess.scaling_report()._asdict()), flush=True)
 """
 
@@ -438,6 +442,10 @@ def test_two_workers_count_every_row_of_the_job(tmp_path, tf_mode_statement,
                          COUNT="1")
   for central in centrals:
     np.testing.assert_array_equal(central["counts"], [40.0, 40.0])
+    # Fetched, a wave's row count and sum of labels are the job's batch's.
+    np.testing.assert_array_equal(central["fetched"][:, 0], [10.0] * 4)
+    np.testing.assert_allclose(central["fetched"][:, 1],
+                               YS.sum(axis=(1, 2)), rtol=1e-5)
 
 
 @pytest.mark.slow

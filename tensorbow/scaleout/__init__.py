@@ -159,9 +159,12 @@ class Alone(object):
     del runs, session, wave, sizes
     return False
 
-  def sync(self, runs, session, wave, summed=()):
-    """After `wave`: sums what `worker_sync` added and applies it."""
+  def sync(self, runs, session, wave, summed=(), fetched=()):
+    """After `wave`: sums what `worker_sync` added and applies it; returns
+    `fetched` (arrays: the wave's fetched sums over rows) summed over the
+    workers."""
     del runs, session, wave, summed
+    return list(fetched)
 
   def leaves_save(self):
     """Whether a Saver's save is another process's to write: this one
@@ -326,16 +329,23 @@ class Workers(Alone):
     self._apply_sum(spanning, session, wave)
     return True
 
-  def sync(self, runs, session, wave, summed=()):
+  def sync(self, runs, session, wave, summed=(), fetched=()):
     sync = runs.worker_sync(summed)
-    if sync:
-      self._apply_sum(sync[1:], session, wave)
+    if not sync and not fetched:
+      return []
+    return self._apply_sum(sync[1:] if sync else ([], [], None, {}),
+                           session, wave, fetched)
 
-  def _apply_sum(self, run, session, wave):
+  def _apply_sum(self, run, session, wave, fetched=()):
+    """Sums `run`'s added tensors and the arrays `fetched` over the
+    workers, in the same all-reduces, and applies the first sums; returns
+    the second."""
     added, sums, apply, fed = run
-    totals = self._summed(wave, self._reducer.sum, session.run(added),
-                          f"wave {wave}")
-    session.run(apply, {**fed, **dict(zip(sums, totals))})
+    totals = self._summed(wave, self._reducer.sum, (
+        session.run(added) if added else []) + list(fetched), f"wave {wave}")
+    if apply is not None:
+      session.run(apply, {**fed, **dict(zip(sums, totals))})
+    return totals[len(added):]
 
   def _summed(self, wave, how, values, what):
     """`how(values, what)`: a sum over the workers during `wave`; with
