@@ -89,12 +89,15 @@ def test_counts_over_a_pipelines_batches_count_every_row(replicas):
 
 def test_counts_on_two_devices_are_as_on_one():
   graph, x, y, train, seen, count, init = _fed()
+  with graph.as_default():
+    rows = tf.shape(x)[0]
   with tb.TensorBowSession(graph=graph, replicas=4, config=TWO_CPUS,
                            devices=["/cpu:0", "/cpu:1"]) as sess:
     sess.run(init)
     for i, n in enumerate((10, 7, 3, 12)):
       xs, ys = _rows(i, n)
-      sess.run(train, {x: xs, y: ys})
+      # Fetched, the row count is the whole batch's too.
+      assert sess.run([train, rows], {x: xs, y: ys})[1] == n
     assert sess.run(seen) == 32
     assert sess.run(count) == 32
 

@@ -3,13 +3,14 @@ leaves the replicas"; issue #60): streaming metrics updated in the
 training run, counters of rows and steps, fetched sums, counts, maxima
 and means, `confusion_matrix` and `gather_nd`.
 
-Besides the corpus' L = 1 tiers, two checks at L = 4:
-* the first wave, where every replica starts from the central model:
-  every fetched value and every variable that is not trained equals
-  `tf.compat.v1.Session`'s on the whole batch (floats to 1e-5 relative,
-  integers exactly);
-* five waves of 10 rows: each variable that counts rows or steps holds
-  what TensorFlow's does, exactly (the weights do not change a count).
+Besides the corpus' L = 1 tiers, two checks at L > 1:
+* the first wave at L = 2 and 4, where every replica starts from the
+  central model: every fetched value and every variable that is not
+  trained equals `tf.compat.v1.Session`'s on the whole batch (floats to
+  1e-5 relative, integers exactly);
+* five waves of 10 rows at L = 4: each variable that counts rows or
+  steps holds what TensorFlow's does, exactly (the weights do not change
+  a count).
 """
 import numpy as np
 import pytest
@@ -217,10 +218,12 @@ def _assert_equal(actual, expected, what):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("replicas", [2, 4])
 @pytest.mark.parametrize("idiom", CORPUS.params("first_wave"))
-def test_the_first_wave_at_four_replicas_is_the_whole_batchs(idiom):
+def test_the_first_wave_at_two_and_four_replicas_is_the_whole_batchs(
+    idiom, replicas):
   expected_runs, expected_vars = _run(idiom, harness.tf_session, 1)
-  actual_runs, actual_vars = _run(idiom, harness.tb_session(4), 1)
+  actual_runs, actual_vars = _run(idiom, harness.tb_session(replicas), 1)
   for k, (a, e) in enumerate(zip(tf.nest.flatten(actual_runs[0]),
                                  tf.nest.flatten(expected_runs[0]))):
     if e is None:  # an operation
