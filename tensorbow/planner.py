@@ -14,6 +14,7 @@ import tensorflow as tf
 from tensorbow import compat
 from tensorbow import runtime as tb_runtime
 from tensorbow.rewrite import analysis
+from tensorbow.rewrite import pipelines
 from tensorbow.rewrite import graph_util
 from tensorbow.rewrite import kernel_choice
 from tensorbow.rewrite import reductions
@@ -378,7 +379,7 @@ def _check_pulled_whole(ops, pulled):
   Raises:
     tf.errors.UnimplementedError: naming the shape op.
   """
-  reader = analysis.shape_reader(ops, pulled)
+  reader = pipelines.shape_reader(ops, pulled)
   if reader is not None:
     raise tf.errors.UnimplementedError(
         None, None,

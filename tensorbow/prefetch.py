@@ -27,9 +27,9 @@ and the run is fed the first of them (or raises the error the pull met
 where it would have met it); before one that re-initialises an iterator
 they are dropped, as a synchronous pull would never have taken them. A
 run that reads the element's shape is not fed it (fed, its dequeue would
-still run: analysis.shape_reader): it takes its own, out of order, with a
-warning. Runs that neither take from nor reset the pipeline (enqueues,
-evaluation on feeds) do not wait for a pull.
+still run: rewrite/pipelines.py, shape_reader): it takes its own, out of
+order, with a warning. Runs that neither take from nor reset the pipeline
+(enqueues, evaluation on feeds) do not wait for a pull.
 
 A pull that reads some of the run's feeds (a feedable iterator's string
 handle, `Closure.pull_feeds`) takes where those feeds say: it is given
@@ -44,7 +44,7 @@ import numpy as np
 import tensorflow as tf
 
 from tensorbow import feeds
-from tensorbow.rewrite import analysis
+from tensorbow.rewrite import pipelines as tb_pipelines
 
 _logger = logging.getLogger("tensorbow")
 # How long close() waits for a pull still running once the TensorFlow
@@ -222,7 +222,7 @@ class Prefetcher(object):
         elif not held.pipelines & set(uses.takes.values()):
           pass  # saved only
         elif held.ops <= uses.takes.keys():
-          if analysis.shape_reader(closure.ops, held.names) is not None:
+          if tb_pipelines.shape_reader(closure.ops, held.names) is not None:
             if held.ahead:
               self._warn_once(
                   f"TensorBow: a run reads the shape of the elements of an "

@@ -13,6 +13,7 @@ import tensorflow as tf
 from tensorbow import checkpoint
 from tensorbow import compat
 from tensorbow.rewrite import analysis
+from tensorbow.rewrite import pipelines as tb_pipelines
 
 # How a run is classified, kept per fetch structure and feed keys.
 Route = collections.namedtuple("Route", [
@@ -36,8 +37,9 @@ Closure = collections.namedtuple("Closure", [
     "ops",  # the ops it runs, in the execution graph, inputs first
     "pulled",  # names of its input tensors taken from a pipeline first
     "reads",  # names of the variable ops it runs
-    "pipelines",  # analysis.PipelineUses: how it takes from or resets
-                  # input pipelines (a training run: before its pulls)
+    "pipelines",  # rewrite/pipelines.py's PipelineUses: how it takes from or
+                  # resets input pipelines (a training run: before its
+                  # pulls)
     "pull_feeds",  # names, sorted, of the fed tensors its pulls read (a
                    # feedable iterator's string handle)
 ])
@@ -183,9 +185,9 @@ class Router(object):
         # A training run's batch from an input pipeline is taken from it
         # first, then fed as a batch feed would be (DESIGN.md).
         pulled = tuple(sorted(t.name for op in ops if training and
-                              op.type in analysis.PULLED_INPUT_OPS
+                              op.type in tb_pipelines.PULLED_INPUT_OPS
                               for t in op.outputs))
-        pipelines = analysis.pipeline_uses(ops, fed_names)
+        pipelines = tb_pipelines.pipeline_uses(ops, fed_names)
         pull_feeds = _read_feeds(
             [self._exec.graph.get_tensor_by_name(n).op for n in pulled],
             fed_names)
