@@ -43,16 +43,30 @@ _UNSUPPORTED_INPUT_OPS = frozenset([
 _SPARSE_UPDATES = frozenset([
     "ScatterSub", "ScatterAdd", "ResourceScatterSub", "ResourceScatterAdd",
     "AssignSub", "AssignSubVariableOp"])
+# Writes that set a variable whole, by which an Optimizer subclass a user
+# wrote may take its step (`var.assign(var - rate * grad)` in its
+# _apply_dense): its variable's apply op when made in that scope too, and
+# computed from a gradient (a write of the variable there from anything
+# else, a constraint say, is no step).
+_WHOLE_WRITES = frozenset(["Assign", "AssignVariableOp"])
 
 
 def is_apply(op):
   """Whether `op` is an optimizer's update of a variable (see above)."""
   if op.type.startswith(_APPLY_PREFIXES):
     return True
-  if op.type not in _SPARSE_UPDATES:
+  if op.type not in _SPARSE_UPDATES and op.type not in _WHOLE_WRITES:
     return False
   var = variable_of(op.inputs[0])
-  return var is not None and f"update_{var.name}/" in op.name
+  if var is None or f"update_{var.name}/" not in op.name:
+    return False
+  return op.type not in _WHOLE_WRITES or _from_gradient(op)
+
+
+def _from_gradient(write):
+  """Whether write `write`'s value is computed from a gradient."""
+  return any(is_gradient_op(o) for o in closure(
+      [t.op for t in write.inputs[1:]], frozenset()))
 
 
 def is_dense_apply(op):

@@ -487,8 +487,9 @@ def trained_variables(graph, fetches):
     source = node.input[0].split(":")[0]
     while nodes[source].op in ("Identity", "RefIdentity"):
       source = nodes[source].input[0].split(":")[0]
-    # A sparse step (GradientDescent's scatter, Adam's assign) is made in
-    # the optimizer's update_<variable> scope.
+    # A sparse step (GradientDescent's scatter, Adam's assign) or a user
+    # optimizer's assign is made in the optimizer's update_<variable>
+    # scope.
     if dense or f"update_{source}/" in node.name:
       names.add(source + ":0")
   return names
@@ -496,7 +497,10 @@ def trained_variables(graph, fetches):
 
 _SPARSE_STEPS = frozenset([
     "ScatterSub", "ScatterAdd", "ResourceScatterSub", "ResourceScatterAdd",
-    "AssignSub", "AssignSubVariableOp"])
+    "AssignSub", "AssignSubVariableOp",
+    # A user's Optimizer subclass may step by assigning the variable whole
+    # (DESIGN.md, "Two kinds of run"; issue #63).
+    "Assign", "AssignVariableOp"])
 
 
 def merge(outputs, sizes):
