@@ -197,17 +197,55 @@ def split(fetches, targets, fed_names):
   ops = analysis.closure([t.op for t in fetches] + list(targets), fed_names)
   fed_ops = set(op.name for op in ops
                 if any(t.name in fed_names for t in op.outputs))
-  after = set()  # the writes and every op that waits for one
+  dead = _maybe_dead(ops)
+  moved = set()  # computed ops the commit computes instead
+  while True:
+    after = _after(ops, fed_ops, fed_names, moved)
+    if not after:
+      return None
+    internal = _internal(ops, after, fed_ops, fed_names)
+    if internal is None:
+      return None
+    crossing = set(t.op.name for t in internal if t.name in dead)
+    if not crossing:
+      break
+    # A tensor of a conditional's branch may carry no value (the branch
+    # not taken): the commit computes it, and the branch, itself.
+    moved |= crossing
+  target_list = list(targets)
+  return Split(
+      compute_fetches=[i for i, t in enumerate(fetches)
+                       if t.op.name not in after],
+      commit_fetches=[i for i, t in enumerate(fetches) if t.op.name in after],
+      compute_targets=[i for i, op in enumerate(target_list)
+                       if op.name not in after],
+      commit_targets=[i for i, op in enumerate(target_list)
+                      if op.name in after],
+      internal=internal,
+      may_fail=any(not _safe_in_commit(op) for op in ops
+                   if op.name in after))
+
+
+def _after(ops, fed_ops, fed_names, moved):
+  """Names of the writes among `ops` (a closure, inputs first), of the ops
+  in `moved` and of every op that waits for one of them."""
+  after = set()
   for op in ops:  # inputs first
     if op.name in fed_ops:
       continue
-    if (writes_state(op) or
+    if (writes_state(op) or op.name in moved or
         any(t.op.name in after and t.name not in fed_names
             for t in op.inputs) or
         any(c.name in after for c in op.control_inputs)):
       after.add(op.name)
-  if not after:
-    return None
+  return after
+
+
+def _internal(ops, after, fed_ops, fed_names):
+  """The tensors the computation of `ops` hands to a commit running the
+  ops named in `after`, or None where it cannot: a write waits on a
+  computed op through a control dependency, or consumes a computed
+  reference or resource."""
   rereadable = set(fed_ops)
   for op in ops:
     if op.name in after or op.name in rereadable:
@@ -234,18 +272,23 @@ def split(fetches, targets, fed_names):
         return None
       seen.add(t.name)
       internal.append(t)
-  target_list = list(targets)
-  return Split(
-      compute_fetches=[i for i, t in enumerate(fetches)
-                       if t.op.name not in after],
-      commit_fetches=[i for i, t in enumerate(fetches) if t.op.name in after],
-      compute_targets=[i for i, op in enumerate(target_list)
-                       if op.name not in after],
-      commit_targets=[i for i, op in enumerate(target_list)
-                      if op.name in after],
-      internal=internal,
-      may_fail=any(not _safe_in_commit(op) for op in ops
-                   if op.name in after))
+  return internal
+
+
+def _maybe_dead(ops):
+  """Names of the tensors of `ops` (inputs first) that a TF1 conditional's
+  branch not taken leaves without a value: a conditional's Switch's
+  outputs (not a while loop's, whose predicate is a LoopCond) and what is
+  computed from them before a Merge."""
+  dead = set()
+  for op in ops:
+    if (op.type in ("Switch", "RefSwitch") and
+        op.inputs[1].op.type != "LoopCond"):
+      dead.update(t.name for t in op.outputs)
+    elif op.type not in ("Merge", "RefMerge") and any(
+        t.name in dead for t in op.inputs):
+      dead.update(t.name for t in op.outputs)
+  return dead
 
 
 def _safe_in_commit(op):

@@ -22,6 +22,28 @@ def cond_on_fed_flag():
 
 
 @CORPUS.idiom
+def cond_beside_update_ops():
+  """A v1 cond in the model, a flag left at its default, and the train op
+  under control_dependencies(UPDATE_OPS) holding a running mean written
+  before the cond (issue #63): the gradient's conditional must not hand
+  a tensor of the branch not taken from the computation to the commit."""
+  x, y, feed = harness.regression_inputs()
+  training = tf.compat.v1.placeholder_with_default(True, [], name="training")
+  h = harness.dense(x, 3, "hidden", tf.nn.relu)
+  mean = tf.compat.v1.get_variable("running_mean", [3], trainable=False,
+                                   initializer=tf.zeros_initializer())
+  tf.compat.v1.add_to_collection(
+      tf.compat.v1.GraphKeys.UPDATE_OPS,
+      tf.compat.v1.assign(mean, 0.9 * mean + 0.1 * tf.reduce_mean(h, 0)))
+  h = tf.cond(training, lambda: h * 2.0, lambda: h)
+  loss = tf.reduce_mean(tf.square(harness.dense(h, 1, "out") - y))
+  with tf.control_dependencies(
+      tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+    op = train.GradientDescentOptimizer(0.1).minimize(loss)
+  return Case([loss, op], feed)
+
+
+@CORPUS.idiom
 def cond_on_data():
   """A branch chosen by the batch's values: a Huber-like loss."""
   x, y, feed = harness.regression_inputs()
