@@ -204,11 +204,18 @@ _ELEMENTWISE = {
 }
 
 
-def merge_fetches(plan, fetched, outputs, sizes):
+def merge_fetches(plan, fetched, outputs, sizes, replicas=None):
   """{fetch position: merged value} of the fetches (`fetched`) a wave's
   replicas computed: all but `plan`'s central and echoed ones, whose
   values are `outputs` (per replica, in fetch order) from shards of
-  `sizes` rows."""
+  `sizes` rows. `replicas`: (how many trained, which committed or None),
+  merged over those; None: every output (a pool's chunks)."""
+  if replicas is not None:
+    trained, committed = replicas
+    keep = [r for r in range(trained)
+            if committed is None or committed[r]] or [0]
+    outputs = [outputs[r] for r in keep]
+    sizes = [sizes[r] for r in keep] if plan.batch_feed >= 0 else None
   echoed = set(i for i, _ in plan.echoed)
   computed = [i for i in range(len(fetched))
               if i not in plan.central_fetches and i not in echoed]

@@ -181,22 +181,12 @@ class Planner(object):
     stand_ins = {t.name: self._builder.input_stand_in(t) for t in fed
                  if t.name in pulled}
     copies = rep.extend(info, fed_names, stand_ins)
-    state = self._replica_state
     summed = self._summed(info, *sourced)
-    sync = state.sync_op(info, summed=summed)
-    sync_call = (self._runtime.add_call([], [], [sync]) if sync is not None
-                 else -1)
-    if sync is not None and self._nonfinite == "skip":
-      # Replica 0 may be skipped: then single variables come from another.
-      sync_call = [sync_call] + [
-          self._runtime.add_call([], [], [state.sync_op(info, r, summed)])
-          for r in range(1, self._replicas)]
-    central_fetches = {i: t.name for i, t in enumerate(fetches)
-                       if analysis.is_variable_value(t) and i not in skipped}
-    twins = self._twins(fetches, merged["combine"], summed, skipped)
-    central_fetches.update((i, t.name) for i, t in twins.items())
+    sync_call = self._sync_call(info, summed)
+    central_fetches, twins = self._central_fetches(
+        fetches, merged["combine"], summed, skipped)
     # What the replicas compute for a twin still runs (its writes).
-    targets = targets + [fetches[i].op for i in sorted(twins)]
+    targets = targets + [fetches[i].op for i in twins]
 
     def group_tensor(t, g):
       return copies.group_tensor(t.op.name, t.value_index, g)
@@ -243,6 +233,33 @@ class Planner(object):
     others = [t for t, b, e in zip(fed, batch, elements)
               if not (b or (e and t.shape.rank))]
     return reductions.combinations(self.graph, tensors, sources, others)
+
+  def _sync_call(self, info, summed):
+    """The runtime call id of the synchronisation of a training run with
+    `info` (`summed` the variables merged as sums), -1 without one, or,
+    with nonfinite="skip", one per replica it may take single variables
+    from."""
+    state = self._replica_state
+    sync = state.sync_op(info, summed=summed)
+    if sync is None:
+      return -1
+    sync_call = self._runtime.add_call([], [], [sync])
+    if self._nonfinite != "skip":
+      return sync_call
+    # Replica 0 may be skipped: then single variables come from another.
+    return [sync_call] + [
+        self._runtime.add_call([], [], [state.sync_op(info, r, summed)])
+        for r in range(1, self._replicas)]
+
+  def _central_fetches(self, fetches, combine, summed, skipped):
+    """({fetch position: tensor name read after the wave}, the positions
+    of those read from a central twin), for the fetches (of the execution
+    graph) that are variables' values or central twins."""
+    central = {i: t.name for i, t in enumerate(fetches)
+               if analysis.is_variable_value(t) and i not in skipped}
+    twins = self._twins(fetches, combine, summed, skipped)
+    central.update((i, t.name) for i, t in twins.items())
+    return central, sorted(twins)
 
   def _twins(self, fetches, combine, summed, skipped):
     """{fetch position: its central twin (rewrite/reductions.py)} of the

@@ -286,13 +286,9 @@ class Trainer(object):
           raise
         raise self._builder.user_error(e, self._user_graph) from None
       self._waves += 1
-      fetched, kept = handler.fetches(), sizes
-      if not pooled:  # merged over the replicas that trained
-        keep = [r for r in range(trained)
-                if committed is None or committed[r]] or [0]
-        outputs = [outputs[r] for r in keep]
-        kept = [sizes[r] for r in keep] if plan.batch_feed >= 0 else None
-      merged = feeds.merge_fetches(plan, fetched, outputs, kept)
+      fetched = handler.fetches()
+      merged = feeds.merge_fetches(plan, fetched, outputs, sizes,
+                                   None if pooled else (trained, committed))
       if self._state.in_use:
         merged.update(self._after_wave(sizes, plan.summed,
                                        feeds.sums_over_rows(plan, merged)))
@@ -306,13 +302,20 @@ class Trainer(object):
       self._timing[0] += 1
       self._timing[1] += time.perf_counter() - start - synced
       self._timing[2] += synced
-      if plan.central_fetches:  # after the sums: twins read them
-        merged.update(zip(plan.central_fetches, self._session.run(
-            list(plan.central_fetches.values()))))
-      for i, j in plan.echoed:
-        merged[i] = feeds.echoed(values[j], plan.combine[i])
+      merged.update(self._central(plan, values))  # after the sums
     results = [merged[i] for i in range(len(fetched))]
     return Trained(handler.build_results(self, results), rows, batch)
+
+  def _central(self, plan, values):
+    """{fetch position: value} of the fetches read after a wave: from the
+    central model (variables, twins of sums) and the fed `values` echoed."""
+    central = {}
+    if plan.central_fetches:
+      central.update(zip(plan.central_fetches, self._session.run(
+          list(plan.central_fetches.values()))))
+    for i, j in plan.echoed:
+      central[i] = feeds.echoed(values[j], plan.combine[i])
+    return central
 
   @contextlib.contextmanager
   def _dropped_on_loss(self, route, taken):
