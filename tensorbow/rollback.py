@@ -11,6 +11,7 @@ back. State outside them is not kept: a `tf.data` iterator or a queue
 random op's own position (TensorBow's random streams start anew in the
 setting made after a change of membership anyway).
 """
+import numpy as np
 import tensorflow as tf
 
 _KINDS = ("VariableV2", "VarHandleOp")
@@ -128,3 +129,13 @@ def _replicated_pair(part):
         tf.raw_ops.ReadVariableOp(resource=backup, dtype=part.dtype),
         tf.range(part.num_replicas, dtype=tf.int32), stacked=True)
   return save, back
+
+
+def snapshot(session, replicas, names):
+  """Copies of what an atomic wave's commit may write to the replicated
+  variables `names` ({key: array}, replicas.ReplicaState's keys): where an
+  op after a write may fail, the commit puts them back."""
+  tensors = replicas.snapshot_tensors(names)
+  keys = sorted(tensors)
+  values = session.run([tensors[k] for k in keys])
+  return {k: np.array(v, copy=True) for k, v in zip(keys, values)}

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from tensorbow import checkpoint
 from tensorbow import compat
+from tensorbow import session_lock
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import pipelines as tb_pipelines
 
@@ -42,6 +43,8 @@ Closure = collections.namedtuple("Closure", [
                   # pulls)
     "pull_feeds",  # names, sorted, of the fed tensors its pulls read (a
                    # feedable iterator's string handle)
+    "waits",  # names of the ops it runs that may wait on another run
+              # (session_lock.py): a training run lets go of the lock
 ])
 
 
@@ -197,7 +200,7 @@ class Router(object):
             training, analysis.written_variables(ops), ops, pulled,
             frozenset(op.name for op in ops
                       if op.type in analysis.VARIABLE_OPS),
-            pipelines, pull_feeds)
+            pipelines, pull_feeds, session_lock.waiting_ops(ops))
         self._closures[signature] = closure
         if not training:
           self._warn_hand_written(ops, fed_names)

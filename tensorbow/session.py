@@ -9,7 +9,6 @@ then executed as a wave of learning tasks by the C++ runtime on the same
 TensorFlow session: batch feeds are sharded across the replicas, and the
 replicas' fetches merged.
 """
-import threading
 import time
 
 import tensorflow as tf
@@ -31,6 +30,7 @@ from tensorbow import routing
 from tensorbow import runtime as tb_runtime
 from tensorbow import scaleout
 from tensorbow import scaling
+from tensorbow import session_lock
 from tensorbow import waves
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import builder as tb_builder
@@ -132,7 +132,7 @@ class TensorBowSession(compat.SessionInterface):
     # One device named is checked, and trains as without devices.
     self._devices = named if named and len(named) > 1 else None
     self._nonfinite = nonfinite
-    self._lock = threading.RLock()
+    self._lock = session_lock.SessionLock()
     self._router = routing.Router(self._graph, self._exec, self._lock)
     # Kept across settings of L: what was taken or pulled ahead stays.
     self._inputs = tb_prefetch.Prefetcher(self._session, ahead=prefetch)

@@ -20,7 +20,9 @@ from tensorbow import checkpoint
 from tensorbow import feeds
 from tensorbow import options as tb_options
 from tensorbow import prefetch
+from tensorbow import rollback
 from tensorbow import scaleout
+from tensorbow import session_lock
 
 # A training run's results, rows trained on and batch its graph was built
 # for (fed, or an input pipeline's element): the auto-tuner weighs by them.
@@ -98,11 +100,12 @@ class Trainer(object):
         (reads is not None and not state.replicates_any(reads))):
       return
     with self._lock:
-      if self._needs_refresh:
+      # Not while a wave waiting on other runs updates the replicas.
+      if self._needs_refresh and not self._lock.waiting:
         refresh = state.refresh_op()
         if refresh is not None:
           self._session.run(refresh)
-      self._needs_refresh = False
+        self._needs_refresh = False
 
   def after_saver(self, kind, prefix):
     """A Saver's "save" or "restore" of checkpoint `prefix` ran."""
@@ -209,7 +212,8 @@ class Trainer(object):
       self._inputs.pull_ahead(route, count, options)
       first, fed_values = prefetch.with_elements(fed_values, taken,
                                                  by_element)
-    with self._lock, self._dropped_on_loss(route, route.pulled and taken):
+    with self._lock.wave(route.closure.waits), self._dropped_on_loss(
+        route, route.pulled and taken):
       start = time.perf_counter()
       synced = self._scale.seconds
       try:
@@ -264,27 +268,28 @@ class Trainer(object):
       # Before the wave: an interrupt after it must still leave the
       # user-named slots to be refreshed.
       self._needs_refresh = True
-      try:
-        updates = range(trained)  # the replica of each update
-        per_replica = (None if pooled else
-                       [[s[r] for s in shards]
-                        for r in range(trained + borrowed)])
-        if pooled:
-          outputs, sizes, updates = self._pool_wave(plan, values, sizes,
-                                                    options)
-          committed = None
-        elif plan.atomic is not None:
-          outputs, committed = self._atomic_wave(
-              plan, per_replica, sizes, sat_out, options, run_metadata)
-        else:
-          # Its tasks write as they go: the replicas sitting out go first.
-          self._leave_out(sat_out, trained)
-          outputs, committed = self._whole_wave(plan, per_replica, options,
-                                                run_metadata), None
-      except tf.errors.OpError as e:
-        if not self._state.in_use:
-          raise
-        raise self._builder.user_error(e, self._user_graph) from None
+      with self._lock.running():
+        try:
+          updates = range(trained)  # the replica of each update
+          per_replica = (None if pooled else
+                         [[s[r] for s in shards]
+                          for r in range(trained + borrowed)])
+          if pooled:
+            outputs, sizes, updates = self._pool_wave(plan, values, sizes,
+                                                      options)
+            committed = None
+          elif plan.atomic is not None:
+            outputs, committed = self._atomic_wave(
+                plan, per_replica, sizes, sat_out, options, run_metadata)
+          else:
+            # Its tasks write as they go: the replicas sitting out go first.
+            self._leave_out(sat_out, trained)
+            outputs, committed = self._whole_wave(plan, per_replica, options,
+                                                  run_metadata), None
+        except tf.errors.OpError as e:
+          if not self._state.in_use:
+            raise
+          raise self._builder.user_error(e, self._user_graph) from None
       self._waves += 1
       fetched = handler.fetches()
       merged = feeds.merge_fetches(plan, fetched, outputs, sizes,
@@ -336,6 +341,8 @@ class Trainer(object):
     """(plan, checked values) of a training run over `route` fed
     `fed_values`, `first` the values of one replica's element."""
     plan = self._plans.plan_for(route, first)
+    session_lock.refuse_per_process(route.closure.ops,
+                                    self._replicas * self._scale.workers)
     return plan, self._scale.checked(plan, fed_values, self._replicas)
 
   def _pool_wave(self, plan, values, batch_sizes, options):
@@ -453,7 +460,8 @@ class Trainer(object):
       raise
     # Where an op after a write may fail, what the commit may write is
     # kept to be put back.
-    snapshot = self._snapshot(plan.snapshot) if plan.snapshot else None
+    snapshot = (rollback.snapshot(self._session, self._state, plan.snapshot)
+                if plan.snapshot else None)
     try:
       sync_call = plan.sync_call
       if plan.sync_calls is not None and True in committed:
@@ -462,7 +470,9 @@ class Trainer(object):
                                options, run_metadata, by_group=plan.by_group)
     except tf.errors.OpError:
       if snapshot is not None:
-        self._restore_snapshot(plan.snapshot, snapshot)
+        self._session.run(*self._state.restore_snapshot_run(plan.snapshot,
+                                                            snapshot))
+        self._reset_barriers()
       else:
         self._after_failed_writes()
       raise
@@ -479,14 +489,6 @@ class Trainer(object):
         values[i] = v
       outputs.append(values)
     return outputs, committed
-
-  def _snapshot(self, names):
-    values = self._read(self._state.snapshot_tensors(names))
-    return {k: np.array(v, copy=True) for k, v in values.items()}
-
-  def _restore_snapshot(self, names, snapshot):
-    self._session.run(*self._state.restore_snapshot_run(names, snapshot))
-    self._reset_barriers()
 
   def _leave_out(self, skipped, remaining):
     """Leaves replicas `skipped` out of the coming commit's central

@@ -2,8 +2,6 @@
 runtime, replica state and plans, so what it does with them is seen
 directly: the shards each replica is given, the merged fetches, which
 replicas commit, and the hooks an algorithm is called through."""
-import threading
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,6 +10,7 @@ from tensorbow import execution
 from tensorbow import options
 from tensorbow import planner
 from tensorbow import routing
+from tensorbow import session_lock
 from tensorbow import waves
 from tensorbow.algorithms import base
 from tensorbow.rewrite import builder
@@ -184,7 +183,7 @@ def _wave(replicas, nonfinite="propagate", algorithm=None, bad=()):
     loss = tf.reduce_mean(x * w, name="loss")
     train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
   exec_graph = execution.ExecutionGraph(graph)
-  lock = threading.RLock()
+  lock = session_lock.SessionLock()
   router = routing.Router(graph, exec_graph, lock)
   fed = exec_graph.tensor(x)
   plan = planner.Plan(
