@@ -49,18 +49,20 @@ class Backup(object):
             self._replicated[part.name] = _replicated_pair(part)
         pairs = list(self._variables.values()) + [
             self._replicated[p.name] for p in replicated]
-        self._ops = (tf.group(*[s for s, _ in pairs], name=f"{_SCOPE}/save"),
-                     tf.group(*[r for _, r in pairs],
-                              name=f"{_SCOPE}/restore"))
+      # Callables, not a group: grouping ops marks them (an attribute
+      # set by tf.control_dependencies), which TensorFlow refuses to do
+      # to an op a session has run, and the ops of a save before are.
+      self._ops = (self._session.make_callable([s for s, _ in pairs]),
+                   self._session.make_callable([r for _, r in pairs]))
       self._keeps = keeps
       self._version = self._graph.version
-    self._session.run(self._ops[0])
+    self._ops[0]()
     self.saved = True
 
   def restore(self):
     """Puts back what the last `save` kept, unless `forget` came since."""
     if self.saved:
-      self._session.run(self._ops[1])
+      self._ops[1]()
     self.saved = False
 
   def forget(self):

@@ -26,6 +26,7 @@ from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow.scaleout import membership
 
 import references
+from tf_logs import OP_MUTATION, WARNINGS_LOGGED
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 LR = 0.1
@@ -366,7 +367,8 @@ def _job(tmp_path, tf_mode_statement, body, flags, **environ):
       [sys.executable, "-m", "tensorbow.run", "--workers", "3",
        "--replicas", "2", *flags, str(script), str(data),
        str(tmp_path / "central"), str(tmp_path / "ckpt")],
-      env=_environ(**environ), capture_output=True, text=True, timeout=60)
+      env=_environ(**dict(WARNINGS_LOGGED, **environ)), capture_output=True,
+      text=True, timeout=60)
 
 
 def _expected(killed, at):
@@ -386,6 +388,7 @@ def _assert_survivors(done, tmp_path, killed):
   out = done.stdout
   assert done.returncode == 0, (out + done.stderr)[-3000:]
   assert f"worker {killed} exited with status -9; 2 go on" in out
+  assert OP_MUTATION not in out + done.stderr, (out + done.stderr)[-3000:]
   survivors = [k for k in range(3) if k != killed]
   expected = _expected(killed, 3)
   for new, k in enumerate(survivors):

@@ -31,6 +31,7 @@ from tensorbow.scaleout import joining
 from tensorbow.scaleout import membership
 
 import references
+from tf_logs import OP_MUTATION, WARNINGS_LOGGED
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 LR = 0.1
@@ -435,7 +436,8 @@ def _run(args, tmp_path, mode, log, **environ):
       [sys.executable, "-m", "tensorbow.run", "--replicas", "2",
        "--min-workers", "2", *args, str(script), str(data),
        str(tmp_path / "central"), str(log)],
-      env=dict(_environ(), **environ), stdout=subprocess.PIPE,
+      env=dict(_environ(), **dict(WARNINGS_LOGGED, **environ)),
+      stdout=subprocess.PIPE,
       stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -535,6 +537,7 @@ def test_a_worker_started_by_hand_joins_as_sma_of_the_new_replicas(
     _stopped(children)
   out = job_out.text()
   k = _assert_joined(tmp_path, log, [0, 1, 9], out)
+  assert OP_MUTATION not in out + joiner_out.text(), out[-3000:]
   for i in (0, 1):
     assert (f"[{i}] TensorBow: membership: from wave {k}, workers 0,1,2 go "
             f"on, 2 joined (3 workers; this is now worker "

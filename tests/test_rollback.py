@@ -56,3 +56,32 @@ def test_a_variable_never_initialised_costs_no_ops_per_save():
     sess.run(v.assign([2.0]))
     backup.restore()
     assert sess.run(v) == [1.0]
+
+
+def test_a_backup_never_changes_an_op_a_session_has_run(monkeypatch):
+  # TensorFlow warns that setting an attribute of an op after a run "will
+  # trigger an error in the future"; grouping ops sets one (a control
+  # dependency's mark). The backup's ops of a save before a variable came
+  # are run again, so they must be left as they were built.
+  graph = tf.Graph()
+  with graph.as_default():
+    v = tf.compat.v1.get_variable("v", initializer=[1.0, 2.0])
+    late = tf.compat.v1.get_variable("late", initializer=[5])
+  changed = []
+  original = tf.Operation._set_attr  # pylint: disable=protected-access
+  with tf.compat.v1.Session(graph=graph) as sess:
+    sess.run(v.initializer)
+    backup = rollback.Backup(sess, graph)
+    backup.save()
+    backup.restore()
+    ran = {op.name for op in graph.get_operations()}
+    monkeypatch.setattr(
+        tf.Operation, "_set_attr",
+        lambda op, name, value: (changed.append((op.name, name)),
+                                 original(op, name, value)))
+    sess.run(late.initializer)
+    backup.save()  # kept anew: `late` joins `v`
+    sess.run(v.assign([3.0, 4.0]))
+    backup.restore()
+    np.testing.assert_array_equal(sess.run(v), [1.0, 2.0])
+  assert [c for c in changed if c[0] in ran] == []
