@@ -7,7 +7,9 @@ its C++ runtime needs. A TensorFlow upgrade touches this file only
 (tests/test_private_api.py fails on any use elsewhere).
 """
 import threading
+import weakref
 
+import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint_management as _ckpt
 from tensorflow.python.client import session as _tf_session
 from tensorflow.python.framework import error_interpolation as _interpolation
@@ -16,6 +18,7 @@ from tensorflow.python.framework import op_def_registry as _op_def_registry
 from tensorflow.python.framework import ops as _ops
 from tensorflow.python.framework import sparse_tensor as _sparse_tensor
 from tensorflow.python.framework import stack as _stack
+from tensorflow.python.ops import array_ops as _array_ops
 from tensorflow.python.training import monitored_session as _monitored_session
 from tensorflow.python.util import nest as _nest
 
@@ -328,3 +331,45 @@ def graph_function(graph, name):
   if not graph._is_function(name):  # pylint: disable=protected-access
     return None
   return graph._get_function(name)  # pylint: disable=protected-access
+
+
+# {graph: {Const op name: ("shape" | "size", name of the tensor it is of)}}
+# of the static shapes TensorFlow folded into constants while the graph
+# was built (record_shape_folds).
+_shape_folds = weakref.WeakKeyDictionary()
+
+
+def record_shape_folds():
+  """Makes TensorFlow note, from now on, each constant it folds a tensor's
+  static shape or size into (`tf.shape`, `tf.size`, `ones_like` and the
+  gradient functions that call them, in graph mode), and of which tensor:
+  a batch fed to a placeholder of fixed size can then be split, the
+  copies computing those from their shard (rewrite/batch_sizes.py). Only
+  notes; what TensorFlow builds is unchanged. Idempotent."""
+  for name, kind in (("shape_internal", "shape"), ("size_internal", "size")):
+    fold = getattr(_array_ops, name)
+    if not getattr(fold, "_tensorbow_recording", False):
+      setattr(_array_ops, name, _recording(fold, kind))
+
+
+def _recording(fold, kind):
+  """`fold` (array_ops.shape_internal or size_internal), noting the
+  constants it returns in graph mode (record_shape_folds)."""
+
+  def folded(input, *args, **kwargs):  # pylint: disable=redefined-builtin
+    result = fold(input, *args, **kwargs)
+    op = getattr(result, "op", None)
+    if (op is not None and op.type == "Const" and
+        isinstance(input, tf.Tensor) and hasattr(input, "graph") and
+        input.graph is op.graph):
+      _shape_folds.setdefault(op.graph, {})[op.name] = (kind, input.name)
+    return result
+
+  folded._tensorbow_recording = True  # pylint: disable=protected-access
+  return folded
+
+
+def shape_folds(graph):
+  """{Const op name: ("shape" | "size", tensor name)} of the static shapes
+  TensorFlow folded into constants of `graph` (record_shape_folds)."""
+  return dict(_shape_folds.get(graph, {}))
