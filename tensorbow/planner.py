@@ -15,7 +15,6 @@ from tensorbow import compat
 from tensorbow import runtime as tb_runtime
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import pipelines
-from tensorbow.rewrite import graph_util
 from tensorbow.rewrite import kernel_choice
 from tensorbow.rewrite import reductions
 from tensorbow.rewrite import substitutes
@@ -338,7 +337,7 @@ class Planner(object):
       return _new_plan(fed, batch, elements, self._replicas, by_group, calls,
                        sync_call, central_fetches, splits[0], commit_calls,
                        described, snapshot,
-                       _gradient_positions(splits[0].internal))
+                       phases.gradient_positions(splits[0].internal))
     if self._nonfinite != "propagate":
       raise tf.errors.UnimplementedError(
           None, None,
@@ -414,41 +413,6 @@ def _described_internal(user_name, tensor):
       if var is not None:
         return f"{user_name(tensor.name)} (applied to {user_name(var.name)})"
   return user_name(tensor.name)
-
-
-def _gradient_positions(internal):
-  """Positions, among the float32 and float64 tensors of `internal` (those
-  Runtime.kept_sums sums, in its order), of each that a write takes as the
-  whole gradient of a model variable: at its `grad` or `delta` input, of
-  the variable's shape (not an outer product's factors, nor a sparse
-  update's rows)."""
-  positions = []
-  kept = [t for t in internal if t.dtype.base_dtype in (tf.float32,
-                                                        tf.float64)]
-  for k, tensor in enumerate(kept):
-    for consumer in tensor.consumers():
-      if not (phases.writes_state(consumer) and consumer.inputs):
-        continue
-      var = analysis.variable_of(consumer.inputs[0])
-      names = _input_names(consumer)
-      if (var is not None and tensor.shape.is_fully_defined() and
-          tensor.shape == graph_util.dtype_and_shape(var)[1] and
-          any(names[i] in ("grad", "delta")
-              for i, t in enumerate(consumer.inputs) if t is tensor)):
-        positions.append(k)
-        break
-  return positions
-
-
-def _input_names(op):
-  """The name of the op definition's argument behind each input of `op`."""
-  names = []
-  for arg in op.op_def.input_arg:
-    count = (op.get_attr(arg.number_attr) if arg.number_attr else
-             len(op.get_attr(arg.type_list_attr)) if arg.type_list_attr
-             else 1)
-    names += [arg.name] * count
-  return names
 
 
 def _new_plan(fed, batch, elements, replicas, by_group, calls, sync_call,

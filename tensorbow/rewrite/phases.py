@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from tensorbow import compat
 from tensorbow.rewrite import analysis
+from tensorbow.rewrite import graph_util
 
 # Ops whose outputs a commit may compute again instead of being fed: they
 # only name or read state that the computation does not change.
@@ -294,3 +295,38 @@ def _maybe_dead(ops):
 def _safe_in_commit(op):
   return (op.type in _SAFE_IN_COMMIT or analysis.is_apply(op) or
           (writes_state(op) and op.type.startswith("TensorBow")))
+
+
+def gradient_positions(internal):
+  """Positions, among the float32 and float64 tensors of `internal` (those
+  Runtime.kept_sums sums, in its order), of each that a write takes as the
+  whole gradient of a model variable: at its `grad` or `delta` input, of
+  the variable's shape (not an outer product's factors, nor a sparse
+  update's rows)."""
+  positions = []
+  kept = [t for t in internal if t.dtype.base_dtype in (tf.float32,
+                                                        tf.float64)]
+  for k, tensor in enumerate(kept):
+    for consumer in tensor.consumers():
+      if not (writes_state(consumer) and consumer.inputs):
+        continue
+      var = analysis.variable_of(consumer.inputs[0])
+      names = _input_names(consumer)
+      if (var is not None and tensor.shape.is_fully_defined() and
+          tensor.shape == graph_util.dtype_and_shape(var)[1] and
+          any(names[i] in ("grad", "delta")
+              for i, t in enumerate(consumer.inputs) if t is tensor)):
+        positions.append(k)
+        break
+  return positions
+
+
+def _input_names(op):
+  """The name of the op definition's argument behind each input of `op`."""
+  names = []
+  for arg in op.op_def.input_arg:
+    count = (op.get_attr(arg.number_attr) if arg.number_attr else
+             len(op.get_attr(arg.type_list_attr)) if arg.type_list_attr
+             else 1)
+    names += [arg.name] * count
+  return names
