@@ -6,6 +6,8 @@
 `tf.compat.v1.Session`. The creator here does the same on a
 `TensorBowSession`, so hooks, checkpoints and recovery work as they do
 with TensorFlow's while the training runs train the replicas.
+`TensorBowSessionManager` is that `SessionManager`: `tensorbow-run` also
+puts a subclass of it where `Supervisor` finds TensorFlow's (cli/patches.py).
 """
 import time
 
@@ -45,7 +47,7 @@ class TensorBowSessionCreator(_train.ChiefSessionCreator):
 
   def _get_session_manager(self):
     if self._session_manager is None:
-      self._session_manager = _SessionManager(
+      self._session_manager = TensorBowSessionManager(
           self._options,
           local_init_op=self._scaffold.local_init_op,
           local_init_feed_dict=self._scaffold.local_init_feed_dict,
@@ -55,17 +57,34 @@ class TensorBowSessionCreator(_train.ChiefSessionCreator):
     return self._session_manager
 
 
-class _SessionManager(_train.SessionManager):
-  """A `SessionManager` that prepares `TensorBowSession`s.
+class TensorBowSessionManager(_train.SessionManager):
+  """A `SessionManager` whose `prepare_session` and `recover_session` make
+  `TensorBowSession`s.
 
-  TensorFlow's makes its session in `_restore_checkpoint` (the one place);
-  this one makes a `TensorBowSession` there and restores as TensorFlow's
-  does.
+  TensorFlow's makes those sessions in `_restore_checkpoint` (the one
+  place); this one makes them with `make_session` there and restores as
+  TensorFlow's does. (`wait_for_session`, which waits for another process
+  to make the model ready, keeps TensorFlow's session.)
+
+  Args:
+    options: `TensorBowSession`'s keyword options, as a dict.
+    **kwargs: as for `tf.compat.v1.train.SessionManager`.
   """
 
   def __init__(self, options, **kwargs):
     super().__init__(**kwargs)
     self._options = options
+
+  def make_session(self, master, graph, config):
+    """The session `prepare_session` and `recover_session` start from.
+
+    Args:
+      master, graph, config: as for `tf.compat.v1.Session`.
+
+    Returns:
+      A `TensorBowSession` with this manager's options.
+    """
+    return tb_session.TensorBowSession(master, graph, config, **self._options)
 
   def _restore_checkpoint(self, master, saver=None, checkpoint_dir=None,
                           checkpoint_filename_with_path=None,
@@ -75,8 +94,7 @@ class _SessionManager(_train.SessionManager):
       raise ValueError("Can not provide both checkpoint_dir and "
                        "checkpoint_filename_with_path.")
     self._target = master
-    sess = tb_session.TensorBowSession(master, self._graph, config,
-                                       **self._options)
+    sess = self.make_session(master, self._graph, config)
     if not saver or not (checkpoint_dir or checkpoint_filename_with_path):
       return sess, False
     if checkpoint_filename_with_path:

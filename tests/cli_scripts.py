@@ -9,6 +9,8 @@ import numpy as np
 
 import tensorbow
 
+import references
+
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 
 LR, STEPS = 0.1, 4
@@ -32,16 +34,53 @@ train = tf.compat.v1.train.GradientDescentOptimizer({lr}).minimize(loss)
 """
 
 
-def run_child(tmp_path, script_text, *args):
+def run_child(tmp_path, script_text, *args, status=0, flags=("--replicas",
+                                                               "4")):
   """Runs `script_text` as script.py under `python -m tensorbow.run
-  --replicas 4`, with `args`; returns the command's stderr."""
+  FLAGS` (default `--replicas 4`), with `args`; checks it exits with
+  `status`; returns the command's stderr."""
   script = tmp_path / "script.py"
   script.write_text(script_text)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
   done = subprocess.run(
-      [sys.executable, "-m", "tensorbow.run", "--replicas", "4",
-       str(script)] + [str(a) for a in args],
+      [sys.executable, "-m", "tensorbow.run", *flags, str(script)] +
+      [str(a) for a in args],
       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.returncode == status, done.stderr[-3000:]
   return done.stderr
+
+
+def assert_sma(w, b, replicas, x=X16, y=Y16):
+  """Checks that `w` and `b` are SMA's central model (alpha 1 / replicas,
+  momentum 0.9) after STEPS waves on (`x`, `y`) from (W0, B0)."""
+  waves = references.sma([W0, B0], [(x, y)] * STEPS, replicas,
+                         alpha=1.0 / replicas, mu=0.9, lr=LR)
+  np.testing.assert_allclose(w, waves[-1][0][0], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(b, waves[-1][0][1], rtol=1e-5, atol=1e-6)
+
+
+def run_model_script(tmp_path, template, mode, *args, x=X16, y=Y16,
+                     status=0):
+  """Runs `template` (a script around MODEL; its {mode}, {lr} and
+  {steps} filled in) under `run_child` on data.npz, the data (`x`, `y`)
+  and the start (W0, B0), given as its first argument before `args`;
+  returns the command's stderr."""
+  data = tmp_path / "data.npz"
+  np.savez(data, x=x, y=y, w0=W0, b0=B0)
+  return run_child(tmp_path, template.format(mode=mode, lr=LR, steps=STEPS),
+                   data, *args, status=status)
+
+
+def record_sessions(monkeypatch):
+  """[(type, options)] of every TensorBowSession made from now on (while
+  `monkeypatch` holds)."""
+  made = []
+  init = tensorbow.TensorBowSession.__init__
+
+  def recorded(self, target="", graph=None, config=None, **options):
+    made.append((type(self), options))
+    init(self, target, graph, config, **options)
+
+  monkeypatch.setattr(tensorbow.TensorBowSession, "__init__", recorded)
+  return made

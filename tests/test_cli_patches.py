@@ -9,8 +9,8 @@ import tensorbow
 from tensorbow.cli import options as cli_options
 from tensorbow.cli import patches
 
-import references
-from cli_scripts import B0, LR, MODEL, STEPS, W0, X, X16, Y, Y16, run_child
+from cli_scripts import (LR, MODEL, STEPS, W0, X, X16, Y, Y16, assert_sma,
+                         record_sessions, run_model_script)
 from graphs import build
 
 TWO_CPUS = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
@@ -89,14 +89,7 @@ def test_nonfinite_reaches_the_session():
 def test_every_option_reaches_every_session_the_patch_makes(monkeypatch):
   """`Session`, `InteractiveSession` and `MonitoredTrainingSession` make
   their TensorBow sessions with the one options object's every option."""
-  made = []
-  init = tensorbow.TensorBowSession.__init__
-
-  def recorded(self, target="", graph=None, config=None, **options):
-    made.append((type(self), options))
-    init(self, target, graph, config, **options)
-
-  monkeypatch.setattr(tensorbow.TensorBowSession, "__init__", recorded)
+  made = record_sessions(monkeypatch)
   graph = tf.Graph()
   with graph.as_default():
     tf.compat.v1.get_variable("v", initializer=1.0)
@@ -129,10 +122,7 @@ def test_devices_reach_the_session():
       groups = {(t.replica, t.stream_group) for t in sess.task_timings()
                 if t.replica >= 0}
   assert groups == {(0, 0), (1, 0), (2, 1), (3, 1)}
-  waves = references.sma([W0, B0], [(X16, Y16)] * STEPS, 4, alpha=0.25,
-                         mu=0.9, lr=LR)
-  np.testing.assert_allclose(w, waves[-1][0][0], rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(b, waves[-1][0][1], rtol=1e-5, atol=1e-6)
+  assert_sma(w, b, 4)
 
 
 def test_interactive_session_is_a_tensorbow_session_while_default():
@@ -198,12 +188,8 @@ np.savez(sys.argv[3], default=tf.compat.v1.get_default_session() is None)
 @pytest.mark.slow
 def test_interactive_session_trains_with_tensorbow(tmp_path,
                                                    tf_mode_statement):
-  data = tmp_path / "data.npz"
-  np.savez(data, x=X16, y=Y16, w0=W0, b0=B0)
-  stderr = run_child(
-      tmp_path, INTERACTIVE_SCRIPT.format(mode=tf_mode_statement, lr=LR,
-                                          steps=STEPS),
-      data, tmp_path / "out.npz", tmp_path / "after.npz")
+  stderr = run_model_script(tmp_path, INTERACTIVE_SCRIPT, tf_mode_statement,
+                            tmp_path / "out.npz", tmp_path / "after.npz")
   out = np.load(tmp_path / "out.npz")
   # A TensorBowSession, of the subclass that is the default session.
   assert str(out["session"]) == "TensorBowInteractiveSession"
@@ -211,11 +197,6 @@ def test_interactive_session_trains_with_tensorbow(tmp_path,
   assert out["is_default"] and out["is_interactive"]
   # Closing it stops it being the default session, as TensorFlow's.
   assert np.load(tmp_path / "after.npz")["default"]
-  waves = references.sma([W0, B0], [(X16, Y16)] * STEPS, 4, alpha=0.25,
-                         mu=0.9, lr=LR)
-  np.testing.assert_allclose(out["w"], waves[-1][0][0], rtol=1e-5,
-                             atol=1e-6)
-  np.testing.assert_allclose(out["b"], waves[-1][0][1], rtol=1e-5,
-                             atol=1e-6)
+  assert_sma(out["w"], out["b"], 4)
   assert (f"made 1 TensorBowSession, which ran {STEPS} training runs"
           in stderr), stderr[-2000:]

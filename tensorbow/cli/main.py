@@ -31,9 +31,10 @@ does that for the hosts of this machine a command lists (discovery.py).
 The script runs in this process (`runpy.run_path`, as `__main__`, with
 `sys.argv` set to `[script.py, args...]` and the script's folder first on
 `sys.path`, as `python script.py` would). When it ends, however it ends,
-the patch is undone and a line on stderr says how many TensorBow sessions
-the script made and how many training runs they ran (with a warning if
-none trained).
+the patch is undone and a line on stderr (report.py) names the sessions
+the script made, by the class it made each through, and the training runs
+each ran, with a warning if none trained; a script that failed is said to
+have failed, with its exit status.
 
 `python -m tensorbow.run` (tensorbow/run.py) runs `main` as the
 `tensorbow-run` command does.
@@ -49,41 +50,14 @@ import sys
 from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow import observe
 from tensorbow import preemption
-from tensorbow import session as tb_session
 from tensorbow.cli import discovery as tb_discovery
 from tensorbow.cli import launch
 from tensorbow.cli import options as cli_options
 from tensorbow.cli import patches
+from tensorbow.cli import report as cli_report
 
 # What each worker of `--workers` runs: the module entry point.
 _MODULE = "tensorbow.run"
-
-
-class Report(object):
-  """What the TensorBow sessions a script made did: each session's counts
-  (TensorBowSession.counts, kept without the session)."""
-
-  def __init__(self):
-    self.counts = []
-
-  def made(self, session):
-    if isinstance(session, tb_session.TensorBowSession):
-      self.counts.append(session.counts)
-    return session
-
-  def __str__(self):
-    sessions = len(self.counts)
-    runs = sum(c["training_runs"] for c in self.counts)
-    if sessions == 0:
-      return ("tensorbow-run: warning: the script made no TensorBowSession; "
-              "whatever it trained ran on plain TensorFlow")
-    text = (f"tensorbow-run: the script made {sessions} TensorBowSession"
-            f"{'s' if sessions != 1 else ''}, which ran {runs} training "
-            f"run{'s' if runs != 1 else ''}")
-    if runs == 0:
-      text += ("; warning: no training run: whatever it trained ran on "
-               "plain TensorFlow")
-    return text
 
 
 def _hosts(text):
@@ -188,7 +162,7 @@ def main(argv=None):
   saved_argv, saved_path = sys.argv, list(sys.path)
   sys.argv = [args.script] + list(args.script_args)
   sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
-  report = Report()
+  report = cli_report.Report()
   # SIGTERM saves at a wave and exits preemption.EXIT_CODE (preemption.py).
   previous = signal.getsignal(signal.SIGTERM)
   preemption.install()
@@ -196,6 +170,11 @@ def main(argv=None):
     with patches.patch_session(options, report), \
         _tuner_log(options.replicas == "auto"):
       runpy.run_path(args.script, run_name="__main__")
+  except BaseException as e:  # re-raised: the report only notes it
+    report.status = cli_report.exit_status(e)
+    raise
+  else:
+    report.status = 0
   finally:
     sys.argv = saved_argv
     sys.path[:] = saved_path

@@ -271,6 +271,13 @@ _FLAGS = (
 )
 
 
+def flag_argv(field, value):
+  """The command line's flag that sets `SessionOptions`' `field` to
+  `value`, as argv (such as ["--replicas", "4"])."""
+  [flag] = [f for f in _FLAGS if f.field == field]
+  return flag.write(value)
+
+
 def add_flags(parser):
   """Adds a flag for every field of `SessionOptions` to `parser`."""
   defaults = SessionOptions()
