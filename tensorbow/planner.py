@@ -15,6 +15,7 @@ from tensorbow import compat
 from tensorbow import runtime as tb_runtime
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import pipelines
+from tensorbow.rewrite import batch_sizes
 from tensorbow.rewrite import kernel_choice
 from tensorbow.rewrite import reductions
 from tensorbow.rewrite import substitutes
@@ -106,14 +107,18 @@ class Planner(object):
   def plan_for(self, route, first):
     """The plan of a training run over `route` (routing.Route), made once
     per signature; `first`: the values of one replica's feeds."""
-    plan = self._plans.get(route.signature)
+    # Whether a feed without a declared shape is a batch depends on the
+    # rank of what it is fed.
+    key = route.signature + tuple(
+        np.ndim(v) for t, v in zip(route.fed, first) if t.shape.rank is None)
+    plan = self._plans.get(key)
     if plan is None:
       plan = self.plan(route.handler, route.closure.ops,
                        route.fed + route.pulled,
                        frozenset(route.closure.pulled), first)
       if not self._plain:
         self._algorithm.check_split(plan.atomic is not None)
-      self._plans[route.signature] = plan
+      self._plans[key] = plan
     return plan
 
   def plan(self, handler, ops, fed, pulled=frozenset(), values=None):
@@ -136,6 +141,10 @@ class Planner(object):
     by_element = self.takes_elements([t for t in fed if t.name in pulled])
     elements = [by_element and t.name in pulled for t in fed]
     batch = [is_batch_feed(t) and not e for t, e in zip(fed, elements)]
+    folds = {}
+    if not self._plain and values is not None:
+      batch, folds = self._batch_by_data_flow(ops, fed, values, batch,
+                                              elements)
     merged = dict(echoed=echoed, combine=self._combinations(
         handler.fetches(), fed, batch, elements))
     sourced = (fed, batch, elements)  # of the user's graph
@@ -179,7 +188,13 @@ class Planner(object):
       rep.chooser = kernel_choice.Chooser(max(rows[0], 1) if rows else 1)
     stand_ins = {t.name: self._builder.input_stand_in(t) for t in fed
                  if t.name in pulled}
-    copies = rep.extend(info, fed_names, stand_ins)
+    # The copies read a fixed-size batch feed's shard through a stand-in
+    # of unknown size, and compute what TensorFlow folded from its size.
+    stand_ins.update((t.name, self._builder.input_stand_in(t, shard=True))
+                     for t, b in zip(fed, batch) if b and
+                     t.shape.rank and t.shape.as_list()[0] is not None)
+    copies = rep.extend(info, fed_names, stand_ins,
+                        folds if len(stand_ins) > len(pulled) else {})
     summed = self._summed(info, *sourced)
     sync_call = self._sync_call(info, summed)
     central_fetches, twins = self._central_fetches(
@@ -219,6 +234,22 @@ class Planner(object):
                            [self._builder.replica_input] if by_group else [],
                            stand_ins)._replace(summed=tuple(sorted(summed)),
                                                **merged)
+
+  def _batch_by_data_flow(self, ops, fed, values, batch, elements):
+    """(per feed, whether it is a batch feed; the constants TensorFlow
+    folded from static shapes, `batch_sizes.folds`) of a training run over
+    closure `ops` (of the execution graph) fed `values` to `fed` (of the
+    user's graph): beyond the declared batch feeds `batch`, those the
+    data flow shows (DESIGN.md, "Batch feeds are split")."""
+    user_ops = [self.graph.get_operation_by_name(op.name) for op in ops
+                if not op.name.startswith(self._builder.prefix + "/")]
+    folds = batch_sizes.folds(self.graph, user_ops)
+    found = batch_sizes.by_data_flow(
+        self.graph, user_ops, fed, values,
+        [b or e for b, e in zip(batch, elements)], folds)
+    batch = [b or f for b, f in zip(batch, found)]
+    batch_sizes.check_noticed(self.graph, user_ops, fed, batch)
+    return batch, folds
 
   def _combinations(self, tensors, fed, batch, elements):
     """Per tensor (of the user's graph), how its replicas' values make the

@@ -185,18 +185,23 @@ class Builder(object):
                                                  name="replica")
     return self._replica
 
-  def input_stand_in(self, tensor):
-    """The placeholder the copies read in place of `tensor`, an input
-    pipeline's output that training runs take before the wave and feed.
+  def input_stand_in(self, tensor, shard=False):
+    """The placeholder the copies read in place of `tensor`: an input
+    pipeline's output that training runs take before the wave and feed,
+    or, with `shard`, a batch feed of fixed size whose shards the
+    copies read (its first dimension unknown: rewrite/batch_sizes.py).
 
     Fed, the pipeline's op would still run: Grappler turns a Shape of a
     tensor of known shape into a constant that waits on the tensor's op,
     and TensorFlow prunes what a fed op waits on, not the op itself. A
     placeholder has nothing to wait on."""
-    return self.once("stand_in", tensor.name, lambda: (
-        tf.compat.v1.placeholder(tensor.dtype, tensor.shape,
+    shape = (tf.TensorShape([None] + tensor.shape.as_list()[1:]) if shard
+             else tensor.shape)
+    suffix = "_shard" if shard else ""
+    return self.once("stand_in", (tensor.name, suffix), lambda: (
+        tf.compat.v1.placeholder(tensor.dtype, shape,
                                  name=f"input/{flat(tensor.op.name)}_"
-                                 f"{tensor.value_index}")))
+                                 f"{tensor.value_index}{suffix}")))
 
   def replica_variable_node(self, node, op_type, replicated, aux):
     """The NodeDef of `replicated` resolved to the task's replica in a

@@ -65,8 +65,8 @@ def per_example(graph, fetches, sources, fed=()):
   # The sizes a fixed-batch pipeline was built for.
   fixed = frozenset(_first(t.shape) for t in sources.values()) - {None}
   fed = dict(sources, **{t.name: t for t in fed})
-  ops, inputs = _data_closure(fetches, fed)
-  dependent = _dependent(ops, sources)
+  ops, inputs = data_closure(fetches, fed)
+  depending = dependent(ops, sources)
   shapes = _inferred_shapes(graph, ops, inputs, fetches, sources, fixed)
   decided = []
   for t in fetches:
@@ -83,7 +83,7 @@ def per_example(graph, fetches, sources, fed=()):
       # while loop's shape invariant), where the import lost it.
       decided.append(False)
     else:
-      decided.append(t.op.name in dependent and t.shape.rank != 0)
+      decided.append(t.op.name in depending and t.shape.rank != 0)
   return tuple(decided)
 
 
@@ -92,7 +92,7 @@ def _first(shape):
   return shape.as_list()[0] if shape.rank else None
 
 
-def _data_closure(fetches, fed):
+def data_closure(fetches, fed):
   """(ops, fed tensors read): the ops computing `fetches` by data inputs,
   not entering the producers of fed tensors."""
   seen, ops, inputs = set(), [], {}
@@ -111,7 +111,7 @@ def _data_closure(fetches, fed):
   return ops, inputs
 
 
-def _dependent(ops, sources):
+def dependent(ops, sources):
   """Names of the ops in `ops` whose data flow from a batch source."""
   names = set(op.name for op in ops)
   dependent = set()
@@ -132,7 +132,7 @@ def _inferred_shapes(graph, ops, inputs, fetches, sources, fixed):
   kept = {op.name: op for op in ops}
   cut = {}  # tensor name -> (dtype, shape) in the scratch graph
   for name, t in inputs.items():
-    cut[name] = (t.dtype, _sentinel_shape(t.shape) if name in sources
+    cut[name] = (t.dtype, sentinel_shape(t.shape) if name in sources
                  else t.shape)
   for _ in range(_MAX_CUTS):
     try:
@@ -155,7 +155,7 @@ def _inferred_shapes(graph, ops, inputs, fetches, sources, fixed):
     for op in pinning:
       del kept[op.name]
       for t in op.outputs:
-        cut[t.name] = (t.dtype, _sentinel_shape(t.shape)
+        cut[t.name] = (t.dtype, sentinel_shape(t.shape)
                        if _first(t.shape) in fixed else t.shape)
   return None
 
@@ -164,7 +164,7 @@ def _pinning_before(full, kept, cut, failed, fixed):
   """The ops to carry inference past when op `failed` refused its inputs'
   shapes: the reshapes among its inputs' ops that pin the batch
   (`_pins_batch`), else `failed` itself."""
-  ancestors, _ = _data_closure(list(failed.inputs), cut)
+  ancestors, _ = data_closure(list(failed.inputs), cut)
   ancestors = {op.name: op for op in ancestors if op.name in kept}
   try:
     _, scratch = _imported(full, ancestors, cut, [])
@@ -185,6 +185,25 @@ def _pins_batch(scratch, op, fixed):
   source = _first(imported.inputs[0].shape)
   return (_first(imported.outputs[0].shape) in fixed and
           source is not None and source % SENTINEL == 0)
+
+
+def sentinel_import(graph, kept, cut):
+  """(scratch graph, None) of an import of the `kept` ops ({name: op}) of
+  `graph`, their inputs named in `cut` replaced by placeholders of the
+  (dtype, shape) given there; or (None, the name of the op of `graph`
+  whose shape function refused them, None if none is named)."""
+  try:
+    _, scratch = _imported(graph.as_graph_def(), kept, cut, [])
+  except ValueError as e:
+    failed = _FAILED_NODE.search(str(e))
+    name = failed.group(1)[len(_SCOPE) + 1:] if failed else None
+    return None, (name if name in kept else None)
+  return scratch, None
+
+
+def imported_op(scratch, name):
+  """The op of a scratch graph (sentinel_import) importing op `name`."""
+  return scratch.get_operation_by_name(_SCOPE + "/" + name)
 
 
 def _imported(full, kept, cut, fetches):
@@ -226,7 +245,8 @@ def _imported(full, kept, cut, fetches):
   return shapes, scratch
 
 
-def _sentinel_shape(shape):
+def sentinel_shape(shape):
+  """`shape` with its first dimension the sentinel (a batch's)."""
   if shape.rank is None or shape.rank == 0:
     return shape
   return tf.TensorShape([SENTINEL] + shape.as_list()[1:])

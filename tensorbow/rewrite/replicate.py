@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from tensorbow import compat
 from tensorbow.rewrite import analysis
+from tensorbow.rewrite import batch_sizes
 from tensorbow.rewrite import builder as tb_builder
 from tensorbow.rewrite import graph_util
 from tensorbow.rewrite import phases
@@ -76,10 +77,12 @@ class Copier(object):
     self._stream_states = {}  # random op name -> its Replicated state
     self._frames = {}  # op name -> its while frames (while_frames)
 
-  def extend(self, info, fed_names, stand_ins=None):
+  def extend(self, info, fed_names, stand_ins=None, folds=None):
     """Copies what `info`'s closure needs into every group (idempotent),
     for a run feeding the tensors named in `fed_names`; the copies read
-    `stand_ins[name]` for the tensor named `name`.
+    `stand_ins[name]` for the tensor named `name`, and compute the
+    constants of `folds` ({Const op name: batch_sizes.Fold}) from their
+    own tensors.
 
     Returns:
       The `Copies` the run's tasks use.
@@ -115,7 +118,7 @@ class Copier(object):
       fused = self._outer_applies(new_ops)
       for g in range(builder.num_groups):
         graph_def, input_map = self._group_graph_def(copies, new_ops, local,
-                                                     fused, g)
+                                                     fused, g, folds or {})
         scope = builder.copy_name(g, "", copies.index)
         with graph.device(builder.device(g)):
           tf.compat.v1.import_graph_def(graph_def, input_map=input_map,
@@ -148,7 +151,7 @@ class Copier(object):
       self._copies[key] = Copies(self._builder, len(self._copies), stand_ins)
     return self._copies[key]
 
-  def _group_graph_def(self, copies, new_ops, local, fused, group):
+  def _group_graph_def(self, copies, new_ops, local, fused, group, folds):
     graph_def = tf.compat.v1.GraphDef()
     graph_def.versions.CopyFrom(self._graph.graph_def_versions)
     input_map = {}
@@ -184,6 +187,12 @@ class Copier(object):
       node.CopyFrom(op.node_def)
       node.name = tb_builder.flat(op.name)
       graph_util.without_colocation(node)
+      if op.name in folds:
+        graph_def.node.extend(batch_sizes.fold_nodes(
+            node, folds[op.name], [self._graph.get_tensor_by_name(n).dtype
+                                   for n in folds[op.name].sources],
+            resolve))
+        continue
       if op.type in analysis.VARIABLE_OPS:
         graph_def.node.add().CopyFrom(self._builder.replica_variable_node(
             node, _REPLICA_OP[op.type], self._replicas.replicas_of(op.name),
