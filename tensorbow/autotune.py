@@ -426,3 +426,20 @@ class Tuning(object):
                     efficiency(noise, batch, setting[0])),
         noise_scale=noise)
     return setting if following is None else following
+
+
+def unsplittable(tuning, refused, setting):
+  """The setting a training run refused at `setting` for a batch that
+  cannot split (`refused`, a batch_sizes.UnsplittableBatch: the user's
+  graph fixes the batch size) is taken again at: with replicas="auto"
+  (`tuning`, an autotune.Tuning, else None) L = 1 for good, recorded in
+  the tuner's decisions.
+
+  Raises:
+    batch_sizes.UnsplittableBatch: `refused`, without replicas="auto" or
+      at L = 1 already.
+  """
+  if tuning is None or setting[0] == 1:
+    raise refused
+  return tuning.tuner.pin(setting, "the batch cannot be split across "
+                          f"replicas: {refused.message}")

@@ -109,3 +109,9 @@ def place(names, replicas, stream_groups):
       list(names),
       [g // per_device for g in range(per_device * count)],
       [r * count // replicas for r in range(replicas)])
+
+
+def cpu_devices(session):
+  """`session`'s CPU devices, CPU:0 first."""
+  cpus = [d.name for d in session.list_devices() if d.device_type == "CPU"]
+  return sorted(cpus, key=lambda n: int(n.rsplit(":", 1)[1]))

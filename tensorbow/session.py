@@ -33,6 +33,7 @@ from tensorbow import scaling
 from tensorbow import session_lock
 from tensorbow import waves
 from tensorbow.rewrite import analysis
+from tensorbow.rewrite import batch_sizes
 from tensorbow.rewrite import builder as tb_builder
 
 
@@ -183,7 +184,8 @@ class TensorBowSession(compat.SessionInterface):
       builder = tb_builder.Builder(
           self._exec.graph, replicas, groups, share,
           placement.group_names() if placement is not None else
-          _cpu_devices(self._session) if groups > 1 and not share else None,
+          tb_devices.cpu_devices(self._session)
+          if groups > 1 and not share else None,
           placement,
           self._scale.index * replicas)
       state = tb_replicas.ReplicaState(builder, algorithm, share)
@@ -379,6 +381,9 @@ class TensorBowSession(compat.SessionInterface):
         break
       except scaleout.MembershipChanged as change:
         self._go_on_without(change)
+      except batch_sizes.UnsplittableBatch as refused:  # auto: L = 1
+        self._follow(autotune.unsplittable(self._tuning, refused,
+                                           self._setting()))
     seconds = time.monotonic() - start
     self._observer.wave(
         start, start + seconds, trained.rows, self.replicas, self._runtime,
@@ -490,10 +495,4 @@ class TensorBowSession(compat.SessionInterface):
   def arena_stats(self):
     """Per stream group, its arena's counters ([] before a training run)."""
     return self._runtime.arena_stats()
-
-
-def _cpu_devices(session):
-  """`session`'s CPU devices, CPU:0 first."""
-  cpus = [d.name for d in session.list_devices() if d.device_type == "CPU"]
-  return sorted(cpus, key=lambda n: int(n.rsplit(":", 1)[1]))
 

@@ -84,10 +84,13 @@ def _reshaping_graph():
     x = tf.compat.v1.placeholder(tf.float32, (8, 16), name="images")
     y = tf.compat.v1.placeholder(tf.float32, (8,), name="targets")
     images = tf.reshape(x, [8, 4, 4, 1], name="to_images")
-    w = tf.compat.v1.get_variable("w", [1, 4, 4, 1])
+    w = tf.compat.v1.get_variable(
+        "w", [1, 4, 4, 1],
+        initializer=tf.compat.v1.constant_initializer(0.1))
     pred = tf.reduce_sum(images * w, [1, 2, 3])
     loss = tf.reduce_mean(tf.square(pred - y))
     train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    tf.identity(w, name="w_value")
     init = tf.compat.v1.global_variables_initializer()
   return graph, x, y, train, init
 
@@ -96,14 +99,35 @@ def test_a_reshape_the_user_wrote_is_named_and_nothing_changes():
   graph, x, y, train, init = _reshaping_graph()
   with tb.TensorBowSession(graph=graph, replicas=4) as sess:
     sess.run(init)
-    before = sess.run("w:0")
+    before = sess.run("w_value:0")
     with pytest.raises(tf.errors.UnimplementedError,
                        match=r"placeholder 'images' \(declared shape \(8, 16\)"
                        r"\).*op 'to_images' \(Reshape\) fixes its size.*"
                        r"tf\.compat\.v1\.placeholder\(tf\.float32, "
                        r"\[None, 16\]\)"):
       sess.run(train, {x: np.ones((8, 16)), y: np.ones(8)})
-    np.testing.assert_array_equal(sess.run("w:0"), before)
+    np.testing.assert_array_equal(sess.run("w_value:0"), before)
+
+
+def test_auto_keeps_one_replica_for_a_batch_that_cannot_split():
+  """Under replicas="auto" the refusal pins L = 1, said in the tuner's
+  decisions, and the run trains as TensorFlow does."""
+  graph, x, y, train, init = _reshaping_graph()
+  feed = {x: np.arange(128, dtype=np.float32).reshape(8, 16) / 128,
+          y: np.ones(8)}
+  with tf.compat.v1.Session(graph=graph) as sess:
+    sess.run(init)
+    sess.run(train, feed)
+    expected = sess.run("w_value:0")
+  with tb.TensorBowSession(graph=graph, replicas="auto") as sess:
+    sess.run(init)
+    sess.retune(2)  # as a trial of the tuner's would
+    sess.run(train, feed)
+    assert sess.replicas == 1
+    np.testing.assert_allclose(sess.run("w_value:0"), expected, rtol=1e-6)
+    reasons = [str(d) for d in sess.tuning_decisions()]
+  assert any("kept at L=1" in r and "op 'to_images' (Reshape)" in r
+             for r in reasons), reasons
 
 
 @pytest.mark.parametrize("replicas", [1, 4])

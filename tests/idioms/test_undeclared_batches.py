@@ -2,10 +2,10 @@
 dimension (issue #62): no shape at all (`placeholder("float")`, as older
 tutorials write it) or a fixed one (`(100, 784)`, as TensorFlow's
 `fully_connected_feed.py` declares it). The graph's data flow makes them
-batch feeds (DESIGN.md, "Batch feeds are split"): at L = 4 each replica trains on
-its shard, so the model equals the SMA reference of the same graph built
-with `[None, ...]`, TensorFlow's folded constants (a mean's divisor, a
-sum's tile multiples, `ones_like`'s shape) included."""
+batch feeds (DESIGN.md, "Batch feeds are split"): at L = 4 each replica
+trains on its shard, so the model equals the SMA reference of the same
+graph built with `[None, ...]`, TensorFlow's folded constants (a mean's
+divisor, a sum's tile multiples, `ones_like`'s shape) included."""
 import functools
 import math
 
