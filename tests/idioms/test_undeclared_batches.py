@@ -129,3 +129,17 @@ def test_undeclared_batch_trains_as_the_declared_reference(name):
   for var, value in expected.items():
     np.testing.assert_allclose(actual[var], value, rtol=harness.L4_RTOL,
                                atol=harness.L4_ATOL, err_msg=var)
+
+
+@pytest.mark.parametrize("replicas", [1, 4])
+def test_sixty_rows_to_a_hundred_row_placeholder_is_tensorflows_error(
+    replicas):
+  graph, case, init = harness.build(harness.Idiom(
+      "fully_connected_feed", functools.partial(fully_connected_feed, True)))
+  feed = {t: v[:60] for t, v in case.feed_at(0).items()}
+  with harness.tb_session(replicas)(graph) as sess:
+    sess.run(init)
+    with pytest.raises(ValueError, match=r"Cannot feed value of shape "
+                       r"\(60, 784\) for Tensor images:0, which has shape "
+                       r"\(100, 784\)"):
+      sess.run(case.fetches_at(0), feed)
