@@ -2,11 +2,11 @@
 around the plain runs between them (DESIGN.md).
 
 A `Trainer` plans a training run once per signature (planner.py), seeds
-the replicas that need it, shards the batch feeds, runs the wave on the
-C++ runtime (atomic: every replica computes, then every replica commits)
-and merges the fetches. Around plain runs it refreshes the user-named
-slots, marks written variables for re-seeding and saves or loads the
-replicas' own state beside a checkpoint.
+the replicas that need it (seeding.py), shards the batch feeds, runs the
+wave on the C++ runtime (atomic: every replica computes, then every
+replica commits) and merges the fetches. Around plain runs it refreshes
+the user-named slots, marks written variables for re-seeding and has
+the replicas' own state saved or loaded beside a checkpoint.
 """
 import collections
 import contextlib
@@ -16,12 +16,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tensorbow import checkpoint
 from tensorbow import feeds
 from tensorbow import options as tb_options
 from tensorbow import prefetch
 from tensorbow import rollback
 from tensorbow import scaleout
+from tensorbow import seeding
 from tensorbow import session_lock
 
 # A training run's results, rows trained on and batch its graph was built
@@ -58,7 +58,6 @@ class Trainer(object):
     self._replicas = settings.replicas
     self._algorithm = settings.algorithm
     self._nonfinite = settings.nonfinite
-    self._config = tb_options.checkpoint_config(settings)
     self._plans = plans
     self._runtime = runtime
     self._builder = builder
@@ -67,9 +66,10 @@ class Trainer(object):
     self._lock = lock
     self._check_open = check_open
     self._scale = scale or scaleout.Alone()
+    self._seeding = seeding.Seeding(
+        session, replicas, tb_options.checkpoint_config(settings),
+        self._scale)
     self._needs_refresh = False
-    self._loaded_state = None  # replica state restored with a checkpoint
-    self._written_since_load = set()  # variables it no longer applies to
     self._waves = 0  # training runs completed
     # Waves timed, their seconds computing and synchronising (scaling.py).
     self._timing = [0, 0.0, 0.0]
@@ -110,14 +110,7 @@ class Trainer(object):
   def after_saver(self, kind, prefix):
     """A Saver's "save" or "restore" of checkpoint `prefix` ran."""
     with self._lock:
-      worker = self._scale.checkpoint_worker
-      if kind == "save" and self._state.in_use:
-        checkpoint.save(prefix, self.config(), self.replica_state(), worker,
-                        waves=self._waves)
-      elif kind == "restore":
-        loaded = checkpoint.load(prefix, self.config(), worker)
-        self._waves = checkpoint.pop_waves(loaded, self._waves)
-        self._loaded_state, self._written_since_load = loaded, set()
+      self._waves = self._seeding.after_saver(kind, prefix, self._waves)
 
   @property
   def waves(self):
@@ -130,12 +123,12 @@ class Trainer(object):
   def carry(self, previous):
     """Trains on from `previous` (the Trainer of the session's setting
     before this one): its replicas' state and its count of waves."""
-    self._loaded_state = previous.replica_state()
-    self._written_since_load, self._waves = set(), previous.waves
+    self._seeding.carry(previous.replica_state())
+    self._waves = previous.waves
 
   def config(self):
     """What a checkpoint's replica state must have been saved with."""
-    return dict(self._config)
+    return self._seeding.config()
 
   def replica_distances(self):
     """Each replica's L2 distance from the central model ([] with none)."""
@@ -144,29 +137,7 @@ class Trainer(object):
 
   def replica_state(self):
     """{key: value} of every replica's state (seeded first if due)."""
-    self._seed_replicas()
-    return self._read(self._state.state_tensors())
-
-  def _read(self, tensors):
-    """{key: value} of a {key: tensor} dict, in one run."""
-    keys = sorted(tensors)
-    return dict(zip(keys, self._session.run([tensors[k] for k in keys])))
-
-  def _seed_replicas(self):
-    """Sets replicas due for it from state carried or restored, or else
-    from the central model."""
-    rep = self._state
-    if self._loaded_state is not None:
-      names = [n for n in rep.replicated_variables()
-               if n not in self._written_since_load and
-               all(k in self._loaded_state for k in rep.state_keys(n))]
-      if names:
-        self._session.run(*rep.load_state_run(names, self._loaded_state))
-        rep.mark_seeded(names)
-      self._loaded_state = None
-    seed = rep.seed_run()
-    if seed is not None:
-      self._session.run(*seed)
+    return self._seeding.replica_state()
 
   def reseed(self, written):
     """A plain run wrote variables `written` (None: maybe any): their
@@ -176,12 +147,12 @@ class Trainer(object):
       return
     if written is not None:
       # What a restore loaded no longer applies to these.
-      self._written_since_load.update(written)
+      self._seeding.wrote(written)
       if not self._state.replicates_any(written):
         return
     with self._lock:
       if written is None:
-        self._loaded_state = None
+        self._seeding.wrote(None)
       self._state.reseed(written)
 
   def train(self, route, fed_values, options, run_metadata):
@@ -249,7 +220,7 @@ class Trainer(object):
         self._schedule.batch_sizes(sum(sizes))
       if self._state.in_use:
         self._scale.take_model(self._state, self._session, self._waves + 1)
-        self._seed_replicas()
+        self._seeding.seed()
         self._scale.take_state(self._state, self._session, self._waves + 1)
         if self._backup is not None:
           self._backup.save(self._state.replicated_parts())

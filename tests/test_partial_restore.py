@@ -234,3 +234,37 @@ def test_a_partial_restore_on_two_workers(tmp_path, tf_mode_statement):
     _assert_scoped(saved, before, after)
     with np.load(tmp_path / f"partial.tensorbow-worker{worker}.npz") as data:
       _assert_file_is_the_subsets(data.files, 2)
+
+
+def test_two_partial_restores_in_a_row_keep_both(tmp_path):
+  """A Saver of the hidden kernel, then one of the head's, restored with no
+  training run between them: each variable takes its own Saver's state,
+  the first not lost to the second (seeding.py merges what they load)."""
+  model = Model()
+  with model.graph.as_default():
+    head = tf1.train.Saver(var_list={"head": [
+        v for v in tf1.global_variables() if v.op.name == "head/w"][0]})
+  first, second = str(tmp_path / "hidden"), str(tmp_path / "head")
+  with tb.TensorBowSession(graph=model.graph, replicas=4) as sess:
+    sess.run(model.init)
+    for step in range(SAVED_AT):
+      model.wave(sess, step)
+    model.partial.save(sess, first, write_meta_graph=False)
+    head.save(sess, second, write_meta_graph=False)
+    saved = _state(sess, model, str(tmp_path / "saved"))
+    for step in range(SAVED_AT, SAVED_AT + TRAINED_ON):
+      model.wave(sess, step)
+    before = _state(sess, model, str(tmp_path / "before"))
+    model.partial.restore(sess, first)
+    head.restore(sess, second)
+    after = _state(sess, model, str(tmp_path / "after"))
+
+  def restored(key):
+    return _of_subset(key) or key == "central:head/w" or re.match(
+        r"head/w/(replica_\d+|sma/)", key) is not None
+  assert any(k.startswith("hidden/w/replica_") for k in after)
+  for key in sorted(after):
+    if key.startswith("__"):
+      continue
+    expected = saved[key] if restored(key) else before[key]
+    np.testing.assert_array_equal(after[key], expected, err_msg=key)
