@@ -241,8 +241,10 @@ class Planner(object):
     closure `ops` (of the execution graph) fed `values` to `fed` (of the
     user's graph): beyond the declared batch feeds `batch`, those the
     data flow shows (DESIGN.md, "Batch feeds are split")."""
-    user_ops = [self.graph.get_operation_by_name(op.name) for op in ops
-                if not op.name.startswith(self._builder.prefix + "/")]
+    # The closure may hold TensorBow's own ops of the execution graph (a
+    # control dependency's stand-in): not the user's.
+    names = set(op.name for op in ops)
+    user_ops = [op for op in self.graph.get_operations() if op.name in names]
     folds = batch_sizes.folds(self.graph, user_ops)
     found = batch_sizes.by_data_flow(
         self.graph, user_ops, fed, values,
