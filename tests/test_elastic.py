@@ -316,7 +316,7 @@ with tf.compat.v1.Session() as sess:
 
 
 def _environ(**extra):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **extra)
+  env = dict(os.environ, **dict({"TF_CPP_MIN_LOG_LEVEL": "2"}, **extra))
   env["PYTHONPATH"] = os.pathsep.join(
       [PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                         if p])
