@@ -71,3 +71,51 @@ def test_writes_are_told_by_the_variable_they_write():
   assert not any(analysis.is_write(op) for op in graph.get_operations()
                  if op.name.startswith(matrix.op.name.split("/")[0]))
   assert all(analysis.is_write(getattr(w, "op", w)) for w in writes)
+
+
+def _switched_batch_norm():
+  """Batch norm's moving statistics written in the true branch of a
+  `tf.cond` on an `is_training` flag (v1 Switch or v2 If by the mode);
+  returns (graph, loss, train op)."""
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    training = tf.compat.v1.placeholder_with_default(True, [],
+                                                     name="is_training")
+    moving = tf.compat.v1.get_variable(
+        "moving_mean", [3], initializer=tf.zeros_initializer(),
+        trainable=False)
+    w = tf.compat.v1.get_variable("w", initializer=[[1.0]] * 3)
+
+    def batch():
+      mean = tf.reduce_mean(x, 0)
+      with tf.control_dependencies(
+          [tf.compat.v1.assign(moving, 0.9 * moving + 0.1 * mean)]):
+        return tf.identity(mean)
+
+    mean = tf.cond(training, batch, lambda: tf.identity(moving))
+    loss = tf.reduce_sum(tf.matmul(x - mean, w))
+    step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+  return graph, loss, step
+
+
+def test_writes_in_a_branch_are_other_variables_of_the_batch():
+  """The moving statistics a conditional's branch writes are written
+  variables like any other (DESIGN.md, "State"): one copy per replica,
+  their central value the mean, because their value comes from the
+  batch."""
+  graph, _, step = _switched_batch_norm()
+  ops = analysis.closure([step], frozenset())
+  info = analysis.analyse_training(ops, ["x:0"])
+  assert info.model_vars == ["w"]
+  assert info.other_vars == ["moving_mean"]
+  assert info.batch_dependent == ["moving_mean"]
+
+
+def test_a_plain_run_through_a_writing_branch_writes_its_variable():
+  """An evaluation run left at is_training's default writes the moving
+  statistics, in a v2 conditional's function too: its replicas are
+  re-seeded after it."""
+  graph, loss, _ = _switched_batch_norm()
+  ops = analysis.closure([loss.op], frozenset())
+  assert analysis.written_variables(ops) == {"moving_mean"}

@@ -12,6 +12,7 @@ import collections
 import tensorflow as tf
 
 from tensorbow import compat
+from tensorbow.rewrite import functions
 
 VARIABLE_OPS = frozenset(["VariableV2", "Variable", "VarHandleOp"])
 # What a replicated variable becomes in the execution graph's copies: the
@@ -55,12 +56,17 @@ def is_apply(op):
   """Whether `op` is an optimizer's update of a variable (see above)."""
   if op.type.startswith(_APPLY_PREFIXES):
     return True
-  if op.type not in _SPARSE_UPDATES and op.type not in _WHOLE_WRITES:
-    return False
-  var = variable_of(op.inputs[0])
-  if var is None or f"update_{var.name}/" not in op.name:
+  var = variable_of(op.inputs[0]) if op.inputs else None
+  if var is None or not _steps_by_scope(op.type, op.name, var):
     return False
   return op.type not in _WHOLE_WRITES or _from_gradient(op)
+
+
+def _steps_by_scope(op_type, op_name, var):
+  """Whether a write of type `op_type` named `op_name` of variable op
+  `var` is its step by the optimizer scope it is made in (see above)."""
+  return ((op_type in _SPARSE_UPDATES or op_type in _WHOLE_WRITES) and
+          f"update_{var.name}/" in op_name)
 
 
 def _from_gradient(write):
@@ -80,57 +86,20 @@ def is_write(op):
   scatter, an apply) given the variable itself, as a reference or a
   resource handle, at its first input. Pure ops of such names
   (`ScatterNd`, whose first input is its indices) write nothing."""
-  return (_writes_by_type(op.type) and bool(op.inputs) and
+  return (writes_by_type(op.type) and bool(op.inputs) and
           (op.inputs[0].dtype == tf.resource or
            compat.is_ref_dtype(op.inputs[0].dtype)))
 
 
-def _writes_by_type(op_type):
+def writes_by_type(op_type):
   """Whether ops of type `op_type` may write a variable; where only the
   type is known (in a function's body), whether they do."""
   return ((op_type.startswith(_WRITE_PREFIXES) or op_type in _OTHER_WRITES)
           and op_type not in _PURE_SCATTERS)
 
 
-# Ops that run functions of the graph's library: control flow v2 (what
-# tf.cond and tf.while_loop build without disable_v2_behavior) and calls.
-_FUNCTION_CALLS = frozenset([
-    "If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase",
-    "PartitionedCall", "StatefulPartitionedCall"])
-
-
-def called_op_types(op):
-  """The op types in the functions `op` runs, nested calls included; empty
-  for an op that runs none."""
-  graph = op.graph
-  own = compat.graph_function(graph, op.type) is not None
-  if op.type not in _FUNCTION_CALLS and not own:
-    return set()
-  names = [op.type] if own else []
-  names += _function_names(op.node_def)
-  types, seen = set(), set()
-  while names:
-    name = names.pop()
-    if name in seen:
-      continue
-    seen.add(name)
-    function = compat.graph_function(graph, name)
-    if function is None:
-      continue
-    for node in function.definition.node_def:
-      types.add(node.op)
-      names += _function_names(node)
-      if compat.graph_function(graph, node.op) is not None:
-        names.append(node.op)
-  return types
-
-
-def _function_names(node_def):
-  for attr in node_def.attr.values():
-    if attr.HasField("func"):
-      yield attr.func.name
-    elif attr.HasField("list"):
-      yield from (f.name for f in attr.list.func)
+# The op types in the functions an op runs (control flow v2, calls).
+called_op_types = functions.called_op_types
 
 
 def trains(op):
@@ -141,9 +110,10 @@ def trains(op):
 
 
 def variable_of(tensor):
-  """The variable op behind a ref or resource tensor, or None."""
+  """The variable op behind a ref or resource tensor, or None. A TF1
+  conditional's branch reaches a variable through a Switch."""
   op = tensor.op
-  while op.type in PASS_THROUGH and op.inputs:
+  while (op.type in PASS_THROUGH or _branch_switch(op)) and op.inputs:
     op = op.inputs[0].op
   if op.type in VARIABLE_OPS or op.type in REPLICA_VARIABLE_OPS:
     return op
@@ -157,6 +127,24 @@ def _through_control_flow(tensor):
     op = op.inputs[0].op
   return op.type in ("Switch", "RefSwitch", "Enter", "RefEnter", "Merge",
                      "RefMerge")
+
+
+def _branch_switch(op):
+  """Whether `op` is a TF1 conditional's Switch: a branch's way to a value
+  made outside it (a while loop's Switch takes a LoopCond)."""
+  return (op.type in ("Switch", "RefSwitch") and
+          op.inputs[1].op.type != "LoopCond")
+
+
+def in_branch(tensor):
+  """Whether the variable behind ref or resource `tensor` reaches it
+  through a TF1 conditional's Switch: a write of it is made in a branch."""
+  op = tensor.op
+  while (op.type in PASS_THROUGH or _branch_switch(op)) and op.inputs:
+    if _branch_switch(op):
+      return True
+    op = op.inputs[0].op
+  return False
 
 
 def is_variable_value(tensor):
@@ -257,17 +245,8 @@ def analyse_training(ops, batch_feed_names, trainable=None):
           f"TensorBow cannot train through op '{op.name}' (type {op.type}): "
           "each replica needs its own batch; feed it, or take it from a "
           "tf.data iterator's get_next() or a queue's dequeue")
-    writes_inside = sorted(t for t in called_op_types(op)
-                           if _writes_by_type(t))
-    if writes_inside:
-      raise tf.errors.UnimplementedError(
-          None, op,
-          f"TensorBow cannot train through op '{op.name}' (type {op.type}): "
-          f"it writes variables inside a function ({', '.join(writes_inside)})"
-          "; an optimizer step under tf.cond, tf.while_loop or a function "
-          "(a dynamic loss scale's conditional step is one) is not "
-          "supported: take the step unconditionally, e.g. with a fixed loss "
-          "scale")
+    for name in _function_written(op):
+      written.setdefault(name, []).append(op)
     if not is_write(op):
       continue
     var = variable_of(op.inputs[0]) if op.inputs else None
@@ -275,14 +254,18 @@ def analyse_training(ops, batch_feed_names, trainable=None):
       raise tf.errors.UnimplementedError(
           None, op,
           f"TensorBow cannot train op '{op.name}' (type {op.type}): it "
-          "writes a variable under tf.cond or tf.while_loop (a dynamic loss "
-          "scale's conditional step is one), which is not supported: take "
-          "the step unconditionally, e.g. with a fixed loss scale")
+          "writes a variable inside tf.while_loop (or one a conditional "
+          "returns), which is not supported; supported are writes in a "
+          "tf.cond branch, such as batch norm's moving statistics under an "
+          "is_training flag")
     if var is None:
       raise tf.errors.UnimplementedError(
           None, op,
           f"TensorBow cannot train op '{op.name}' (type {op.type}): the "
           "variable it writes is not a VariableV2 or VarHandleOp output")
+    if is_apply(op) and in_branch(op.inputs[0]):
+      raise _conditional_step(f"op '{op.name}' (type {op.type})", op,
+                              var.name)
     written.setdefault(var.name, []).append(op)
     if is_apply(op):
       apply_ops.append(op.name)
@@ -330,6 +313,53 @@ def analyse_training(ops, batch_feed_names, trainable=None):
   return TrainingInfo(ops, apply_ops, model_vars, slot_vars, other_vars,
                       batch_dependent, sorted(set(written) | slots),
                       read_models)
+
+
+def _function_written(op):
+  """Names of the variable ops written in the functions `op` runs: a
+  conditional's branch (control flow v2) or a tf.function.
+
+  Raises:
+    tf.errors.UnimplementedError: for an optimizer step among those
+      writes (a conditional step), a write in a loop's body, or one whose
+      variable cannot be told.
+  """
+  names = []
+  for write in functions.writes(op, writes_by_type):
+    node = write.node
+    var = None if write.variable is None else variable_of(write.variable)
+    what = (f"op '{node.name}' (type {node.op}) inside op '{op.name}' "
+            f"(type {op.type})")
+    if node.op.startswith(_APPLY_PREFIXES) or (
+        var is not None and _steps_by_scope(node.op, node.name, var)):
+      raise _conditional_step(what, op, None if var is None else var.name)
+    if write.in_loop:
+      raise tf.errors.UnimplementedError(
+          None, op,
+          f"TensorBow cannot train {what}: it writes a variable in a "
+          "tf.while_loop's body, which is not supported; supported are "
+          "writes in a tf.cond branch or a tf.function")
+    if var is None:
+      raise tf.errors.UnimplementedError(
+          None, op,
+          f"TensorBow cannot train {what}: the variable it writes is not "
+          "one TensorBow can trace to a VariableV2 or VarHandleOp")
+    names.append(var.name)
+  return names
+
+
+def _conditional_step(what, op, variable):
+  """The error refusing a conditional optimizer step (`what`, in or of
+  `op`) of `variable` (a name, or None)."""
+  of = f" of variable '{variable}'" if variable else ""
+  return tf.errors.UnimplementedError(
+      None, op,
+      f"TensorBow cannot train {what}: it is an optimizer step{of}, and "
+      "the step itself is conditional (under tf.cond, as a dynamic loss "
+      "scale's step is), which is not supported: every replica takes its "
+      "step in every wave. Conditionals in the model train (batch norm's "
+      "moving statistics under an is_training flag); take the step "
+      "unconditionally, e.g. with a fixed loss scale")
 
 
 def _after_step(op, writes):
@@ -386,12 +416,24 @@ def written_variables(ops, failed_op=None):
            closure([op], frozenset())]
   names = set()
   for op in ops:
+    for write in functions.writes(op, writes_by_type):
+      var = None if write.variable is None else variable_of(write.variable)
+      if var is None:
+        return None
+      names.add(var.name)
     if is_write(op):
       var = variable_of(op.inputs[0]) if op.inputs else None
       if var is None:
         return None
       names.add(var.name)
   return frozenset(names)
+
+
+def writes_in_functions(op):
+  """Whether the functions `op` runs write a variable (a conditional's
+  branch writing batch norm's moving statistics): for the split of a task
+  (phases.py), `op` is a write."""
+  return any(writes_by_type(t) for t in called_op_types(op))
 
 
 def is_gradient_op(op):

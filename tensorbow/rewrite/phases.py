@@ -43,9 +43,12 @@ Split = collections.namedtuple("Split", [
 
 
 def writes_state(op):
-  """Whether `op` writes a variable or TensorBow's state."""
-  return analysis.is_write(op) or (op.type.startswith("TensorBow") and
-                                   op.type not in _PURE_TENSORBOW)
+  """Whether `op` writes a variable or TensorBow's state, itself or in the
+  functions it runs (a v2 conditional whose branch writes batch norm's
+  moving statistics)."""
+  return (analysis.is_write(op) or analysis.writes_in_functions(op) or
+          (op.type.startswith("TensorBow") and
+           op.type not in _PURE_TENSORBOW))
 
 
 def is_write_group(op):
@@ -204,15 +207,19 @@ def split(fetches, targets, fed_names):
     after = _after(ops, fed_ops, fed_names, moved)
     if not after:
       return None
-    internal = _internal(ops, after, fed_ops, fed_names)
-    if internal is None:
-      return None
-    crossing = set(t.op.name for t in internal if t.name in dead)
+    internal, waited = _internal(ops, after, fed_ops, fed_names)
+    crossing = (set(t.op.name for t in internal if t.op.name in dead) |
+                (waited & dead))
     if not crossing:
       break
     # A tensor of a conditional's branch may carry no value (the branch
-    # not taken): the commit computes it, and the branch, itself.
+    # not taken): the commit computes it, and the branch, itself. So a
+    # write in a branch takes its variable through the Switch the commit
+    # runs, not a reference handed across, and a branch's constant
+    # waits on the pivot the commit computes.
     moved |= crossing
+  if waited or any(_stateful(t) for t in internal):
+    return None
   target_list = list(targets)
   return Split(
       compute_fetches=[i for i, t in enumerate(fetches)
@@ -243,10 +250,10 @@ def _after(ops, fed_ops, fed_names, moved):
 
 
 def _internal(ops, after, fed_ops, fed_names):
-  """The tensors the computation of `ops` hands to a commit running the
-  ops named in `after`, or None where it cannot: a write waits on a
-  computed op through a control dependency, or consumes a computed
-  reference or resource."""
+  """What a commit running the ops named in `after` takes from the
+  computation of `ops`: (the tensors it is handed, the names of the
+  computed ops it waits on by a control dependency, which no commit can:
+  `split` moves them or runs the task whole)."""
   rereadable = set(fed_ops)
   for op in ops:
     if op.name in after or op.name in rereadable:
@@ -256,39 +263,43 @@ def _internal(ops, after, fed_ops, fed_names):
         not op.control_inputs and
         all(t.op.name in rereadable for t in op.inputs)):
       rereadable.add(op.name)
-  internal = []
+  internal, waited = [], set()
   seen = set()
   for op in ops:
     if op.name not in after:
       continue
-    if any(c.name not in after and c.name not in rereadable
-           for c in op.control_inputs):
-      return None
+    waited.update(c.name for c in op.control_inputs
+                  if c.name not in after and c.name not in rereadable)
     for t in op.inputs:
       if (t.op.name in after or t.op.name in rereadable or
           t.name in fed_names or t.name in seen):
         continue
-      if compat.is_ref_dtype(t.dtype) or t.dtype.base_dtype in (tf.resource,
-                                                                tf.variant):
-        return None
       seen.add(t.name)
       internal.append(t)
-  return internal
+  return internal, waited
+
+
+def _stateful(tensor):
+  """Whether `tensor` is a reference, resource or variant: a commit cannot
+  be fed one."""
+  return compat.is_ref_dtype(tensor.dtype) or tensor.dtype.base_dtype in (
+      tf.resource, tf.variant)
 
 
 def _maybe_dead(ops):
-  """Names of the tensors of `ops` (inputs first) that a TF1 conditional's
-  branch not taken leaves without a value: a conditional's Switch's
-  outputs (not a while loop's, whose predicate is a LoopCond) and what is
-  computed from them before a Merge."""
+  """Names of the ops of `ops` (inputs first) whose outputs a TF1
+  conditional's branch not taken leaves without a value: a conditional's
+  Switch (not a while loop's, whose predicate is a LoopCond) and what is
+  computed from it, or waits on an op that is, before a Merge. A
+  branch's constants wait on its pivot, so they are dead there too."""
   dead = set()
   for op in ops:
     if (op.type in ("Switch", "RefSwitch") and
-        op.inputs[1].op.type != "LoopCond"):
-      dead.update(t.name for t in op.outputs)
-    elif op.type not in ("Merge", "RefMerge") and any(
-        t.name in dead for t in op.inputs):
-      dead.update(t.name for t in op.outputs)
+        op.inputs[1].op.type != "LoopCond") or (
+            op.type not in ("Merge", "RefMerge") and
+            (any(t.op.name in dead for t in op.inputs) or
+             any(c.name in dead for c in op.control_inputs))):
+      dead.add(op.name)
   return dead
 
 

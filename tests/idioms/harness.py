@@ -136,6 +136,10 @@ class Corpus(object):
       return fn
     return register(build) if build is not None else register
 
+  def named(self, name):
+    """The idiom registered as `name`."""
+    return next(idiom for idiom in self.idioms if idiom.name == name)
+
   def params(self, tier):
     return [idiom.param(tier) for idiom in self.idioms]
 
@@ -188,6 +192,23 @@ def dense(h, units, name, activation=None, **kwargs):
         "b", [units], initializer=tf.compat.v1.constant_initializer(0.1))
     out = tf.matmul(h, w) + b
   return activation(out) if activation else out
+
+
+def batch_norm_variables(size):
+  """Batch norm's variables of `size` units in the current variable scope:
+  (gamma, beta, moving mean, moving variance), the last two not
+  trainable."""
+  gamma = tf.compat.v1.get_variable("gamma", [size],
+                                    initializer=tf.ones_initializer())
+  beta = tf.compat.v1.get_variable("beta", [size],
+                                   initializer=tf.zeros_initializer())
+  moving_mean = tf.compat.v1.get_variable(
+      "moving_mean", [size], initializer=tf.zeros_initializer(),
+      trainable=False)
+  moving_var = tf.compat.v1.get_variable(
+      "moving_variance", [size], initializer=tf.ones_initializer(),
+      trainable=False)
+  return gamma, beta, moving_mean, moving_var
 
 
 def mlp(x, name="mlp", hidden=3, **kwargs):
@@ -518,9 +539,9 @@ def merge(outputs, sizes):
   return merged
 
 
-def assert_replicas_match_reference(idiom):
-  expected_runs, expected_vars = sma_reference(idiom)
-  actual_runs, actual_vars = train(idiom, tb_session(REPLICAS))
+def assert_replicas_match_reference(idiom, replicas=REPLICAS):
+  expected_runs, expected_vars = sma_reference(idiom, replicas)
+  actual_runs, actual_vars = train(idiom, tb_session(replicas))
   for i, (actual, expected) in enumerate(zip(actual_runs, expected_runs)):
     for k, (a, e) in enumerate(zip(tf.nest.flatten(actual),
                                    tf.nest.flatten(expected))):

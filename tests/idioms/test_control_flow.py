@@ -1,5 +1,6 @@
 """Idioms: control flow and sequence models in the graph, embeddings, and
 several train ops in one graph."""
+import pytest
 import tensorflow as tf
 
 from idioms import harness
@@ -41,6 +42,111 @@ def cond_beside_update_ops():
       tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
     op = train.GradientDescentOptimizer(0.1).minimize(loss)
   return Case([loss, op], feed)
+
+
+def batch_norm_switched(h, name, training, decay=0.9):
+  """Batch norm under an `is_training` flag, as TF1 scripts write it by
+  hand: in the true branch the batch's moments and two assigns of the
+  moving statistics (non-trainable variables) the moments wait on; in the
+  false branch the moving statistics."""
+  with tf.compat.v1.variable_scope(name):
+    gamma, beta, moving_mean, moving_var = harness.batch_norm_variables(
+        h.shape[-1])
+
+    def batch_moments():
+      mean, var = tf.nn.moments(h, [0])
+      with tf.control_dependencies([
+          tf.compat.v1.assign(moving_mean,
+                              decay * moving_mean + (1 - decay) * mean),
+          tf.compat.v1.assign(moving_var,
+                              decay * moving_var + (1 - decay) * var)]):
+        return tf.identity(mean), tf.identity(var)
+
+    mean, var = tf.cond(
+        training, batch_moments,
+        lambda: (tf.identity(moving_mean), tf.identity(moving_var)))
+    return tf.nn.batch_normalization(h, mean, var, beta, gamma, 1e-3)
+
+
+def is_training_batch_norm_model(checked=tf.identity):
+  """A dense layer, batch norm switched by `is_training`
+  (placeholder_with_default(True)), a read-out; the input passes through
+  `checked` first. Returns (loss, is_training, feed)."""
+  x, y, feed = harness.regression_inputs()
+  training = tf.compat.v1.placeholder_with_default(True, [],
+                                                   name="is_training")
+  h = harness.dense(checked(x), 3, "hidden")
+  h = tf.nn.relu(batch_norm_switched(h, "bn", training))
+  loss = tf.reduce_mean(tf.square(harness.dense(h, 1, "out") - y))
+  return loss, training, feed
+
+
+@CORPUS.idiom
+def batch_norm_is_training():
+  """Batch norm under an `is_training` flag (issue #63): training runs
+  leave the flag at its default, True, and write the moving statistics in
+  the cond's branch (each replica its own, the central value their mean);
+  evaluation runs, fed False, are plain runs that read them."""
+  loss, training, feed = is_training_batch_norm_model()
+  op = train.MomentumOptimizer(0.1, 0.9).minimize(loss)
+
+  def feed_at(i):
+    return {**feed(i), training: False} if i in (2, 4) else feed(i)
+  return Case(lambda i: loss if i in (2, 4) else [loss, op], feed_at,
+              runs=5, plain=(2, 4))
+
+
+def layers_batch_norm(h, name, training, decay=0.9):
+  """Batch norm as TF1's `tf.layers.batch_normalization(training=<tensor>)`
+  builds it: the output picks batch or moving moments by one cond, each
+  moving statistic's update is a cond of its own (the assign in the true
+  branch, the variable in the false) put in UPDATE_OPS."""
+  from tensorflow.python.training import moving_averages  # pylint: disable=g-import-not-at-top
+  with tf.compat.v1.variable_scope(name):
+    gamma, beta, *moving = harness.batch_norm_variables(h.shape[-1])
+    moments = tf.nn.moments(h, [0])
+    mean, var = tf.cond(training, lambda: list(moments),
+                        lambda: [tf.identity(v) for v in moving])
+    for variable, value in zip(moving, moments):
+      update = tf.cond(
+          training,
+          lambda v=variable, m=value: moving_averages.assign_moving_average(
+              v, m, decay, zero_debias=False),
+          lambda v=variable: tf.identity(v))
+      tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.UPDATE_OPS,
+                                     update)
+    return tf.nn.batch_normalization(h, mean, var, beta, gamma, 1e-3)
+
+
+@CORPUS.idiom
+def layers_batch_norm_update_ops():
+  """tf.layers' batch norm under `is_training`, the step under
+  control_dependencies(UPDATE_OPS): the collection holds the conds whose
+  true branches write the moving statistics."""
+  x, y, feed = harness.regression_inputs()
+  training = tf.compat.v1.placeholder_with_default(True, [],
+                                                   name="is_training")
+  h = tf.nn.relu(layers_batch_norm(harness.dense(x, 3, "hidden"), "bn",
+                                   training))
+  loss = tf.reduce_mean(tf.square(harness.dense(h, 1, "out") - y))
+  with tf.control_dependencies(
+      tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+    op = train.AdamOptimizer(0.01).minimize(loss)
+
+  def feed_at(i):
+    return {**feed(i), training: False} if i == 3 else feed(i)
+  return Case(lambda i: loss if i == 3 else [loss, op], feed_at, runs=4,
+              plain=(3,))
+
+
+@CORPUS.idiom
+def batch_norm_frozen_statistics():
+  """Fine-tuning with batch norm frozen: training runs feed `is_training`
+  False, so no replica's branch writes the moving statistics, which stay
+  the user's; the step trains on them."""
+  loss, training, feed = is_training_batch_norm_model()
+  op = train.GradientDescentOptimizer(0.1).minimize(loss)
+  return Case([loss, op], lambda i: {**feed(i), training: i == 0})
 
 
 @CORPUS.idiom
@@ -225,3 +331,18 @@ def gan_pair():
 
 
 test_one_replica, test_reference_kernels, test_four_replicas = CORPUS.tests()
+
+# Writes in a conditional's branch (issue #63): the moving statistics'
+# central value is the replicas' mean at every L, whichever kernels.
+BRANCH_WRITES = ("batch_norm_is_training", "layers_batch_norm_update_ops",
+                 "batch_norm_frozen_statistics")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fast_kernels", ["1", "0"])
+@pytest.mark.parametrize("replicas", [2, 4])
+@pytest.mark.parametrize("name", BRANCH_WRITES)
+def test_branch_writes_match_the_sma_reference(name, replicas, fast_kernels,
+                                               monkeypatch):
+  monkeypatch.setenv("TENSORBOW_FAST_KERNELS", fast_kernels)
+  harness.assert_replicas_match_reference(CORPUS.named(name), replicas)

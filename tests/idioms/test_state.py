@@ -49,17 +49,8 @@ def batch_norm(h, name, decay=0.9):
   """Batch norm written by hand: batch moments in training, moving
   statistics kept by ops in UPDATE_OPS."""
   with tf.compat.v1.variable_scope(name):
-    size = h.shape[-1]
-    gamma = tf.compat.v1.get_variable("gamma", [size],
-                                      initializer=tf.ones_initializer())
-    beta = tf.compat.v1.get_variable("beta", [size],
-                                     initializer=tf.zeros_initializer())
-    moving_mean = tf.compat.v1.get_variable(
-        "moving_mean", [size], initializer=tf.zeros_initializer(),
-        trainable=False)
-    moving_var = tf.compat.v1.get_variable(
-        "moving_variance", [size], initializer=tf.ones_initializer(),
-        trainable=False)
+    gamma, beta, moving_mean, moving_var = harness.batch_norm_variables(
+        h.shape[-1])
     mean, var = tf.nn.moments(h, [0])
     from tensorflow.python.training import moving_averages  # pylint: disable=g-import-not-at-top
     for update in (
