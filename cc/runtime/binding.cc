@@ -9,11 +9,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <typeinfo>
 #include <utility>
 #include <vector>
@@ -192,10 +194,43 @@ py::list ToNumpyList(std::vector<FetchedTensor>& tensors) {
   return values;
 }
 
+// Whether the interpreter has begun to exit; safe without the GIL.
+bool InterpreterExiting() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 // The scheduler's blocking calls with the GIL released.
+//
+// A wave may end after the interpreter began to exit: a daemon thread's
+// wave blocked inside TensorFlow (a queue runner's, on an accumulator)
+// and cancelled by a close just before the script's end. Taking the GIL
+// back then ends the thread with pthread_exit (Python before 3.14), an
+// unwind that calls std::terminate() if it meets a destructor, as
+// gil_scoped_release's is ("terminate called without an active
+// exception"). So the GIL is taken back outside any destructor, and not
+// at all once the interpreter exits: the thread, holding no lock of the
+// scheduler (its wave is over), waits for the process to end, as Python
+// 3.14 makes such threads do.
 Status WithoutTheGil(const std::function<Status()>& wait) {
-  py::gil_scoped_release release;
-  return wait();
+  PyThreadState* state = PyEval_SaveThread();
+  Status status;
+  try {
+    status = wait();
+  } catch (...) {
+    PyEval_RestoreThread(state);
+    throw;
+  }
+  if (InterpreterExiting()) {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+  // Should the interpreter begin to exit meanwhile, this ends the thread
+  // by an unwind that pybind11's dispatcher lets through, destructors run.
+  PyEval_RestoreThread(state);
+  return status;
 }
 
 // Python's face of a WaveRunner over TensorFlow's session: conversions of
