@@ -259,12 +259,14 @@ class TensorBowSession(compat.SessionInterface):
   def close(self):
     """Closes the session once a wave in flight has finished.
 
+    A wave blocked inside TensorFlow on another run is cancelled first
+    (CancelledError), as TensorFlow's close cancels a blocked run.
     Stops the runtime's threads and the pulls from input pipelines and
     closes the TensorFlow session; later runs raise RuntimeError, as
     TensorFlow's do.
     """
-    with self._lock:
-      self._closed = True
+    self._closed = True  # no wave starts from now on
+    with self._lock.closing(self._session.close):
       self._inputs.stop()
       self._runtime.close()
       self._session.close()  # cancels a pull waiting on an empty queue

@@ -11,6 +11,11 @@ lock deadlocks the run the wave waits for. So a wave whose ops may wait
 on other runs lets go of the state lock while its tasks run, keeping only
 the waves' lock; plain runs meanwhile read the central model as the wave
 found it, as TensorFlow's concurrent runs would.
+
+Such a wave may wait for ever once nothing will provide what it waits
+on: the session's close cancels it, as TensorFlow's close cancels a
+blocked run, and waits for its thread to leave with TensorFlow's
+`CancelledError` before the runtime the wave runs on goes (`closing`).
 """
 import contextlib
 import threading
@@ -31,6 +36,9 @@ WAITING_OPS = frozenset([
     "MapUnstageNoKey", "MapPeek", "OrderedMapUnstage",
     "OrderedMapUnstageNoKey", "OrderedMapPeek",
 ])
+# How long a session's close waits for a wave it cancelled to end: TensorFlow
+# cancels a blocked op at once, so only a wave that ignores it waits this.
+CANCELLED_WAVE_SECONDS = 10.0
 # A gradient accumulator's take: the aggregation step of a protocol among
 # a job's processes (SyncReplicasOptimizer's chief), which one replica
 # takes for the process.
@@ -122,3 +130,20 @@ class SessionLock(object):
     finally:
       self._state.acquire()
       self.waiting = False
+
+  @contextlib.contextmanager
+  def closing(self, cancel, seconds=CANCELLED_WAVE_SECONDS):
+    """Around a session's close, holding the state lock: a wave that let
+    go of it (`waiting`) is first cancelled by `cancel` (TensorFlow's
+    close, which cancels a blocked run) and waited for, at most `seconds`,
+    so that its thread leaves with TensorFlow's error, its wave undone,
+    before what it runs on is closed; a wave that holds the lock is waited
+    for to its end."""
+    with self._state:
+      cancelled = self.waiting
+      if cancelled:
+        cancel()
+    if cancelled and self._waves.acquire(timeout=seconds):
+      self._waves.release()
+    with self._state:
+      yield

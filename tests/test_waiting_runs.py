@@ -8,6 +8,13 @@ runs — deadlocks that run. Each scenario (waiting_runs_scripts.py) runs
 in a child process killed after TIMEOUT seconds, so a hang fails the test
 and leaves nothing behind; its values are compared with
 `tf.compat.v1.Session`'s, or with TensorBow's own without the wait.
+
+And its sequel: a session closed, or a process exiting, while one of its
+runs is blocked. The blocked run is cancelled with TensorFlow's
+CancelledError, as TensorFlow's close cancels it; its wave's thread,
+which may end only once the interpreter exits, must neither abort the
+process ("terminate called without an active exception") nor hang it:
+every child must exit with status 0 and never print that.
 """
 import json
 import os
@@ -35,6 +42,7 @@ def _run(tf_mode, scenario, replicas):
     pytest.fail(f"{scenario} at L = {replicas} did not finish within "
                 f"{TIMEOUT} s: a run waits holding the session")
   assert done.returncode == 0, done.stderr[-3000:]
+  assert "terminate called" not in done.stderr, done.stderr[-3000:]
   return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -54,12 +62,9 @@ def test_sync_replicas_trains_as_tensorflow_at_one_replica(tf_mode):
 
 
 def test_sync_replicas_snippet_of_the_issue_returns(tf_mode):
-  if tf_mode == "graph":
-    # Known, not yet fixed: the child aborts at exit ("terminate called
-    # without an active exception") with the chief's wave still waiting.
-    pytest.xfail("graph mode: the child aborts at exit, its chief's wave "
-                 "still waiting on the accumulator")
-  # One initial token: the chief's apply races the worker's next run in
+  # The chief's queue runner is still waiting on the accumulator when the
+  # MonitoredSession closes, and its process ends right after. One
+  # initial token: the chief's apply races the worker's next run in
   # TensorFlow too, so only the first run's values are fixed.
   expected = _values(tf_mode, "sync_replicas_issue", 0)
   np.testing.assert_allclose(_values(tf_mode, "sync_replicas_issue", 1),
@@ -93,3 +98,22 @@ def test_four_threads_train_one_session(tf_mode, replicas):
   got = _values(tf_mode, "four_threads", replicas)
   assert got[0] == 4 * scripts.STEPS == expected[0]
   np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("replicas", [1, 4])
+def test_closing_cancels_a_blocked_training_run(tf_mode, replicas):
+  # As TensorFlow's close: the blocked run raises CancelledError at once,
+  # is not counted, and the session refuses runs after.
+  expected = _run(tf_mode, "closed_while_waiting", 0)["values"]
+  error, seconds, counted, after = _run(tf_mode, "closed_while_waiting",
+                                        replicas)["values"]
+  assert (error, after) == (expected[0], expected[3]) == (
+      "CancelledError", "Attempted to use a closed Session.")
+  assert seconds < scripts.BOUND
+  assert counted == 0
+
+
+@pytest.mark.parametrize("replicas", [1, 4])
+def test_process_exits_with_a_blocked_training_run(tf_mode, replicas):
+  # _run checks the exit status and that nothing called terminate.
+  assert _run(tf_mode, "exit_while_waiting", replicas)["values"] == [True]

@@ -8,11 +8,13 @@ line: the values the scenario recorded, with REPLICAS 0 meaning
 Each scenario is one of the ways a TF1 program makes a training run wait
 on state only another run provides: a token queue a queue runner fills,
 `SyncReplicasOptimizer`'s accumulators and token queue, several Python
-threads sharing the session.
+threads sharing the session; and a session closed, or a process
+exiting, while such a run is still blocked.
 """
 import json
 import sys
 import threading
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -21,6 +23,10 @@ LR = 0.05
 X = np.array([[1.0], [2.0], [3.0], [4.0]], np.float32)
 Y = np.array([[2.0], [3.0], [5.0], [9.0]], np.float32)
 STEPS = 3
+# Seconds a blocked run is left waiting before the session closes, and
+# the most its thread may then take to end.
+WAIT = 1.0
+BOUND = 10.0
 
 
 def _session(replicas):
@@ -143,9 +149,60 @@ def one_thread(replicas):
   return four_threads(replicas, threads=1)
 
 
+def _blocked_step(replicas):
+  """(session, thread, ended): a training run gated on a token queue that
+  nothing fills, started in a daemon thread; `ended` gets the name of
+  the error it raises (None if it returns) and when."""
+  x, y, _, loss = _model()
+  tokens = tf.queue.FIFOQueue(2, [tf.int64], shapes=[[]], name="tokens")
+  with tf.control_dependencies([tokens.dequeue()]):
+    train = tf.compat.v1.train.GradientDescentOptimizer(LR).minimize(loss)
+  s = _session(replicas)
+  s.run(tf.compat.v1.global_variables_initializer())
+  ended = {}
+
+  def step():
+    try:
+      s.run(train, {x: X, y: Y})
+      ended["error"] = None
+    except Exception as e:  # pylint: disable=broad-except
+      ended["error"] = type(e).__name__
+    ended["at"] = time.monotonic()
+
+  thread = threading.Thread(target=step, daemon=True)
+  thread.start()
+  time.sleep(WAIT)  # it waits on the empty queue
+  return s, thread, ended
+
+
+def closed_while_waiting(replicas):
+  """Another thread closes the session while a training run waits on an
+  empty queue: [the error the run raised, seconds from the close to its
+  end, the training runs counted, the error of a run after the close]."""
+  s, thread, ended = _blocked_step(replicas)
+  closed = time.monotonic()
+  s.close()
+  thread.join(BOUND)
+  try:
+    s.run(tf.compat.v1.global_variables_initializer())
+    after = None
+  except RuntimeError as e:
+    after = str(e)
+  return [ended.get("error"), ended.get("at", float("inf")) - closed,
+          getattr(s, "counts", {}).get("training_runs", 0), after]
+
+
+def exit_while_waiting(replicas):
+  """The process ends while a training run waits on an empty queue,
+  the session never closed: whether the run was still waiting."""
+  _, thread, _ = _blocked_step(replicas)
+  return [thread.is_alive()]
+
+
 SCENARIOS = {f.__name__: f for f in (sync_replicas, sync_replicas_issue,
                                      token_queue, ungated, four_threads,
-                                     one_thread)}
+                                     one_thread, closed_while_waiting,
+                                     exit_while_waiting)}
 
 
 def main(mode, scenario, replicas):
