@@ -333,7 +333,8 @@ def graph_function(graph, name):
   return graph._get_function(name)  # pylint: disable=protected-access
 
 
-# {graph: {Const op name: ("shape" | "size", name of the tensor it is of)}}
+# {graph: {Const op name: ("shape" | "size" | "zeros", name of the tensor
+# it is of)}}
 # of the static shapes TensorFlow folded into constants while the graph
 # was built (record_shape_folds).
 _shape_folds = weakref.WeakKeyDictionary()
@@ -342,11 +343,13 @@ _shape_folds = weakref.WeakKeyDictionary()
 def record_shape_folds():
   """Makes TensorFlow note, from now on, each constant it folds a tensor's
   static shape or size into (`tf.shape`, `tf.size`, `ones_like` and the
-  gradient functions that call them, in graph mode), and of which tensor:
+  gradient functions that call them, in graph mode), or a tensor of zeros
+  of its shape (`zeros_like`), and of which tensor:
   a batch fed to a placeholder of fixed size can then be split, the
   copies computing those from their shard (rewrite/batch_sizes.py). Only
   notes; what TensorFlow builds is unchanged. Idempotent."""
-  for name, kind in (("shape_internal", "shape"), ("size_internal", "size")):
+  for name, kind in (("shape_internal", "shape"), ("size_internal", "size"),
+                     ("zeros_like_impl", "zeros")):
     fold = getattr(_array_ops, name)
     if not getattr(fold, "_tensorbow_recording", False):
       setattr(_array_ops, name, _recording(fold, kind))
@@ -359,10 +362,14 @@ def _recording(fold, kind):
   def folded(input, *args, **kwargs):  # pylint: disable=redefined-builtin
     result = fold(input, *args, **kwargs)
     op = getattr(result, "op", None)
-    if (op is not None and op.type == "Const" and
-        isinstance(input, tf.Tensor) and hasattr(input, "graph") and
-        input.graph is op.graph):
-      _shape_folds.setdefault(op.graph, {})[op.name] = (kind, input.name)
+    if (op is not None and isinstance(input, tf.Tensor) and
+        hasattr(input, "graph") and input.graph is op.graph):
+      if op.type == "Const":
+        _shape_folds.setdefault(op.graph, {})[op.name] = (kind, input.name)
+      elif op.type == "Fill" and op.inputs[0].op.type == "Const":
+        # zeros_like of a large tensor fills a shape it folded.
+        _shape_folds.setdefault(op.graph, {})[op.inputs[0].op.name] = (
+            "shape", input.name)
     return result
 
   folded._tensorbow_recording = True  # pylint: disable=protected-access
@@ -370,6 +377,7 @@ def _recording(fold, kind):
 
 
 def shape_folds(graph):
-  """{Const op name: ("shape" | "size", tensor name)} of the static shapes
-  TensorFlow folded into constants of `graph` (record_shape_folds)."""
+  """{Const op name: ("shape" | "size" | "zeros", tensor name)} of the
+  static shapes TensorFlow folded into constants of `graph`
+  (record_shape_folds)."""
   return dict(_shape_folds.get(graph, {}))

@@ -33,6 +33,7 @@ from tensorbow.rewrite import per_example
 # What a folded constant is (Fold.kind), of its sources' shapes.
 SHAPE = "shape"  # the shape of sources[0]
 SIZE = "size"  # the number of elements of sources[0]
+ZEROS = "zeros"  # zeros of sources[0]'s shape
 KEPT_DIMS = "kept_dims"  # sources[0]'s shape, 1 along `axes`
 TILE_SCALING = "tile_scaling"  # sources[0]'s shape along `axes`, else 1
 MEAN_FACTOR = "mean_factor"  # size of sources[0] over that of sources[1]
@@ -44,6 +45,8 @@ Fold = collections.namedtuple("Fold", [
     "rank",  # for KEPT_DIMS and TILE_SCALING: sources[0]'s rank
 ])
 
+# A fold's kind by how compat.shape_folds notes it.
+_NOTED = {"shape": SHAPE, "size": SIZE, "zeros": ZEROS}
 # Ops through which a batch's rows reach one value: evidence that the
 # graph treats a feed's first dimension as the batch's.
 _REDUCING = frozenset([
@@ -60,7 +63,7 @@ _SIZING = frozenset(["Reshape", "Fill", "Tile", "BroadcastTo", "Slice",
 _GRADIENTS = re.compile(r"(?:^|/)gradients(?:_\d+)?/")
 # TensorFlow's functions that fold a static shape into a constant
 # (compat.record_shape_folds notes what they fold).
-_FOLDING = frozenset(["shape_internal", "size_internal"])
+_FOLDING = frozenset(["shape_internal", "size_internal", "zeros_like_impl"])
 # Beyond this many candidate feeds in one run, none is tried alone.
 _MAX_CANDIDATES = 8
 # Ops in v1 conditionals an import may carry inference past.
@@ -86,8 +89,7 @@ def folds(graph, ops):
       continue
     if op.name in recorded:
       kind, source = recorded[op.name]
-      found[op.name] = Fold(SHAPE if kind == "shape" else SIZE, (source,),
-                            (), None)
+      found[op.name] = Fold(_NOTED[kind], (source,), (), None)
       continue
     fold = _gradient_fold(graph, op)
     if fold is not None:
@@ -215,6 +217,8 @@ def _computed(fold, sources, dtype):
   """The tensor `fold` stands for, of `sources` (its sources' tensors)."""
   if fold.kind == SIZE:
     return tf.size(sources[0], out_type=dtype)
+  if fold.kind == ZEROS:
+    return tf.zeros_like(sources[0], dtype=dtype)
   if fold.kind == MEAN_FACTOR:
     rows = tf.size(sources[0]) // tf.maximum(tf.size(sources[1]), 1)
     return tf.cast(rows, dtype)
@@ -300,9 +304,11 @@ class _Scratch(object):
       shape = tf.TensorShape(np.shape(v))
       self._cut[t.name] = (t.dtype, per_example.sentinel_shape(shape)
                            if source else shape)
-    for name in found:
+    for name, fold in found.items():
       const = graph.get_operation_by_name(name).outputs[0]
-      self._cut[const.name] = (const.dtype, const.shape)
+      # A shape keeps its rank; zeros of a shape, not even that.
+      self._cut[const.name] = (const.dtype, tf.TensorShape(None)
+                               if fold.kind == ZEROS else const.shape)
 
   def largest(self, candidates):
     """The largest set of `candidates` (feed positions) that import with
@@ -404,6 +410,9 @@ class _Scratch(object):
       carried = [t for t in op.outputs if _carries(t.shape)]
       if op.type in _REDUCING and not carried:
         return True
+      # A conditional's merge of branches of other shapes (the squeeze of
+      # a label in one) may carry the rows without its shape saying so.
+      carried += [t for t in op.outputs if _unknown_rows(t.shape)]
       stack.extend((c, j) for t in carried for c in t.consumers()
                    for j, x in enumerate(c.inputs) if x is t)
     return False
@@ -414,3 +423,9 @@ def _carries(shape):
   return shape.rank is not None and any(
       d is not None and d >= per_example.SENTINEL and
       d % per_example.SENTINEL == 0 for d in shape.as_list())
+
+
+def _unknown_rows(shape):
+  """Whether the first dimension of `shape` is unknown (or its rank)."""
+  return shape.rank is None or (shape.rank > 0 and
+                                shape.as_list()[0] is None)

@@ -42,6 +42,9 @@ SENTINEL = 65521
 # Ops past which inference is carried at most (the second rule).
 _MAX_CUTS = 64
 _FAILED_NODE = re.compile(r"\{\{node ([^}]+)\}\}")
+# v2 conditionals, whose output_shapes attr states their outputs' shapes.
+FUNCTIONAL_CONDITIONALS = frozenset(["If", "StatelessIf", "Case",
+                                     "StatelessCase"])
 # Where the user's ops go in the scratch graph, apart from its placeholders.
 _SCOPE = "user"
 
@@ -128,8 +131,8 @@ def dependent(ops, sources):
 def _inferred_shapes(graph, ops, inputs, fetches, sources, fixed):
   """{fetch name: its shape with the batch sources' first dimension set to
   SENTINEL}, or None if TensorFlow's shape inference cannot be run."""
-  full = graph.as_graph_def()
   kept = {op.name: op for op in ops}
+  full = _unpinned(graph, kept)
   cut = {}  # tensor name -> (dtype, shape) in the scratch graph
   for name, t in inputs.items():
     cut[name] = (t.dtype, sentinel_shape(t.shape) if name in sources
@@ -193,12 +196,23 @@ def sentinel_import(graph, kept, cut):
   (dtype, shape) given there; or (None, the name of the op of `graph`
   whose shape function refused them, None if none is named)."""
   try:
-    _, scratch = _imported(graph.as_graph_def(), kept, cut, [])
+    _, scratch = _imported(_unpinned(graph, kept), kept, cut, [])
   except ValueError as e:
     failed = _FAILED_NODE.search(str(e))
     name = failed.group(1)[len(_SCOPE) + 1:] if failed else None
     return None, (name if name in kept else None)
   return scratch, None
+
+
+def _unpinned(graph, kept):
+  """`graph`'s GraphDef, its v2 conditionals among `kept` without their
+  outputs' shapes: as the user's graph states them, they would pin the
+  batch's size the sentinel stands for."""
+  full = graph.as_graph_def()
+  for node in full.node:
+    if node.name in kept and node.op in FUNCTIONAL_CONDITIONALS:
+      node.attr.pop("output_shapes", None)
+  return full
 
 
 def imported_op(scratch, name):

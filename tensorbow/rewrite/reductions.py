@@ -39,6 +39,7 @@ twin that reads the variables instead (`central_twin`).
 import numpy as np
 import tensorflow as tf
 
+from tensorbow import compat
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import graph_util
 from tensorbow.rewrite import per_example
@@ -85,20 +86,27 @@ def combinations(graph, tensors, sources, fed=()):
     return tuple(None for _ in tensors)
   stops = set(t.name for t in sources) | set(t.name for t in fed)
   ops = _data_ops(tensors, stops)
-  dependent = _dependent(ops, sources)
+  # A batch of fixed size: its shape and size are constants TensorFlow
+  # folded (compat.shape_folds), which stand for the Shape or Size op.
+  folds = {name: (kind, graph.get_tensor_by_name(source))
+           for name, (kind, source) in compat.shape_folds(graph).items()}
   candidates = {t.name: t for t in tensors}
   for op in ops:
-    for t in _row_inputs(op):
+    for t in _row_inputs(op, folds):
       candidates[t.name] = t
   rows = dict(zip(candidates, per_example.per_example(
       graph, list(candidates.values()), sources, fed)))
+  dependent = _dependent(ops, sources, [
+      op.outputs[0] for op in ops
+      if op.name in folds and rows.get(folds[op.name][1].name)])
   kinds, graded = {}, set()
   for op in ops:  # inputs first
     if analysis.is_gradient_op(op) or any(t.name in graded
                                           for t in op.inputs):
       graded.update(t.name for t in op.outputs)
       continue
-    kind = _kind(op, kinds, rows, dependent)
+    kind = (_folded_kind(folds[op.name], rows) if op.name in folds else
+            _kind(op, kinds, rows, dependent))
     if kind is not None:
       for t in op.outputs:
         kinds[t.name] = kind
@@ -142,17 +150,21 @@ def _data_ops(tensors, stops):
   return analysis.closure([t.op for t in tensors], stops, controls=False)
 
 
-def _dependent(ops, sources):
-  """Names of the tensors of `ops` whose data flow from a batch source."""
-  dependent = set(t.name for t in sources)
+def _dependent(ops, sources, folded=()):
+  """Names of the tensors of `ops` whose data flow from a batch source
+  (or from `folded`, constants that stand for a batch's shape)."""
+  dependent = set(t.name for t in list(sources) + list(folded))
   for op in ops:  # inputs first
     if any(t.name in dependent for t in op.inputs):
       dependent.update(t.name for t in op.outputs)
   return dependent
 
 
-def _row_inputs(op):
-  """The inputs of `op` whose being per-example decides its kind."""
+def _row_inputs(op, folds):
+  """The inputs of `op` whose being per-example decides its kind (for a
+  constant of `folds`, the tensor whose shape it is)."""
+  if op.name in folds:
+    return [folds[op.name][1]]
   if op.type in _REDUCTIONS or op.type in ("Size", "Shape", "Where"):
     return op.inputs[:1]
   if op.type in _SCATTERS:
@@ -199,6 +211,16 @@ def _kind(op, kinds, rows, dependent):
     kind = MAX if op.type == "Maximum" else MIN
     return kind if all(k == kind for k in inputs) else None
   return None
+
+
+def _folded_kind(fold, rows):
+  """The kind of a constant TensorFlow folded from a static shape or size,
+  `fold` = ("shape" | "size" | "zeros", its tensor): as a Shape or Size
+  op's."""
+  kind, source = fold
+  if not rows.get(source.name) or kind not in ("shape", "size"):
+    return None  # zeros of a batch's shape add nothing
+  return _SHAPE if kind == "shape" else SUM
 
 
 def _reduces_rows(axes, rank):
