@@ -200,6 +200,7 @@ with tb.TensorBowSession(replicas=2) as sess:
 """
 
 
+@pytest.mark.slow  # a child process of its own
 def test_a_graph_built_before_the_import_is_refused_by_name(request):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   done = subprocess.run(

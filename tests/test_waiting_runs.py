@@ -26,6 +26,10 @@ import pytest
 
 import waiting_runs_scripts as scripts
 
+# Each scenario is a child process of its own (end to end, seconds each):
+# the slow tier's.
+pytestmark = pytest.mark.slow
+
 TIMEOUT = 60
 _SCRIPT = scripts.__file__
 
