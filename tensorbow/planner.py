@@ -128,23 +128,11 @@ class Planner(object):
     `takes_elements(pulled tensors)`; `values`, if given, what this run
     feeds them, one replica's element for those (the shapes the kernels
     are chosen for)."""
-    fetchable = tb_runtime.fetchable_dtypes()
-    for t in handler.fetches():
-      if (t.dtype.base_dtype.as_datatype_enum not in fetchable and
-          not analysis.is_variable_value(t)):
-        raise TypeError(
-            f"TensorBow cannot fetch {t.name} ({t.dtype.name}) in a training "
-            "run; fetch it in a plain run")
+    _check_fetchable(handler)
     fed_names = frozenset(t.name for t in fed)
     echoed = [(i, [f.name for f in fed].index(t.name))
               for i, t in enumerate(handler.fetches()) if t.name in fed_names]
-    by_element = self.takes_elements([t for t in fed if t.name in pulled])
-    elements = [by_element and t.name in pulled for t in fed]
-    batch = [is_batch_feed(t) and not e for t, e in zip(fed, elements)]
-    folds = {}
-    if not self._plain and values is not None:
-      batch, folds = self._batch_by_data_flow(ops, fed, values, batch,
-                                              elements)
+    elements, batch, folds = self._feed_kinds(ops, fed, pulled, values)
     merged = dict(echoed=echoed, combine=self._combinations(
         handler.fetches(), fed, batch, elements))
     sourced = (fed, batch, elements)  # of the user's graph
@@ -153,46 +141,18 @@ class Planner(object):
     fetches = [self._exec.tensor(t) for t in handler.fetches()]
     task_fetches = [t for i, t in enumerate(fetches) if i not in skipped]
     targets = [self._exec.op(op) for op in handler.targets()]
-    trainable = analysis.trainable_variable_ops(self.graph)
-    # What a replica's own data flows from (batch-norm statistics).
-    batch_names = [t.name for t, b, e in zip(fed, batch, elements)
-                   if b or e]
-    if self._plain:
-      # One replica is plain training (DESIGN.md, "L = 1 is plain training"):
-      # the user's own graph, or a copy of it training the same variables with
-      # faster kernels or reading its input's stand-ins.
-      info = _plain_copy_info(ops, batch_names, trainable,
-                              any(t.name in pulled for t in fed))
-      if info is None:
-        _check_pulled_whole(ops, pulled)
-        # As TensorFlow runs it; split in two only to check for
-        # non-finite values before the writes.
-        return self._task_plan(fed, batch, elements,
-                               [(task_fetches, list(targets))],
-                               -1, {}, lambda name: name,
-                               self._nonfinite != "propagate")._replace(
-                                   **merged)
-    else:
-      info = analysis.analyse_training(ops, batch_names, trainable)
-      self._algorithm.check_updates(
-          [n for n in info.apply_ops if not analysis.is_dense_apply(
-              self._exec.graph.get_operation_by_name(n))])
-    if self._copier is None:
-      self._copier = replicate.Copier(self._builder, self._replica_state,
-                                      self._algorithm)
-    rep = self._copier
-    if rep.chooser is None and substitutes.measured() and values is not None:
-      rows = ([len(v) // self._replicas for v, b in zip(values, batch)
-               if b and np.ndim(v)] +
-              [len(v) for v, e in zip(values, elements) if e and np.ndim(v)])
-      rep.chooser = kernel_choice.Chooser(max(rows[0], 1) if rows else 1)
-    stand_ins = {t.name: self._builder.input_stand_in(t) for t in fed
-                 if t.name in pulled}
-    # The copies read a fixed-size batch feed's shard through a stand-in
-    # of unknown size, and compute what TensorFlow folded from its size.
-    stand_ins.update((t.name, self._builder.input_stand_in(t, shard=True))
-                     for t, b in zip(fed, batch) if b and
-                     t.shape.rank and t.shape.as_list()[0] is not None)
+    info = self._training_info(ops, fed, batch, elements, pulled)
+    if info is None:
+      _check_pulled_whole(ops, pulled)
+      # As TensorFlow runs it; split in two only to check for non-finite
+      # values before the writes.
+      return self._task_plan(fed, batch, elements,
+                             [(task_fetches, list(targets))],
+                             -1, {}, lambda name: name,
+                             self._nonfinite != "propagate")._replace(
+                                 **merged)
+    rep = self._copier_for(values, batch, elements)
+    stand_ins = self._stand_ins(fed, batch, pulled)
     copies = rep.extend(info, fed_names, stand_ins,
                         folds if len(stand_ins) > len(pulled) else {})
     summed = self._summed(info, *sourced)
@@ -201,26 +161,9 @@ class Planner(object):
         fetches, merged["combine"], summed, skipped)
     # What the replicas compute for a twin still runs (its writes).
     targets = targets + [fetches[i].op for i in twins]
-
-    def group_tensor(t, g):
-      return copies.group_tensor(t.op.name, t.value_index, g)
-
-    def group_op(op, g):
-      return self._exec.graph.get_operation_by_name(
-          copies.group_name(op.name, g))
-
-    replica_fetches = [t for i, t in enumerate(fetches)
-                       if i not in central_fetches and i not in skipped]
-    # The writes that fetched or targeted value-only ops were ordered
-    # after in the user's graph still run (Copies.orderings_of).
-    moved = sorted(set(
-        name for op in [t.op for t in replica_fetches] + targets
-        for name in copies.orderings_of(op.name)))
-    targets = targets + [self._exec.graph.get_operation_by_name(n)
-                         for n in moved]
-    tasks = [([group_tensor(t, g) for t in replica_fetches],
-              [group_op(op, g) for op in targets])
-             for g in range(self._builder.num_groups)]
+    tasks = self._group_tasks(
+        copies, [t for i, t in enumerate(fetches)
+                 if i not in central_fetches and i not in skipped], targets)
     by_group = not self._plain
     # A shared model's tasks and a pool's chunks each apply their step
     # when they finish, and one replica's copy is plain training as
@@ -235,23 +178,87 @@ class Planner(object):
                            stand_ins)._replace(summed=tuple(sorted(summed)),
                                                **merged)
 
-  def _batch_by_data_flow(self, ops, fed, values, batch, elements):
-    """(per feed, whether it is a batch feed; the constants TensorFlow
-    folded from static shapes, `batch_sizes.folds`) of a training run over
-    closure `ops` (of the execution graph) fed `values` to `fed` (of the
-    user's graph): beyond the declared batch feeds `batch`, those the
-    data flow shows (DESIGN.md, "Batch feeds are split")."""
-    # The closure may hold TensorBow's own ops of the execution graph (a
-    # control dependency's stand-in): not the user's.
-    names = set(op.name for op in ops)
-    user_ops = [op for op in self.graph.get_operations() if op.name in names]
-    folds = batch_sizes.folds(self.graph, user_ops)
-    found = batch_sizes.by_data_flow(
-        self.graph, user_ops, fed, values,
-        [b or e for b, e in zip(batch, elements)], folds)
-    batch = [b or f for b, f in zip(batch, found)]
-    batch_sizes.check_noticed(self.graph, user_ops, fed, batch)
-    return batch, folds
+  def _training_info(self, ops, fed, batch, elements, pulled):
+    """The analysis.TrainingInfo of a training run over closure `ops` fed
+    `fed` (of the execution graph; `batch` and `elements` say which are
+    batch sources, `pulled` names a pipeline's), or None where one replica
+    runs the user's own graph.
+
+    One replica is plain training (DESIGN.md, "L = 1 is plain training"):
+    the user's own graph, or a copy of it training the same variables with
+    faster kernels or reading its input's stand-ins.
+    """
+    trainable = analysis.trainable_variable_ops(self.graph)
+    # What a replica's own data flows from (batch-norm statistics).
+    batch_names = [t.name for t, b, e in zip(fed, batch, elements)
+                   if b or e]
+    if self._plain:
+      return _plain_copy_info(ops, batch_names, trainable,
+                              any(t.name in pulled for t in fed))
+    info = analysis.analyse_training(ops, batch_names, trainable)
+    self._algorithm.check_updates(
+        [n for n in info.apply_ops if not analysis.is_dense_apply(
+            self._exec.graph.get_operation_by_name(n))])
+    return info
+
+  def _feed_kinds(self, ops, fed, pulled, values):
+    """(per feed: is it a pipeline's element of its own per replica, is it
+    a batch feed; the constants folded from a fixed batch size,
+    `batch_sizes.folds`) of a training run over closure `ops` fed `fed`,
+    those named in `pulled` from an input pipeline, `values` if given."""
+    by_element = self.takes_elements([t for t in fed if t.name in pulled])
+    elements = [by_element and t.name in pulled for t in fed]
+    batch = [batch_sizes.is_batch_feed(t) and not e
+             for t, e in zip(fed, elements)]
+    folds = {}
+    if not self._plain and values is not None:
+      batch, folds = batch_sizes.plan_batches(self.graph, ops, fed, values,
+                                              batch, elements)
+    return elements, batch, folds
+
+  def _copier_for(self, values, batch, elements):
+    """The setting's Copier, made at the first training run copied, with
+    its kernel chooser timed for the rows a replica takes of `values`
+    (`batch` and `elements` saying which feeds are batches)."""
+    if self._copier is None:
+      self._copier = replicate.Copier(self._builder, self._replica_state,
+                                      self._algorithm)
+    rep = self._copier
+    if rep.chooser is None and substitutes.measured() and values is not None:
+      rows = ([len(v) // self._replicas for v, b in zip(values, batch)
+               if b and np.ndim(v)] +
+              [len(v) for v, e in zip(values, elements) if e and np.ndim(v)])
+      rep.chooser = kernel_choice.Chooser(max(rows[0], 1) if rows else 1)
+    return rep
+
+  def _stand_ins(self, fed, batch, pulled):
+    """{fed tensor name: the placeholder the copies read instead}: a
+    pipeline's output (named in `pulled`), and a fixed-size batch feed's
+    shard, of unknown size (the copies then compute what TensorFlow
+    folded from the size)."""
+    stand_ins = {t.name: self._builder.input_stand_in(t) for t in fed
+                 if t.name in pulled}
+    stand_ins.update((t.name, self._builder.input_stand_in(t, shard=True))
+                     for t, b in zip(fed, batch) if b and
+                     t.shape.rank and t.shape.as_list()[0] is not None)
+    return stand_ins
+
+  def _group_tasks(self, copies, fetches, targets):
+    """Per stream group, (fetches, targets) of its copy (`copies`) of a
+    task fetching `fetches` and running `targets` (of the execution
+    graph), with the writes that those were ordered after in the user's
+    graph (Copies.orderings_of)."""
+    moved = sorted(set(
+        name for op in [t.op for t in fetches] + targets
+        for name in copies.orderings_of(op.name)))
+    targets = targets + [self._exec.graph.get_operation_by_name(n)
+                         for n in moved]
+    graph = self._exec.graph
+    return [([copies.group_tensor(t.op.name, t.value_index, g)
+              for t in fetches],
+             [graph.get_operation_by_name(copies.group_name(op.name, g))
+              for op in targets])
+            for g in range(self._builder.num_groups)]
 
   def _combinations(self, tensors, fed, batch, elements):
     """Per tensor (of the user's graph), how its replicas' values make the
@@ -332,7 +339,7 @@ class Planner(object):
     pipeline that yields `pulled` (user tensors): with several replicas,
     when the pipeline's batch size is built into the graph (DESIGN.md)."""
     return self._replicas > 1 and any(
-        t.shape.rank and not is_batch_feed(t) for t in pulled)
+        t.shape.rank and not batch_sizes.is_batch_feed(t) for t in pulled)
 
   def _task_plan(self, fed, batch, elements, tasks, sync_call,
                  central_fetches, user_name, atomic, written=None,
@@ -381,6 +388,21 @@ class Planner(object):
     compat.extend_session(self._session)
     return _new_plan(fed, batch, elements, self._replicas, by_group, calls,
                      sync_call, central_fetches)
+
+
+def _check_fetchable(handler):
+  """Refuses a training run fetching what the runtime cannot return.
+
+  Raises:
+    TypeError: naming the fetch and its dtype.
+  """
+  fetchable = tb_runtime.fetchable_dtypes()
+  for t in handler.fetches():
+    if (t.dtype.base_dtype.as_datatype_enum not in fetchable and
+        not analysis.is_variable_value(t)):
+      raise TypeError(
+          f"TensorBow cannot fetch {t.name} ({t.dtype.name}) in a training "
+          "run; fetch it in a plain run")
 
 
 def _aligned(splits, user_name):
@@ -469,12 +491,3 @@ def _new_plan(fed, batch, elements, replicas, by_group, calls, sync_call,
       central_fetches=central_fetches, echoed=[], combine=(),
       atomic=atomic, commit_calls=commit_calls, described=described,
       snapshot=snapshot, gradients=list(gradients), summed=())
-
-
-def is_batch_feed(tensor):
-  """Whether fed `tensor` is a batch feed: rank >= 1, first dim unknown."""
-  # as_list(), not shape[0]: under v1 behaviour that is a Dimension, never
-  # None.
-  shape = tensor.shape
-  return (shape.rank is not None and shape.rank >= 1 and
-          shape.as_list()[0] is None)

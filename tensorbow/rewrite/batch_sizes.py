@@ -77,6 +77,29 @@ class UnsplittableBatch(tf.errors.UnimplementedError):
     super().__init__(None, None, message)
 
 
+def plan_batches(graph, ops, fed, values, batch, elements):
+  """(per feed, whether it is a batch feed; the constants TensorFlow
+  folded from static shapes, `folds`) of a training run over closure
+  `ops` (of the execution graph) fed `values` to `fed` (of the user's
+  `graph`): beyond the declared batch feeds `batch`, those the data flow
+  shows (DESIGN.md, "Batch feeds are split"); `elements` says which
+  feeds are a pipeline's elements.
+
+  Raises:
+    ValueError, UnsplittableBatch: as `by_data_flow` and `check_noticed`.
+  """
+  # The closure may hold TensorBow's own ops of the execution graph (a
+  # control dependency's stand-in): not the user's.
+  names = set(op.name for op in ops)
+  user_ops = [op for op in graph.get_operations() if op.name in names]
+  found = folds(graph, user_ops)
+  undeclared = by_data_flow(graph, user_ops, fed, values,
+                            [b or e for b, e in zip(batch, elements)], found)
+  batch = [b or u for b, u in zip(batch, undeclared)]
+  check_noticed(graph, user_ops, fed, batch)
+  return batch, found
+
+
 def folds(graph, ops):
   """{Const op name: Fold} of the constants among `ops` (a training run's
   closure, of `graph`) that TensorFlow folded from a static shape of a
@@ -230,6 +253,16 @@ def _computed(fold, sources, dtype):
   if fold.kind == KEPT_DIMS:
     return shape * (1 - mask) + mask
   return shape * mask + (1 - mask)  # TILE_SCALING
+
+
+def is_batch_feed(tensor):
+  """Whether fed `tensor` is a declared batch feed: rank >= 1, first
+  dimension unknown."""
+  # as_list(), not shape[0]: under v1 behaviour that is a Dimension, never
+  # None.
+  shape = tensor.shape
+  return (shape.rank is not None and shape.rank >= 1 and
+          shape.as_list()[0] is None)
 
 
 def undeclared(tensor, value):

@@ -198,55 +198,64 @@ class Copier(object):
             node, _REPLICA_OP[op.type], self._replicas.replicas_of(op.name),
             aux))
         continue
-      if op.name in copies.pushed:
-        writes = set(c.name for c in op.control_inputs
-                     if phases.is_write_group(c))
-        inputs = [i for i in node.input
-                  if not (i.startswith("^") and i[1:] in writes)]
-      else:
-        inputs = list(node.input) + [
-            "^" + n for n in sorted(copies.taken_over.get(op.name, ()))
-            if "^" + n not in node.input]
-      inputs = [resolve(i) for i in inputs if i not in dropped]
-      del node.input[:]
-      node.input.extend(inputs)
-      var = (analysis.variable_of(op.inputs[0])
-             if analysis.is_apply(op) else None)
-      state = (self._replicas.algorithm_state(var.name)
-               if var is not None else None)
-      if state is not None:
-        if any(t.consumers() for t in op.outputs):
-          raise tf.errors.UnimplementedError(
-              None, op, f"TensorBow cannot train apply op '{op.name}': an "
-              "op consumes its output; only control dependencies on it are "
-              "supported")
-        before = []
-        if op.name in fused:
-          *before, node = substitutes.outer_apply(
-              node, op, fused[op.name], dropped, resolve)
-        for out in before + self._algorithm.apply_nodes(
-            self._builder, state, node, var, group, aux):
-          graph_def.node.add().CopyFrom(out)
-      elif (op.type == "HistogramSummary" and
-            self._builder.num_replicas > 1):
-        for out in self._first_replica_only(node, aux):
-          graph_def.node.add().CopyFrom(out)
-      elif op.name in self._stream_states:
-        for out in self._stream_nodes(node, op, aux):
-          graph_def.node.add().CopyFrom(out)
-      elif op.name in fused:
-        for out in substitutes.outer_apply(node, op, fused[op.name],
-                                           dropped, resolve):
-          graph_def.node.add().CopyFrom(out)
-      else:
-        faster = (substitutes.substitute(node, op) if self._fast_kernels
-                  else None)
-        if faster and self.chooser is not None and not self.chooser.keep(
-            node, op, faster):
-          faster = None
-        for out in faster or [node]:
-          graph_def.node.add().CopyFrom(out)
+      self._set_inputs(node, op, copies, dropped, resolve)
+      graph_def.node.extend(
+          self._computing_nodes(node, op, group, fused, dropped, resolve,
+                                aux))
     return graph_def, input_map
+
+  def _set_inputs(self, node, op, copies, dropped, resolve):
+    """Gives `node`, a group's copy of `op`, its inputs in the copy: the
+    waits on writes `copies` moved (pushed) dropped, the writes it took
+    over waited for, the inputs of `dropped` left out, each `resolve`d."""
+    if op.name in copies.pushed:
+      writes = set(c.name for c in op.control_inputs
+                   if phases.is_write_group(c))
+      inputs = [i for i in node.input
+                if not (i.startswith("^") and i[1:] in writes)]
+    else:
+      inputs = list(node.input) + [
+          "^" + n for n in sorted(copies.taken_over.get(op.name, ()))
+          if "^" + n not in node.input]
+    inputs = [resolve(i) for i in inputs if i not in dropped]
+    del node.input[:]
+    node.input.extend(inputs)
+
+  def _computing_nodes(self, node, op, group, fused, dropped, resolve,
+                       aux):
+    """The NodeDefs computing `op` in stream group `group`'s copy, its
+    copy `node` given its inputs: the algorithm's step for an optimizer's
+    apply op, replica 0's histogram, a random op's replica stream, a fused
+    outer product (`fused`), or a faster substitute or `node` itself."""
+    var = (analysis.variable_of(op.inputs[0])
+           if analysis.is_apply(op) else None)
+    state = (self._replicas.algorithm_state(var.name)
+             if var is not None else None)
+    if state is not None:
+      if any(t.consumers() for t in op.outputs):
+        raise tf.errors.UnimplementedError(
+            None, op, f"TensorBow cannot train apply op '{op.name}': an "
+            "op consumes its output; only control dependencies on it are "
+            "supported")
+      before = []
+      if op.name in fused:
+        *before, node = substitutes.outer_apply(
+            node, op, fused[op.name], dropped, resolve)
+      return before + self._algorithm.apply_nodes(
+          self._builder, state, node, var, group, aux)
+    if op.type == "HistogramSummary" and self._builder.num_replicas > 1:
+      return self._first_replica_only(node, aux)
+    if op.name in self._stream_states:
+      return self._stream_nodes(node, op, aux)
+    if op.name in fused:
+      return substitutes.outer_apply(node, op, fused[op.name], dropped,
+                                     resolve)
+    faster = (substitutes.substitute(node, op) if self._fast_kernels
+              else None)
+    if faster and self.chooser is not None and not self.chooser.keep(
+        node, op, faster):
+      faster = None
+    return faster or [node]
 
   def _add_streams(self, new_ops):
     """Gives the random ops among `new_ops` a state per replica, set before
