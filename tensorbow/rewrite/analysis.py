@@ -71,8 +71,28 @@ def _steps_by_scope(op_type, op_name, var):
 
 def _from_gradient(write):
   """Whether write `write`'s value is computed from a gradient."""
-  return any(is_gradient_op(o) for o in closure(
-      [t.op for t in write.inputs[1:]], frozenset()))
+  return any(is_gradient_op(o) for o in _computed_from(write))
+
+
+def _computed_from(write):
+  """The ops write `write`'s value is computed from: along data inputs,
+  and from a read of a resource variable to the writes of that variable
+  it waits for (`assign` returns such a read under resource variables).
+  Not what it merely waits for: a counter under the user's
+  `tf.control_dependencies` around an optimizer is no slot of it."""
+  seen, stack, found = set(), [t.op for t in write.inputs[1:]], []
+  while stack:
+    op = stack.pop()
+    if op.name in seen:
+      continue
+    seen.add(op.name)
+    found.append(op)
+    stack.extend(t.op for t in op.inputs)
+    var = variable_of(op.inputs[0]) if op.type == "ReadVariableOp" else None
+    if var is not None:
+      stack.extend(c for c in op.control_inputs if is_write(c) and
+                   variable_of(c.inputs[0]) == var)
+  return found
 
 
 def is_dense_apply(op):
@@ -277,7 +297,7 @@ def analyse_training(ops, batch_feed_names, trainable=None):
       model_vars.append(var.name)
       if not op.type.startswith(_APPLY_PREFIXES):
         # Its slots are the variables written to compute the update.
-        for w in closure([t.op for t in op.inputs[1:]], frozenset()):
+        for w in _computed_from(op):
           slot = variable_of(w.inputs[0]) if is_write(w) else None
           if slot is not None and slot.name not in slot_vars:
             slot_vars.append(slot.name)

@@ -117,6 +117,24 @@ def counters_of_rows_and_steps():
   return Case([loss, op], feed, runs=5)
 
 
+@_idiom(counts=("seen", "steps"))
+def counters_a_user_optimizers_step_waits_for():
+  """Counters under `tf.control_dependencies` around a user optimizer's
+  minimize: its `assign_sub` steps wait for them, yet they are no slots
+  of it (they counted 1/L when taken for its slots)."""
+  x, _, _, _, loss, feed = _classifier()
+  seen = tf.compat.v1.get_variable("seen", [], tf.int64, trainable=False,
+                                   initializer=tf.zeros_initializer())
+  steps = tf.compat.v1.get_variable("steps", [], tf.float32,
+                                    trainable=False,
+                                    initializer=tf.zeros_initializer())
+  adds = [seen.assign_add(tf.cast(tf.shape(x)[0], tf.int64)),
+          steps.assign_add(1.0)]
+  with tf.control_dependencies(adds):
+    op = harness.UserOptimizer(0.5, "assign_sub").minimize(loss)
+  return Case([loss, op], feed, runs=5)
+
+
 @_idiom()
 def hand_written_sum_of_losses():
   """A running total of the batch's summed loss, by assign_add."""
