@@ -33,6 +33,7 @@ import re
 
 import tensorflow as tf
 
+from tensorbow import compat
 from tensorbow.rewrite import graph_util
 
 # Prime: a product of a model's sizes is a multiple of it only if one of
@@ -45,6 +46,8 @@ _FAILED_NODE = re.compile(r"\{\{node ([^}]+)\}\}")
 # v2 conditionals, whose output_shapes attr states their outputs' shapes.
 FUNCTIONAL_CONDITIONALS = frozenset(["If", "StatelessIf", "Case",
                                      "StatelessCase"])
+# The ops of the folds compat.shape_folds notes, by kind.
+_FOLDED_OPS = {"shape": "Shape", "size": "Size"}
 # Where the user's ops go in the scratch graph, apart from its placeholders.
 _SCOPE = "user"
 
@@ -132,11 +135,11 @@ def _inferred_shapes(graph, ops, inputs, fetches, sources, fixed):
   """{fetch name: its shape with the batch sources' first dimension set to
   SENTINEL}, or None if TensorFlow's shape inference cannot be run."""
   kept = {op.name: op for op in ops}
-  full = _unpinned(graph, kept)
   cut = {}  # tensor name -> (dtype, shape) in the scratch graph
   for name, t in inputs.items():
     cut[name] = (t.dtype, sentinel_shape(t.shape) if name in sources
                  else t.shape)
+  full = _unpinned(graph, kept, cut)
   for _ in range(_MAX_CUTS):
     try:
       shapes, scratch = _imported(full, kept, cut, fetches)
@@ -204,15 +207,40 @@ def sentinel_import(graph, kept, cut):
   return scratch, None
 
 
-def _unpinned(graph, kept):
+def _unpinned(graph, kept, cut=None):
   """`graph`'s GraphDef, its v2 conditionals among `kept` without their
-  outputs' shapes: as the user's graph states them, they would pin the
-  batch's size the sentinel stands for."""
+  outputs' shapes, and, given the `cut` of an import, its noted folds
+  among `kept` of a tensor the import has as the ops they stand for: as
+  the user's graph states them, they would pin the batch's size the
+  sentinel stands for (a partitioned embedding lookup reshapes its rows
+  to the folded shape of a fixed-size batch of ids)."""
   full = graph.as_graph_def()
+  folds = {} if cut is None else {
+      name: (kind, source)
+      for name, (kind, source) in compat.shape_folds(graph).items()
+      if kind in _FOLDED_OPS and (source in cut or
+                                  source.rpartition(":")[0] in kept)}
   for node in full.node:
-    if node.name in kept and node.op in FUNCTIONAL_CONDITIONALS:
+    if node.name not in kept:
+      continue
+    if node.op in FUNCTIONAL_CONDITIONALS:
       node.attr.pop("output_shapes", None)
+    elif node.name in folds:
+      _unfold(node, *folds[node.name], graph)
   return full
+
+
+def _unfold(node, kind, source, graph):
+  """Makes Const NodeDef `node`, TensorFlow's fold of tensor `source`'s
+  static shape or size (`kind`, compat.shape_folds), the op computing
+  it."""
+  dtype = node.attr["dtype"].type
+  node.op = _FOLDED_OPS[kind]
+  node.ClearField("attr")
+  node.attr["T"].type = graph.get_tensor_by_name(source).dtype.as_datatype_enum
+  node.attr["out_type"].type = dtype
+  del node.input[:]
+  node.input.append(source)
 
 
 def imported_op(scratch, name):

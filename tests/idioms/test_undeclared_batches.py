@@ -93,8 +93,33 @@ def linear_regression(shapeless):
       x: harness.data(i, (8,)), y: 2.0 * harness.data(i, (8,)) + 1.0})
 
 
+def partitioned_lookup(fixed):
+  """A fixed batch of 8 rows of ids looked up in a table of two
+  partitions, its logits fetched: the lookup reshapes its stitched rows
+  to the ids' folded shape, and the logits are still per-example."""
+  size = harness.BATCH if fixed else None
+  ids = tf.compat.v1.placeholder(tf.int32, (size, 3), name="ids")
+  labels = tf.compat.v1.placeholder(tf.int64, (size,), name="labels")
+  table = tf.compat.v1.get_variable(
+      "table", [10, 4], partitioner=tf.compat.v1.fixed_size_partitioner(2),
+      initializer=tf.compat.v1.random_uniform_initializer(seed=harness.SEED))
+  logits = harness.dense(
+      tf.reduce_mean(tf.nn.embedding_lookup(table, ids), 1), 3, "out")
+  loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=labels, logits=logits))
+  train = tf.compat.v1.train.AdagradOptimizer(0.2).minimize(loss)
+
+  def feed(i):
+    rng = np.random.RandomState(i)
+    return {ids: rng.randint(0, 10, (harness.BATCH, 3)),
+            labels: rng.randint(0, 3, harness.BATCH)}
+
+  return Case([loss, train, logits], feed)
+
+
 VARIANTS = {
     "fully_connected_feed": (fully_connected_feed, 4),
+    "partitioned_lookup": (partitioned_lookup, 4),
     "mean_regression": (mean_regression, 4),
     "linear_regression": (linear_regression, 2),
 }
