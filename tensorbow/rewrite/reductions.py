@@ -63,6 +63,8 @@ _ELEMENTWISE_KEEPING = frozenset(["Identity", "Cast", "StopGradient",
 _ADDING = frozenset(["Add", "AddV2", "Sub", "AddN"])
 # Ops whose output is a sum when input 0 is and input 1 has no batch.
 _SCALING = frozenset(["RealDiv", "Div", "TrueDiv"])
+# Functional while loops: output i is loop variable i, input i its start.
+_LOOPS = frozenset(["While", "StatelessWhile"])
 # Writes that add their input 1 to the variable.
 ADDING_WRITES = frozenset(["AssignAdd", "AssignSub", "AssignAddVariableOp",
                            "AssignSubVariableOp"])
@@ -101,8 +103,13 @@ def combinations(graph, tensors, sources, fed=()):
       if op.name in folds and rows.get(folds[op.name][1].name)])
   kinds, graded = {}, set()
   for op in ops:  # inputs first
-    if analysis.is_gradient_op(op) or any(t.name in graded
-                                          for t in op.inputs):
+    if op.type in _LOOPS:
+      # A v2 while loop's gradient adds its accumulators to the forward
+      # loop's variables: only their outputs are a gradient's part.
+      graded.update(op.outputs[i].name for i, t in enumerate(op.inputs)
+                    if t.name in graded)
+    elif analysis.is_gradient_op(op) or any(t.name in graded
+                                            for t in op.inputs):
       graded.update(t.name for t in op.outputs)
       continue
     kind = (_folded_kind(folds[op.name], rows) if op.name in folds else

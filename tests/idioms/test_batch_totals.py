@@ -135,6 +135,30 @@ def counters_a_user_optimizers_step_waits_for():
   return Case([loss, op], feed, runs=5)
 
 
+@_idiom(counts=("/count",))
+def counts_through_a_while_loop():
+  """A classifier whose features pass a tf.while_loop applying a weight
+  twice, fetching a count of correct rows and updating a mean: under
+  control flow v2 the loop's gradient adds its accumulators to the
+  forward loop, which made the loop's outputs look like a gradient's
+  (counts were replica 0's)."""
+  x, labels, _, _, _, feed = _classifier()
+  w_loop = tf.compat.v1.get_variable(
+      "loop_w", [4, 4],
+      initializer=tf.compat.v1.glorot_uniform_initializer(seed=harness.SEED))
+  _, h = tf.while_loop(lambda i, h: i < 2,
+                       lambda i, h: (i + 1, tf.tanh(tf.matmul(h, w_loop))),
+                       [tf.constant(0), x])
+  logits = harness.dense(h, CLASSES, "out")
+  losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                          logits=logits)
+  correct = tf.reduce_sum(tf.cast(
+      tf.equal(tf.argmax(logits, 1), labels), tf.int32))
+  _, update = metrics.mean(losses, name="mean")
+  op = train.GradientDescentOptimizer(0.5).minimize(tf.reduce_mean(losses))
+  return Case([correct, update, op], feed, runs=5)
+
+
 @_idiom()
 def hand_written_sum_of_losses():
   """A running total of the batch's summed loss, by assign_add."""
