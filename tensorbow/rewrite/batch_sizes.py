@@ -37,6 +37,7 @@ ZEROS = "zeros"  # zeros of sources[0]'s shape
 KEPT_DIMS = "kept_dims"  # sources[0]'s shape, 1 along `axes`
 TILE_SCALING = "tile_scaling"  # sources[0]'s shape along `axes`, else 1
 MEAN_FACTOR = "mean_factor"  # size of sources[0] over that of sources[1]
+ANY_SHAPE = "any_shape"  # a list's element shape of unknown rank (-1)
 
 Fold = collections.namedtuple("Fold", [
     "kind",  # one of the kinds above
@@ -114,7 +115,7 @@ def folds(graph, ops):
       kind, source = recorded[op.name]
       found[op.name] = Fold(_NOTED[kind], (source,), (), None)
       continue
-    fold = _gradient_fold(graph, op)
+    fold = _gradient_fold(graph, op) or _accumulator_fold(op)
     if fold is not None:
       found[op.name] = fold
   # A copy computes a fold from what the run computes anyway.
@@ -166,6 +167,19 @@ def _gradient_fold(graph, const):
     if forward.type in ("Sum", "Mean"):
       scope = const.name[:match.end() + end] + "_grad/"
       return _reduction_fold(forward, const, scope)
+  return None
+
+
+def _accumulator_fold(const):
+  """An ANY_SHAPE Fold if Const op `const` is the element shape of a list
+  that a v2 while loop's gradient accumulates the loop's tensors in
+  (while_v2 makes it from their static shapes: a fixed batch's rows),
+  else None."""
+  for consumer in const.outputs[0].consumers():
+    if (consumer.type == "EmptyTensorList" and consumer.inputs[0] is
+        const.outputs[0] and consumer.name.endswith("/accumulator") and
+        _GRADIENTS.search(consumer.name)):
+      return Fold(ANY_SHAPE, (), (), None)
   return None
 
 
@@ -242,6 +256,8 @@ def _computed(fold, sources, dtype):
     return tf.size(sources[0], out_type=dtype)
   if fold.kind == ZEROS:
     return tf.zeros_like(sources[0], dtype=dtype)
+  if fold.kind == ANY_SHAPE:
+    return tf.constant(-1, dtype)
   if fold.kind == MEAN_FACTOR:
     rows = tf.size(sources[0]) // tf.maximum(tf.size(sources[1]), 1)
     return tf.cast(rows, dtype)

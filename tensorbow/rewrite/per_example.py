@@ -43,9 +43,11 @@ SENTINEL = 65521
 # Ops past which inference is carried at most (the second rule).
 _MAX_CUTS = 64
 _FAILED_NODE = re.compile(r"\{\{node ([^}]+)\}\}")
-# v2 conditionals, whose output_shapes attr states their outputs' shapes.
-FUNCTIONAL_CONDITIONALS = frozenset(["If", "StatelessIf", "Case",
-                                     "StatelessCase"])
+# v2 conditionals and while loops, whose output_shapes attr states their
+# outputs' shapes (without it, a loop's are its inputs').
+FUNCTIONAL_CONTROL_FLOW = frozenset(["If", "StatelessIf", "Case",
+                                     "StatelessCase", "While",
+                                     "StatelessWhile"])
 # The ops of the folds compat.shape_folds notes, by kind.
 _FOLDED_OPS = {"shape": "Shape", "size": "Size"}
 # Where the user's ops go in the scratch graph, apart from its placeholders.
@@ -208,8 +210,8 @@ def sentinel_import(graph, kept, cut):
 
 
 def _unpinned(graph, kept, cut=None):
-  """`graph`'s GraphDef, its v2 conditionals among `kept` without their
-  outputs' shapes, and, given the `cut` of an import, its noted folds
+  """`graph`'s GraphDef, its v2 conditionals and loops among `kept`
+  without their outputs' shapes, and, given the `cut` of an import, its noted folds
   among `kept` of a tensor the import has as the ops they stand for: as
   the user's graph states them, they would pin the batch's size the
   sentinel stands for (a partitioned embedding lookup reshapes its rows
@@ -223,7 +225,7 @@ def _unpinned(graph, kept, cut=None):
   for node in full.node:
     if node.name not in kept:
       continue
-    if node.op in FUNCTIONAL_CONDITIONALS:
+    if node.op in FUNCTIONAL_CONTROL_FLOW:
       node.attr.pop("output_shapes", None)
     elif node.name in folds:
       _unfold(node, *folds[node.name], graph)
