@@ -342,6 +342,10 @@ class _Scratch(object):
     self._graph = graph
     self._fed = fed
     self._values = values
+    # An accumulator's element shape stays what the graph says: the
+    # copies' own is only made unknown at run time.
+    found = {name: fold for name, fold in found.items()
+             if fold.kind != ANY_SHAPE}
     fed_names = frozenset(t.name for t in fed) | frozenset(
         name + ":0" for name in found)
     applies = [op for op in ops if analysis.is_apply(op)]

@@ -117,20 +117,28 @@ def partitioned_lookup(fixed):
   return Case([loss, train, logits], feed)
 
 
-def looped_classifier(fixed):
-  """A fixed batch of 8 rows through a tf.while_loop applying a weight
-  twice: under control flow v2 the loop's outputs state the batch's size
-  and its gradient accumulates them in lists of that element shape."""
-  size = harness.BATCH if fixed else None
-  x = tf.compat.v1.placeholder(tf.float32, (size, 4), name="x")
-  labels = tf.compat.v1.placeholder(tf.int64, (size,), name="labels")
+def looped_classifier(undeclared, shapeless=False):
+  """A batch of 8 rows fed to placeholders of fixed size (or of no
+  shape) through a tf.while_loop applying a weight twice: under control
+  flow v2 the loop's outputs state the batch's size and its gradient
+  accumulates them in lists of that element shape."""
+  if undeclared and shapeless:
+    x = tf.compat.v1.placeholder(tf.float32, name="x")
+    labels = tf.compat.v1.placeholder(tf.int64, name="labels")
+  else:
+    size = harness.BATCH if undeclared else None
+    x = tf.compat.v1.placeholder(tf.float32, (size, 4), name="x")
+    labels = tf.compat.v1.placeholder(tf.int64, (size,), name="labels")
   w_loop = tf.compat.v1.get_variable(
       "loop_w", [4, 4],
       initializer=tf.compat.v1.glorot_uniform_initializer(seed=harness.SEED))
   _, h = tf.while_loop(lambda i, h: i < 2,
                        lambda i, h: (i + 1, tf.tanh(tf.matmul(h, w_loop))),
                        [tf.constant(0), x])
-  logits = harness.dense(h, 3, "out")
+  w_out = tf.compat.v1.get_variable(
+      "out_w", [4, 3],
+      initializer=tf.compat.v1.glorot_uniform_initializer(seed=harness.SEED))
+  logits = tf.matmul(h, w_out)
   loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
       labels=labels, logits=logits))
   train = tf.compat.v1.train.GradientDescentOptimizer(0.3).minimize(loss)
@@ -142,9 +150,14 @@ def looped_classifier(fixed):
   return Case([loss, train, logits], feed)
 
 
+def looped_classifier_shapeless(undeclared):
+  return looped_classifier(undeclared, shapeless=True)
+
+
 VARIANTS = {
     "fully_connected_feed": (fully_connected_feed, 4),
     "looped_classifier": (looped_classifier, 4),
+    "looped_classifier_shapeless": (looped_classifier_shapeless, 4),
     "partitioned_lookup": (partitioned_lookup, 4),
     "mean_regression": (mean_regression, 4),
     "linear_regression": (linear_regression, 2),
