@@ -137,6 +137,30 @@ def test_a_plain_run_after_waves_takes_the_element_pulled_ahead(
   np.testing.assert_array_equal(trained[k], element_ids(k * count + 3, count))
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_plain_run_reading_a_shape_of_unknown_rows_takes_the_element_ahead(
+    replicas, caplog):
+  # tf.shape of a batch of unknown rows (a partitioned embedding lookup
+  # reshapes by its ids' shape) stays a Shape op that the fed element
+  # satisfies: the run is fed the element pulled ahead, in the
+  # pipeline's order, as TensorFlow's session would take it.
+  def scenario(sess, trained):
+    x, y, ids = tf.compat.v1.data.make_one_shot_iterator(
+        dataset("batch")).get_next()
+    model = Model(x, y, ids)
+    sess.run(tf.compat.v1.global_variables_initializer())
+    train_waves(sess, model, 2, trained)
+    seen = list(sess.run((tf.shape(x), ids)))
+    train_waves(sess, model, 1, trained)
+    return seen, sess.run(model.w)
+
+  seen, trained = in_both_modes(scenario, replicas)
+  np.testing.assert_array_equal(seen[0], [BATCH, 3])
+  np.testing.assert_array_equal(seen[1], element_ids(2))
+  np.testing.assert_array_equal(trained[2], element_ids(3))
+  assert "reads the shape" not in caplog.text
+
+
 @pytest.mark.parametrize("pipeline,replicas", [("batch", 2), ("element", 3)])
 def test_the_end_of_an_epoch_commits_nothing_and_loses_nothing(
     pipeline, replicas):

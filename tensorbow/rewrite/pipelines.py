@@ -45,7 +45,8 @@ _SHAPE_FORWARDING = frozenset([
 
 def shape_reader(ops, names):
   """The first op of `ops` (a closure) reading the shape of a tensor named
-  in `names`, directly or through ops that only forward it, or None.
+  in `names`, directly or through ops that only forward it, where the
+  static shape lets Grappler fold it; or None.
 
   Grappler makes such an op a constant that waits on the op the tensor
   comes from, so a run fed those tensors still runs that op: a pipeline's
@@ -57,15 +58,25 @@ def shape_reader(ops, names):
            for t in [by_name[n.rsplit(":", 1)[0]].outputs[
                int(n.rsplit(":", 1)[1])]]]
   while stack:
-    for c in stack.pop().consumers():
+    tensor = stack.pop()
+    for c in tensor.consumers():
       if c.name not in by_name or c.name in reached:
         continue
-      if c.type in _SHAPE_OPS:
+      if c.type in _SHAPE_OPS and _foldable(c, tensor):
         return c
       reached.add(c.name)
       if c.type in _SHAPE_FORWARDING:
         stack.extend(c.outputs)
   return None
+
+
+def _foldable(op, tensor):
+  """Whether Grappler can make shape op `op` of `tensor` a constant: the
+  rank known for a Rank, the whole shape for the others (a batch of
+  unknown rows keeps its Shape op, which a fed tensor satisfies)."""
+  if op.type == "Rank":
+    return tensor.shape.rank is not None
+  return tensor.shape.is_fully_defined()
 
 
 def pipeline_uses(ops, fed_names):
