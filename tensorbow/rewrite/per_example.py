@@ -211,11 +211,11 @@ def sentinel_import(graph, kept, cut):
 
 def _unpinned(graph, kept, cut=None):
   """`graph`'s GraphDef, its v2 conditionals and loops among `kept`
-  without their outputs' shapes, and, given the `cut` of an import, its noted folds
-  among `kept` of a tensor the import has as the ops they stand for: as
-  the user's graph states them, they would pin the batch's size the
-  sentinel stands for (a partitioned embedding lookup reshapes its rows
-  to the folded shape of a fixed-size batch of ids)."""
+  without their outputs' shapes, and, given the `cut` of an import, its
+  noted folds among `kept` of a tensor the import has as the ops they
+  stand for: as the user's graph states them, they would pin the batch's
+  size the sentinel stands for (a partitioned embedding lookup reshapes
+  its rows to the folded shape of a fixed-size batch of ids)."""
   full = graph.as_graph_def()
   folds = {} if cut is None else {
       name: (kind, source)
