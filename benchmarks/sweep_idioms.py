@@ -10,7 +10,10 @@ generator's checks (tests/idioms/generator.py): at L = 1 against
 the contract; each check bounded by `--timeout` seconds. Prints a table
 of the counts (compositions, differences at L = 1, contract violations
 at L = 4, hangs, other errors) and writes each failing seed's
-reproduction script and error to `--out`.
+reproduction script and error to `--out`. Last, it prints the seeds
+that passed every check and, weighted by the seconds their checks took,
+hold every choice of every block five times with the fewest seconds
+(`generator.cover`): tests/idioms/test_generated.py's fast tier.
 """
 import argparse
 import collections
@@ -22,32 +25,31 @@ import traceback
 
 def defect_class(composition, tier, kind, message):
   """The defect class a failure looks like, from the composition's
-  choices and the error (the classes test_generated.py marks)."""
+  choices and the error: the classes this generator's sweeps found
+  (tests/idioms/test_generated.py, benchmarks/RESULTS.md)."""
   c = composition.choices
   if kind == "hang":
     return "hang"
   if "UnsplittableBatch" in message:
-    return "fixed-size ids refused"
+    return "fixed-size batch refused"
   if ("must have the same first dimension" in message or
       "Condition x == y" in message):
-    return "shapeless batch given whole"
+    return "batch given whole"
+  if "TensorListPushBack" in message:
+    return "fixed-size batch through a v2 while loop"
   if tier != "l4" and c["dropout"] and c["plain_run"]:
     return "random stream of plain runs"
-  if tier == "l4" and kind == "difference" and c["feed"] == "fixed":
-    return "fixed-size batch counts 1/L"
+  if tier == "l4" and kind == "difference" and "count" in message:
+    return "counts not the batch's"
+  if tier == "l4" and kind == "difference" and "fetch" in message:
+    return "fetch not the batch's"
   return "unclassified"
 
 
-def _outcome(generator, composition, tier, timeout):
+def _outcome(differential, composition, tier, timeout):
   """("ok" | "difference" | "hang" | "error", message)."""
   try:
-    if tier == "l4":
-      generator.bounded(lambda: generator.check_four_replicas(composition),
-                        timeout)
-    else:
-      exact = tier == "exact"
-      generator.bounded(
-          lambda: generator.check_one_replica(composition, exact), timeout)
+    differential.check(composition, (tier,), timeout)
     return "ok", ""
   except TimeoutError as e:
     return "hang", str(e)
@@ -76,17 +78,21 @@ def main(argv=None):
     tf.compat.v1.disable_v2_behavior()
   else:
     tf.compat.v1.disable_eager_execution()
+  from idioms import differential  # pylint: disable=g-import-not-at-top
   from idioms import generator  # pylint: disable=g-import-not-at-top
 
   os.makedirs(args.out, exist_ok=True)
   tiers = ("exact" if args.exact else "fast", "l4")
   counts = {tier: collections.Counter() for tier in tiers}
   failing = []
+  seconds_of = {}  # seed -> seconds of its checks, where all passed
   start = time.time()
   for seed in range(args.first, args.first + args.seeds):
     composition = generator.generate(seed)
+    began = time.time()
     for tier in tiers:
-      kind, message = _outcome(generator, composition, tier, args.timeout)
+      kind, message = _outcome(differential, composition, tier,
+                               args.timeout)
       counts[tier][kind] += 1
       if kind != "ok":
         failing.append((seed, tier, kind,
@@ -100,6 +106,8 @@ def main(argv=None):
         # The hung thread keeps its session: later seeds would share a
         # machine with it.
         break
+    if not any(f[0] == seed for f in failing):
+      seconds_of[seed] = time.time() - began
     print(f"seed {seed}: " + ", ".join(
         f"{t} {counts[t].most_common()}" for t in tiers), file=sys.stderr)
   seconds = time.time() - start
@@ -125,6 +133,11 @@ def main(argv=None):
   for seed, tier, kind, name in failing:
     print(f"seed {seed} {tier} {kind}: {name}")
   print(f"\nscripts and errors in {args.out}")
+  passed = sorted(seconds_of)
+  chosen = generator.cover(passed, cost=seconds_of)
+  print(f"\nthe fewest-seconds seeds holding every choice 5 times "
+        f"({len(chosen)}, {sum(seconds_of[s] for s in chosen):.0f} s): "
+        f"{tuple(chosen)}")
 
 
 if __name__ == "__main__":
