@@ -20,9 +20,9 @@ from idioms import generator
 from idioms.harness import Defect
 
 # The cover benchmarks/sweep_idioms.py printed for seeds 0-199 in graph
-# mode (the slower), weighted by the seconds each seed's checks took;
-# every one passed the v1 sweep too (benchmarks/RESULTS.md, "Generated
-# idioms").
+# mode (the slower), weighted by the seconds each seed's checks took on a
+# quiet machine; every one passes both modes' sweeps (benchmarks/
+# RESULTS.md, "Generated idioms").
 FAST = (36, 86, 55, 59, 139, 83, 77, 154, 137, 96, 3, 45, 56, 9, 107, 140,
         67, 19, 1, 50, 61, 159, 127, 119, 47, 70, 113, 167, 100, 27, 99,
         106, 34, 177, 60, 91, 20, 85, 109)
