@@ -14,6 +14,7 @@ from tensorbow import checkpoint
 from tensorbow import compat
 from tensorbow import session_lock
 from tensorbow.rewrite import analysis
+from tensorbow.rewrite import graph_util
 from tensorbow.rewrite import pipelines as tb_pipelines
 
 # How a run is classified, kept per fetch structure and feed keys.
@@ -154,7 +155,7 @@ class Router(object):
     Raises:
       tf.errors.UnimplementedError: naming the first apply op.
     """
-    ops = analysis.closure(
+    ops = graph_util.closure(
         [self._exec.tensor(t).op for t in handler.fetches()] +
         [self._exec.op(op) for op in handler.targets()], frozenset(fed_names))
     for op in ops:
@@ -183,7 +184,7 @@ class Router(object):
         fed_names = frozenset(signature[2])
         roots = ([self._exec.tensor(t).op for t in handler.fetches()] +
                  [self._exec.op(op) for op in handler.targets()])
-        ops = analysis.closure(roots, fed_names)
+        ops = graph_util.closure(roots, fed_names)
         training = any(analysis.trains(op) for op in ops)
         # A training run's batch from an input pipeline is taken from it
         # first, then fed as a batch feed would be (DESIGN.md).
@@ -195,7 +196,7 @@ class Router(object):
             [self._exec.graph.get_tensor_by_name(n).op for n in pulled],
             fed_names)
         if pulled:
-          ops = analysis.closure(roots, fed_names | frozenset(pulled))
+          ops = graph_util.closure(roots, fed_names | frozenset(pulled))
         closure = Closure(
             training, analysis.written_variables(ops), ops, pulled,
             frozenset(op.name for op in ops
@@ -239,7 +240,7 @@ def _read_feeds(ops, fed_names):
   """The names, sorted, of the tensors among `fed_names` that running
   `ops` reads."""
   return tuple(sorted(
-      t.name for op in analysis.closure(ops, fed_names)
+      t.name for op in graph_util.closure(ops, fed_names)
       for t in op.outputs if t.name in fed_names))
 
 

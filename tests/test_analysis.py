@@ -3,6 +3,7 @@ import pytest
 import tensorflow as tf
 
 from tensorbow.rewrite import analysis
+from tensorbow.rewrite import graph_util
 
 
 def test_written_variables_after_a_failure_leaves_out_writes_that_waited():
@@ -14,7 +15,7 @@ def test_written_variables_after_a_failure_leaves_out_writes_that_waited():
     checked = tf.debugging.check_numerics(x, "bad", name="checked")
     write_a = tf.compat.v1.assign(a, checked)  # waits for the check
     write_b = tf.compat.v1.assign(b, 3.0)  # does not
-    ops = analysis.closure([write_a.op, write_b.op], frozenset())
+    ops = graph_util.closure([write_a.op, write_b.op], frozenset())
   assert analysis.written_variables(ops) == {"a", "b"}
   assert analysis.written_variables(ops, failed_op=checked.op) == {"b"}
   # A write that failed itself wrote nothing.
@@ -30,7 +31,7 @@ def _clip(after_step):
     step = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
     with tf.control_dependencies([step] if after_step else []):
       clip = tf.compat.v1.assign(w, tf.clip_by_value(w, -1.0, 1.0))
-    ops = analysis.closure([step, clip.op], frozenset(["x:0"]))
+    ops = graph_util.closure([step, clip.op], frozenset(["x:0"]))
   return ops, clip
 
 
@@ -105,7 +106,7 @@ def test_writes_in_a_branch_are_other_variables_of_the_batch():
   their central value the mean, because their value comes from the
   batch."""
   graph, _, step = _switched_batch_norm()
-  ops = analysis.closure([step], frozenset())
+  ops = graph_util.closure([step], frozenset())
   info = analysis.analyse_training(ops, ["x:0"])
   assert info.model_vars == ["w"]
   assert info.other_vars == ["moving_mean"]
@@ -117,5 +118,5 @@ def test_a_plain_run_through_a_writing_branch_writes_its_variable():
   statistics, in a v2 conditional's function too: its replicas are
   re-seeded after it."""
   graph, loss, _ = _switched_batch_norm()
-  ops = analysis.closure([loss.op], frozenset())
+  ops = graph_util.closure([loss.op], frozenset())
   assert analysis.written_variables(ops) == {"moving_mean"}

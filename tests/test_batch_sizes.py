@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tensorbow as tb
-from tensorbow.rewrite import analysis
+from tensorbow.rewrite import graph_util
 from tensorbow.rewrite import batch_sizes
 
 ROWS = 10
@@ -20,7 +20,7 @@ ROWS = 10
 def _closure(graph, fetches, fed):
   with graph.as_default():
     roots = [t.op if isinstance(t, tf.Tensor) else t for t in fetches]
-  return analysis.closure(roots, frozenset(t.name for t in fed))
+  return graph_util.closure(roots, frozenset(t.name for t in fed))
 
 
 def _mean_loss_graph(extra=None):

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tensorbow import compat
 from tensorbow.rewrite import functions
+from tensorbow.rewrite import graph_util
 
 VARIABLE_OPS = frozenset(["VariableV2", "Variable", "VarHandleOp"])
 # What a replicated variable becomes in the execution graph's copies: the
@@ -190,42 +191,7 @@ def is_fixed_default(op):
   return all(not o.op_def.is_stateful and
              o.type not in ("Placeholder", "PlaceholderV2",
                             "PlaceholderWithDefault")
-             for o in closure([op.inputs[0].op], frozenset()))
-
-
-def closure(fetch_ops, fed_names, controls=True):
-  """Every op executed to produce `fetch_ops`, as TensorFlow prunes it.
-
-  Args:
-    fetch_ops: operations fetched or targeted.
-    fed_names: names of fed tensors; their producers do not run.
-    controls: whether to follow control inputs; without, the ops whose
-      values `fetch_ops` are computed from.
-
-  Returns:
-    A list of operations in dependency order (inputs first).
-  """
-  seen = set()
-  order = []
-  stack = [(op, False) for op in fetch_ops]
-  while stack:
-    op, expanded = stack.pop()
-    if expanded:
-      order.append(op)
-      continue
-    if op.name in seen:
-      continue
-    seen.add(op.name)
-    stack.append((op, True))
-    if any(t.name in fed_names for t in op.outputs):
-      continue
-    for t in op.inputs:
-      if t.op.name not in seen:
-        stack.append((t.op, False))
-    for c in op.control_inputs if controls else ():
-      if c.name not in seen:
-        stack.append((c, False))
-  return order
+             for o in graph_util.closure([op.inputs[0].op], frozenset()))
 
 
 class TrainingInfo(collections.namedtuple("TrainingInfo", [
@@ -259,33 +225,12 @@ def analyse_training(ops, batch_feed_names, trainable=None):
   """
   apply_ops, model_vars, slot_vars, written = [], [], [], {}
   for op in ops:
-    if op.type in _UNSUPPORTED_INPUT_OPS:
-      raise tf.errors.UnimplementedError(
-          None, op,
-          f"TensorBow cannot train through op '{op.name}' (type {op.type}): "
-          "each replica needs its own batch; feed it, or take it from a "
-          "tf.data iterator's get_next() or a queue's dequeue")
+    _check_input(op)
     for name in _function_written(op):
       written.setdefault(name, []).append(op)
     if not is_write(op):
       continue
-    var = variable_of(op.inputs[0]) if op.inputs else None
-    if var is None and _through_control_flow(op.inputs[0]):
-      raise tf.errors.UnimplementedError(
-          None, op,
-          f"TensorBow cannot train op '{op.name}' (type {op.type}): it "
-          "writes a variable inside tf.while_loop (or one a conditional "
-          "returns), which is not supported; supported are writes in a "
-          "tf.cond branch, such as batch norm's moving statistics under an "
-          "is_training flag")
-    if var is None:
-      raise tf.errors.UnimplementedError(
-          None, op,
-          f"TensorBow cannot train op '{op.name}' (type {op.type}): the "
-          "variable it writes is not a VariableV2 or VarHandleOp output")
-    if is_apply(op) and in_branch(op.inputs[0]):
-      raise _conditional_step(f"op '{op.name}' (type {op.type})", op,
-                              var.name)
+    var = _written_variable(op)
     written.setdefault(var.name, []).append(op)
     if is_apply(op):
       apply_ops.append(op.name)
@@ -295,33 +240,11 @@ def analyse_training(ops, batch_feed_names, trainable=None):
             f"TensorBow cannot train variable '{var.name}': it is updated "
             "by more than one apply op in the same run")
       model_vars.append(var.name)
-      if not op.type.startswith(_APPLY_PREFIXES):
-        # Its slots are the variables written to compute the update.
-        for w in _computed_from(op):
-          slot = variable_of(w.inputs[0]) if is_write(w) else None
-          if slot is not None and slot.name not in slot_vars:
-            slot_vars.append(slot.name)
-      for t in op.inputs[1:]:
-        # Slots are passed as variables; values (Adam's beta powers) are not.
-        if not (t.dtype == tf.resource or t.dtype != t.dtype.base_dtype):
-          continue
-        slot = variable_of(t)
-        if slot is not None and slot.name not in slot_vars:
-          slot_vars.append(slot.name)
+      slot_vars.extend(n for n in _slots_of(op) if n not in slot_vars)
   if trainable is None:
     trainable = trainable_variable_ops(ops[0].graph if ops else None)
-  model = set(model_vars)
-  for name, op in ((n, op) for n, ops in written.items() for op in ops):
-    if name in trainable and not is_apply(op) and not _after_step(
-        op, written[name]):
-      raise tf.errors.UnimplementedError(
-          None, op,
-          f"TensorBow cannot train op '{op.name}' (type {op.type}): it "
-          f"writes trainable variable '{name}' outside an optimizer's apply "
-          "op; supported are the tf.compat.v1.train optimizers, and writes "
-          "that wait for the variable's step (a weight clip under "
-          "tf.control_dependencies([train_op]))")
-  slots = set(slot_vars)
+  _check_trainable_writes(written, trainable)
+  model, slots = set(model_vars), set(slot_vars)
   other_vars = [n for n in written if n not in model and n not in slots]
   batch_dependent = [
       n for n in other_vars
@@ -333,6 +256,72 @@ def analyse_training(ops, batch_feed_names, trainable=None):
   return TrainingInfo(ops, apply_ops, model_vars, slot_vars, other_vars,
                       batch_dependent, sorted(set(written) | slots),
                       read_models)
+
+
+def _check_input(op):
+  """Refuses an input op whose state a replica cannot copy."""
+  if op.type in _UNSUPPORTED_INPUT_OPS:
+    raise tf.errors.UnimplementedError(
+        None, op,
+        f"TensorBow cannot train through op '{op.name}' (type {op.type}): "
+        "each replica needs its own batch; feed it, or take it from a "
+        "tf.data iterator's get_next() or a queue's dequeue")
+
+
+def _written_variable(op):
+  """The variable op write `op` writes; refuses a write TensorBow cannot
+  train (in a loop, of no variable op, a step in a conditional)."""
+  var = variable_of(op.inputs[0]) if op.inputs else None
+  if var is None and _through_control_flow(op.inputs[0]):
+    raise tf.errors.UnimplementedError(
+        None, op,
+        f"TensorBow cannot train op '{op.name}' (type {op.type}): it "
+        "writes a variable inside tf.while_loop (or one a conditional "
+        "returns), which is not supported; supported are writes in a "
+        "tf.cond branch, such as batch norm's moving statistics under an "
+        "is_training flag")
+  if var is None:
+    raise tf.errors.UnimplementedError(
+        None, op,
+        f"TensorBow cannot train op '{op.name}' (type {op.type}): the "
+        "variable it writes is not a VariableV2 or VarHandleOp output")
+  if is_apply(op) and in_branch(op.inputs[0]):
+    raise _conditional_step(f"op '{op.name}' (type {op.type})", op,
+                            var.name)
+  return var
+
+
+def _slots_of(apply_op):
+  """Names of the slot variables of optimizer step `apply_op`, in order."""
+  slots = []
+  if not apply_op.type.startswith(_APPLY_PREFIXES):
+    # Its slots are the variables written to compute the update.
+    for w in _computed_from(apply_op):
+      slot = variable_of(w.inputs[0]) if is_write(w) else None
+      if slot is not None:
+        slots.append(slot.name)
+  for t in apply_op.inputs[1:]:
+    # Slots are passed as variables; values (Adam's beta powers) are not.
+    if t.dtype == tf.resource or t.dtype != t.dtype.base_dtype:
+      slot = variable_of(t)
+      if slot is not None:
+        slots.append(slot.name)
+  return list(dict.fromkeys(slots))
+
+
+def _check_trainable_writes(written, trainable):
+  """Refuses a write of a trainable variable that is neither its step
+  nor waits for it (`written`: {variable name: its writes})."""
+  for name, op in ((n, op) for n, ops in written.items() for op in ops):
+    if name in trainable and not is_apply(op) and not _after_step(
+        op, written[name]):
+      raise tf.errors.UnimplementedError(
+          None, op,
+          f"TensorBow cannot train op '{op.name}' (type {op.type}): it "
+          f"writes trainable variable '{name}' outside an optimizer's apply "
+          "op; supported are the tf.compat.v1.train optimizers, and writes "
+          "that wait for the variable's step (a weight clip under "
+          "tf.control_dependencies([train_op]))")
 
 
 def _function_written(op):
@@ -388,7 +377,7 @@ def _after_step(op, writes):
   to the replica's copy after its whole update."""
   steps = [w for w in writes if is_apply(w)]
   return bool(steps) and any(
-      s in closure([op], frozenset()) for s in steps)
+      s in graph_util.closure([op], frozenset()) for s in steps)
 
 
 def model_variables(graph, trainable):
@@ -418,7 +407,7 @@ def trainable_variable_ops(graph):
 def _depends_on(tensors, names):
   if not names:
     return False
-  for op in closure([t.op for t in tensors], fed_names=frozenset()):
+  for op in graph_util.closure([t.op for t in tensors], fed_names=frozenset()):
     if any(t.name in names for t in op.outputs):
       return True
   return False
@@ -433,7 +422,7 @@ def written_variables(ops, failed_op=None):
   """
   if failed_op is not None:
     ops = [op for op in ops if not is_write(op) or failed_op not in
-           closure([op], frozenset())]
+           graph_util.closure([op], frozenset())]
   names = set()
   for op in ops:
     for write in functions.writes(op, writes_by_type):
@@ -481,8 +470,9 @@ def gradient_writes(ops, fed_names, trainable):
     var = variable_of(op.inputs[0])
     if var is None or var.name not in trainable or var.name in names:
       continue
+    computing = graph_util.closure([t.op for t in op.inputs[1:]], fed_names)
     if any(is_gradient_op(o) and
            not any(t.name in fed_names for t in o.outputs)
-           for o in closure([t.op for t in op.inputs[1:]], fed_names)):
+           for o in computing):
       names.add(var.name)
   return sorted(names)

@@ -77,3 +77,38 @@ def assign(var_op, value):
   if var_op.type == "VarHandleOp":
     return tf.raw_ops.AssignVariableOp(resource=var_op.outputs[0], value=value)
   return tf.raw_ops.Assign(ref=var_op.outputs[0], value=value).op
+
+
+def closure(fetch_ops, fed_names, controls=True):
+  """Every op executed to produce `fetch_ops`, as TensorFlow prunes it.
+
+  Args:
+    fetch_ops: operations fetched or targeted.
+    fed_names: names of fed tensors; their producers do not run.
+    controls: whether to follow control inputs; without, the ops whose
+      values `fetch_ops` are computed from.
+
+  Returns:
+    A list of operations in dependency order (inputs first).
+  """
+  seen = set()
+  order = []
+  stack = [(op, False) for op in fetch_ops]
+  while stack:
+    op, expanded = stack.pop()
+    if expanded:
+      order.append(op)
+      continue
+    if op.name in seen:
+      continue
+    seen.add(op.name)
+    stack.append((op, True))
+    if any(t.name in fed_names for t in op.outputs):
+      continue
+    for t in op.inputs:
+      if t.op.name not in seen:
+        stack.append((t.op, False))
+    for c in op.control_inputs if controls else ():
+      if c.name not in seen:
+        stack.append((c, False))
+  return order

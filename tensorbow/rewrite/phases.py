@@ -119,7 +119,7 @@ def _written_variables(op, memo):
   write it waits for may write, or None if that cannot be told."""
   if op.name not in memo:
     memo[op.name] = analysis.written_variables(
-        analysis.closure([op], frozenset()))
+        graph_util.closure([op], frozenset()))
   return memo[op.name]
 
 
@@ -198,7 +198,7 @@ def split(fetches, targets, fed_names):
     a write waits on a computed op through a control dependency or
     consumes a computed reference or resource (then the task runs whole).
   """
-  ops = analysis.closure([t.op for t in fetches] + list(targets), fed_names)
+  ops = graph_util.closure([t.op for t in fetches] + list(targets), fed_names)
   fed_ops = set(op.name for op in ops
                 if any(t.name in fed_names for t in op.outputs))
   dead = _maybe_dead(ops)

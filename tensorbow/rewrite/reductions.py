@@ -154,7 +154,7 @@ def _scalar_summaries(tensor, ops):
 def _data_ops(tensors, stops):
   """The ops computing `tensors` by data inputs, inputs first, the
   producers of the tensors named in `stops` included but not entered."""
-  return analysis.closure([t.op for t in tensors], stops, controls=False)
+  return graph_util.closure([t.op for t in tensors], stops, controls=False)
 
 
 def _dependent(ops, sources, folded=()):
