@@ -194,6 +194,18 @@ def dense(h, units, name, activation=None, **kwargs):
   return activation(out) if activation else out
 
 
+def looped(h, width):
+  """`h` ([rows, width]) through a tf.while_loop applying a weight
+  "loop_w" and tanh twice."""
+  w_loop = tf.compat.v1.get_variable(
+      "loop_w", [width, width],
+      initializer=tf.compat.v1.glorot_uniform_initializer(seed=SEED))
+  _, out = tf.while_loop(
+      lambda i, h: i < 2, lambda i, h: (i + 1, tf.tanh(tf.matmul(h, w_loop))),
+      [tf.constant(0), h])
+  return out
+
+
 def batch_norm_variables(size):
   """Batch norm's variables of `size` units in the current variable scope:
   (gamma, beta, moving mean, moving variance), the last two not

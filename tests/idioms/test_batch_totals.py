@@ -143,12 +143,7 @@ def counts_through_a_while_loop():
   forward loop, which made the loop's outputs look like a gradient's
   (counts were replica 0's)."""
   x, labels, _, _, _, feed = _classifier()
-  w_loop = tf.compat.v1.get_variable(
-      "loop_w", [4, 4],
-      initializer=tf.compat.v1.glorot_uniform_initializer(seed=harness.SEED))
-  _, h = tf.while_loop(lambda i, h: i < 2,
-                       lambda i, h: (i + 1, tf.tanh(tf.matmul(h, w_loop))),
-                       [tf.constant(0), x])
+  h = harness.looped(x, 4)
   logits = harness.dense(h, CLASSES, "out")
   losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
                                                           logits=logits)

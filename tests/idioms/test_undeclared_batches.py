@@ -129,12 +129,7 @@ def looped_classifier(undeclared, shapeless=False):
     size = harness.BATCH if undeclared else None
     x = tf.compat.v1.placeholder(tf.float32, (size, 4), name="x")
     labels = tf.compat.v1.placeholder(tf.int64, (size,), name="labels")
-  w_loop = tf.compat.v1.get_variable(
-      "loop_w", [4, 4],
-      initializer=tf.compat.v1.glorot_uniform_initializer(seed=harness.SEED))
-  _, h = tf.while_loop(lambda i, h: i < 2,
-                       lambda i, h: (i + 1, tf.tanh(tf.matmul(h, w_loop))),
-                       [tf.constant(0), x])
+  h = harness.looped(x, 4)
   w_out = tf.compat.v1.get_variable(
       "out_w", [4, 3],
       initializer=tf.compat.v1.glorot_uniform_initializer(seed=harness.SEED))
