@@ -120,6 +120,26 @@ class _State(object):
 _Central = collections.namedtuple("_Central", [
     "key", "var", "prev", "next", "value", "barrier", "replicas"])
 
+# An optimizer's apply op that SMA replaces, and what every op replacing
+# it takes: `node` its NodeDef; `dtype` its variable's dtype; `resource`
+# whether the variable is a resource variable; `control` the ops it waits
+# for; `spec` its _Fused (None: any other optimizer); `inputs` its inputs
+# as the fused ops take them; `alpha` and `momentum` the correction factor
+# and central momentum as inputs; `ext` the prefix of the variable's inputs'
+# keys.
+_Apply = collections.namedtuple("_Apply", [
+    "node", "dtype", "resource", "control", "spec", "inputs", "alpha",
+    "momentum", "ext"])
+
+
+def _node_def(apply, op_type, name, copied=("use_locking",), **args):
+  """The NodeDef of `op_type` placed as `apply`'s apply op, with its
+  `copied` attrs: what replaces an apply op runs where it ran."""
+  node = apply.node
+  return op_nodes.node_def(
+      op_type, name, device=node.device, T=apply.dtype,
+      **{a: node.attr[a] for a in copied if a in node.attr}, **args)
+
 
 class SMA(base.Algorithm):
   """Synchronous model averaging (DESIGN.md).
@@ -212,92 +232,113 @@ class SMA(base.Algorithm):
                     list(range(builder.num_replicas)))
 
   def apply_nodes(self, builder, state, node, var, group, aux):
-    # "T" for the apply ops; "dtype" for the resource writes of sparse
-    # updates (analysis.is_apply).
-    dtype = tf.as_dtype(node.attr["T" if "T" in node.attr else "dtype"].type)
-    control = op_nodes.control_names(node)
-    resource = var.type == "VarHandleOp"
-    ext = f"__tensorbow__/{var.name}"
-    alpha = aux(f"{ext}/alpha", self.alpha_tensor(builder, state, dtype))
-    momentum = aux(f"{ext}/momentum",
-                   builder.constant(self.central_momentum, dtype))
-
-    def make(op_type, name, copied=("use_locking",), **args):
-      """The NodeDef of `op_type` placed as the apply op, with its
-      `copied` attrs."""
-      return op_nodes.node_def(
-          op_type, name, device=node.device, T=dtype,
-          **{a: node.attr[a] for a in copied if a in node.attr}, **args)
-
+    apply = self._apply(builder, state, node, var, aux)
     target = self._central(builder, state, var, group)
-    spec = _FUSED.get(_FUSED_KINDS.get(node.op))  # None: any other optimizer
-    # A fused op takes the apply op's inputs by their names there.
-    step_inputs = {} if spec is None else {
-        spec.renamed.get(arg, arg): tensor
-        for arg, tensor in op_nodes.named_inputs(node).items()}
-    if target.next is not None and spec is not None:
-      # One op: the step, the correction and this replica's share of the
-      # central update, under the apply op's name; the central model's
-      # buffers as handles of the group's device.
-      handles, extra = {}, []
-      for arg, role, handle in (("central", "central_var", target.var),
-                                ("central_prev", "central_prev", target.prev),
-                                ("next", "central_next", target.next)):
-        handles[arg], nodes = builder.device_handle(
-            f"{node.name}>tensorbow_{role}", handle, aux)
-        extra += nodes
-      replica = aux("__tensorbow__/replica", builder.replica_input)
-      fused = make(spec.with_central[resource], node.name,
-                   copied=("use_locking", "use_nesterov"), control=control,
-                   **step_inputs, **handles, alpha=alpha,
-                   central_momentum=momentum, replica_index=replica,
-                   replica=group, stagger=builder.num_groups,
-                   num_replicas=len(target.replicas),
-                   first_replica=target.replicas[0], barrier=target.barrier)
-      return extra + [fused]
+    if target.next is not None and apply.spec is not None:
+      return self._fused_with_central(builder, apply, target, group, aux)
     # This task's replica's correction buffer.
     handle = builder.replica_variable_node(
         tf.compat.v1.NodeDef(name=node.name + ">tensorbow_correction_var",
                              device=node.device),
         "TensorBowReplicaVarHandle", state.correction, aux)
-    correction = handle.name + ":0"
-    central = aux(f"{ext}{target.key}/central", target.value)
+    central = aux(f"{apply.ext}{target.key}/central", target.value)
     if state.corrections is None:
       state.corrections = state.correction.handles()
       state.unset = True  # after_copy
     step = node.name + ">tensorbow_step"
-    if spec is not None:
-      nodes = [make(spec.step[resource], step,
-                    copied=("use_locking", "use_nesterov"), control=control,
-                    **step_inputs, correction=correction, central=central,
-                    alpha=alpha)]
-    else:
-      # Any other optimizer: the correction before its apply op, applied
-      # after it. Its variable is its first input (analysis.variable_of).
-      var_input = next(i for i in node.input if not i.startswith("^"))
-      before = make(_SMA_OPS["correction"][resource],
-                    node.name + ">tensorbow_correction", control=control,
-                    var=var_input, correction=correction, central=central,
-                    alpha=alpha)
-      inner = tf.compat.v1.NodeDef()
-      inner.CopyFrom(node)
-      inner.name = node.name + ">tensorbow_apply"
-      inner.input.append("^" + before.name)
-      nodes = [before, inner,
-               make(_SMA_OPS["apply_correction"][resource], step,
-                    control=[inner.name], var=var_input,
-                    correction=correction)]
+    nodes = self._step_nodes(apply, step, handle.name + ":0", central)
+    leader = self._leader(apply, target, state.corrections, step, aux)
+    return [handle] + nodes + [leader]
+
+  def _apply(self, builder, state, node, var, aux):
+    """The _Apply of apply op `node` on model variable op `var`: what
+    every op replacing it takes, the correction factor and the central
+    momentum named as inputs of the group's copy by `aux`."""
+    # "T" for the apply ops; "dtype" for the resource writes of sparse
+    # updates (analysis.is_apply).
+    dtype = tf.as_dtype(node.attr["T" if "T" in node.attr else "dtype"].type)
+    ext = f"__tensorbow__/{var.name}"
+    alpha = aux(f"{ext}/alpha", self.alpha_tensor(builder, state, dtype))
+    momentum = aux(f"{ext}/momentum",
+                   builder.constant(self.central_momentum, dtype))
+    spec = _FUSED.get(_FUSED_KINDS.get(node.op))  # None: any other optimizer
+    # A fused op takes the apply op's inputs by their names there.
+    inputs = {} if spec is None else {
+        spec.renamed.get(arg, arg): tensor
+        for arg, tensor in op_nodes.named_inputs(node).items()}
+    return _Apply(node, dtype, var.type == "VarHandleOp",
+                  op_nodes.control_names(node), spec, inputs, alpha,
+                  momentum, ext)
+
+  def _fused_with_central(self, builder, apply, target, group, aux):
+    """The NodeDefs of one op: the step, the correction and this
+    replica's share of the central update, under the apply op's name;
+    the central model's buffers as handles of the group's device (first
+    the NodeDefs that make them so, if any)."""
+    node = apply.node
+    handles, extra = {}, []
+    for arg, role, handle in (("central", "central_var", target.var),
+                              ("central_prev", "central_prev", target.prev),
+                              ("next", "central_next", target.next)):
+      handles[arg], nodes = builder.device_handle(
+          f"{node.name}>tensorbow_{role}", handle, aux)
+      extra += nodes
+    replica = aux("__tensorbow__/replica", builder.replica_input)
+    fused = _node_def(
+        apply, apply.spec.with_central[apply.resource], node.name,
+        copied=("use_locking", "use_nesterov"), control=apply.control,
+        **apply.inputs, **handles, alpha=apply.alpha,
+        central_momentum=apply.momentum, replica_index=replica,
+        replica=group, stagger=builder.num_groups,
+        num_replicas=len(target.replicas), first_replica=target.replicas[0],
+        barrier=target.barrier)
+    return extra + [fused]
+
+  def _step_nodes(self, apply, step, correction, central):
+    """The NodeDefs of the replica's step corrected against `central`
+    through its correction buffer `correction`, the last named `step`:
+    the step fused with the correction (SGD, momentum), or the generic
+    correction around any other optimizer's apply op."""
+    if apply.spec is not None:
+      return [_node_def(apply, apply.spec.step[apply.resource], step,
+                        copied=("use_locking", "use_nesterov"),
+                        control=apply.control, **apply.inputs,
+                        correction=correction, central=central,
+                        alpha=apply.alpha)]
+    # Any other optimizer: the correction before its apply op, applied
+    # after it. Its variable is its first input (analysis.variable_of).
+    node = apply.node
+    var_input = next(i for i in node.input if not i.startswith("^"))
+    before = _node_def(apply, _SMA_OPS["correction"][apply.resource],
+                       node.name + ">tensorbow_correction",
+                       control=apply.control, var=var_input,
+                       correction=correction, central=central,
+                       alpha=apply.alpha)
+    inner = tf.compat.v1.NodeDef()
+    inner.CopyFrom(node)
+    inner.name = node.name + ">tensorbow_apply"
+    inner.input.append("^" + before.name)
+    return [before, inner,
+            _node_def(apply, _SMA_OPS["apply_correction"][apply.resource],
+                      step, control=[inner.name], var=var_input,
+                      correction=correction)]
+
+  def _leader(self, apply, target, corrections, step, aux):
+    """The NodeDef of the leader op after op `step`: the last replica of
+    the wave updates `target`'s central model from the correction buffer
+    (`corrections`, by replica) of each replica updating it."""
     # The leader takes the apply op's name, so what waited for the apply op
     # (the user's train op, a global step) waits for the central update.
+    ext = apply.ext
     by_handle = target.var.dtype == tf.resource
-    leader = make(
-        _SMA_OPS["leader"][by_handle], node.name, control=[step],
+    return _node_def(
+        apply, _SMA_OPS["leader"][by_handle], apply.node.name,
+        control=[step],
         central=aux(f"{ext}{target.key}/central_var", target.var),
         central_prev=aux(f"{ext}{target.key}/central_prev", target.prev),
-        corrections=[aux(f"{ext}/corrections_{r}", state.corrections[r])
+        corrections=[aux(f"{ext}/corrections_{r}", corrections[r])
                      for r in target.replicas],
-        momentum=momentum, barrier=target.barrier)
-    return [handle] + nodes + [leader]
+        momentum=apply.momentum, barrier=target.barrier)
 
   def device_sync(self, builder, state):
     # Each device's wave moved its copy from the same base (the central
