@@ -35,6 +35,27 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
   Raises:
     ValueError: for an option out of range.
   """
+  _check_run_options(nonfinite, replicas, prefetch, timeline, logdir,
+                     membership_log, progress)
+  _check_timeouts(cluster_timeout, heartbeat_timeout)
+  _check_membership(min_workers, membership_log, workers)
+  workers = _check_joining(join, max_workers, min_workers, workers)
+  _check_elastic_timeout(elastic_timeout, min_workers)
+  resolved = algorithms.resolve(algorithm, alpha, central_momentum).resolved(
+      (1 if replicas == AUTO else replicas) * workers)
+  resolved.check_nonfinite(nonfinite)
+  if workers > 1:
+    _check_workers(replicas, resolved, workers)
+  if devices > 1:
+    _check_devices(replicas, resolved, nonfinite, workers, devices)
+  return resolved
+
+
+def _check_run_options(nonfinite, replicas, prefetch, timeline, logdir,
+                       membership_log, progress):
+  """Raises ValueError for an option of one worker's training runs out of
+  range: what it does with non-finite values, its replicas, prefetching
+  and what it writes or reports."""
   if nonfinite not in NONFINITE:
     raise ValueError(f"nonfinite must be one of {NONFINITE}, got "
                      f"{nonfinite!r}")
@@ -54,6 +75,11 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
       or not 0 < progress < float("inf")):
     raise ValueError(f"progress must be a number of seconds > 0 or None, "
                      f"got {progress!r}")
+
+
+def _check_timeouts(cluster_timeout, heartbeat_timeout):
+  """Raises ValueError for a cluster's timeout out of range: how long a
+  worker waits for the cluster, and for a silent worker's heartbeats."""
   if (isinstance(cluster_timeout, bool) or
       not isinstance(cluster_timeout, (int, float)) or
       not cluster_timeout > 0):
@@ -64,6 +90,11 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
       not heartbeat_timeout >= 1.0):
     raise ValueError(f"heartbeat_timeout must be a number of seconds >= 1 "
                      f"(several heartbeats), got {heartbeat_timeout!r}")
+
+
+def _check_membership(min_workers, membership_log, workers):
+  """Raises ValueError for `min_workers` out of range for a cluster of
+  `workers` workers, or a `membership_log` no membership change writes."""
   # Alone, the bound waits for the cluster a worker's TF_CONFIG names.
   if min_workers is not None and (
       isinstance(min_workers, bool) or not isinstance(min_workers, int) or
@@ -74,27 +105,28 @@ def check_options(replicas=2, algorithm="sma", alpha=None,
   if membership_log is not None and min_workers is None:
     raise ValueError("membership_log needs min_workers: only workers that "
                      "go on without a lost one change their membership")
-  workers = _check_joining(join, max_workers, min_workers, workers)
+
+
+def _check_elastic_timeout(elastic_timeout, min_workers):
+  """Raises ValueError for `elastic_timeout` out of range, or given to a
+  job that is not elastic (no `min_workers`)."""
   if elastic_timeout is not None and (
       isinstance(elastic_timeout, bool) or
       not isinstance(elastic_timeout, (int, float)) or
       not 0 <= elastic_timeout < float("inf") or min_workers is None):
     raise ValueError(f"elastic_timeout must be None or a number of seconds "
                      f">= 0, with min_workers, got {elastic_timeout!r}")
-  resolved = algorithms.resolve(algorithm, alpha, central_momentum).resolved(
-      (1 if replicas == AUTO else replicas) * workers)
-  resolved.check_nonfinite(nonfinite)
-  if workers > 1:
-    if not resolved.spans_workers:
-      raise ValueError(f"algorithm {resolved.name!r} cannot keep the workers "
-                       f"of a cluster together (TF_CONFIG names {workers})")
-    if replicas == AUTO:
-      raise ValueError(f"replicas={AUTO!r} cannot tune a cluster's workers "
-                       "together; give each worker a number of replicas")
-  if devices > 1:
-    _check_devices(replicas, resolved, nonfinite, workers, devices)
-  return resolved
 
+
+def _check_workers(replicas, algorithm, workers):
+  """Raises ValueError if `replicas` replicas of `algorithm` cannot train
+  on each of `workers` workers (two or more) together."""
+  if not algorithm.spans_workers:
+    raise ValueError(f"algorithm {algorithm.name!r} cannot keep the workers "
+                     f"of a cluster together (TF_CONFIG names {workers})")
+  if replicas == AUTO:
+    raise ValueError(f"replicas={AUTO!r} cannot tune a cluster's workers "
+                     "together; give each worker a number of replicas")
 
 def _check_joining(join, max_workers, min_workers, workers):
   """Raises ValueError for `join` or `max_workers` out of range; returns
