@@ -107,46 +107,103 @@ def agree(beats, cluster, lost, change, wave, timeout, lost_after,
   taken = ()
   while True:
     beats.propose(Proposal(change, wave, members, port, taken).text())
-    heard = {i: Proposal.parse(t) for i, t in beats.proposals().items()}
-    heard = {i: p for i, p in heard.items()
-             if p is not None and p.change == change and i in members}
+    heard = _heard(beats, change, members)
     # The lowest going on says whom they take in.
-    leader = ((tuple(joined(len(members))) if joined else ())
-              if me == members[0] else
-              heard[members[0]].joined if members[0] in heard else taken)
+    leader = _taken_by_lowest(joined, me, members, heard, taken)
     if leader != taken:
       taken = leader
       continue
-    silent = beats.silent()
-    seen = set(members) - {i for i, s in silent.items() if s >= lost_after}
-    for p in heard.values():
-      seen &= set(p.members)
-    if me not in seen:
-      raise _unavailable(cluster, f"the others went on without worker {me} "
-                         f"({cluster.workers[me]})")
-    if tuple(sorted(seen)) != members:
-      members = tuple(sorted(seen))  # another was lost: propose again
+    going = _going_on(beats, cluster, members, heard, lost_after)
+    if going != members:
+      members = going  # another was lost: propose again
       continue
     others = [i for i in members if i != me]
-    agreed = all(i in heard and heard[i].members == members and
-                 heard[i].joined == taken for i in others)
+    agreed = _all_agree(heard, others, members, taken)
     if (agreed and len(members) + len(taken) < needed and
         time.monotonic() < start + waiting):
       agreed = False  # too few: they wait for a joiner
     elif agreed:
-      waves = sorted({wave} | {heard[i].wave for i in others})
-      if len(waves) > 1:
-        raise _unavailable(cluster, f"the survivors were at waves {waves}: "
-                           "one finished a wave the others did not")
-      ports = {**{i: heard[i].port for i in others}, me: port}
-      return members, [f"{cluster.workers[i].rpartition(':')[0]}:{ports[i]}"
-                       for i in members] + list(taken)
+      return _agreed_cluster(cluster, wave, members, others, heard, port,
+                             taken)
     if time.monotonic() > deadline:
-      slow = [f"worker {i} ({cluster.workers[i]})" for i in others
-              if i not in heard or heard[i].members != members]
-      raise _unavailable(cluster, f"no agreement within {timeout:g} s with "
-                         + ", ".join(slow))
+      raise _no_agreement(cluster, timeout, members, others, heard)
     time.sleep(tb_heartbeat.INTERVAL / 2)
+
+
+def _heard(beats, change, members):
+  """The proposals of `members` for this change that `beats` heard, by
+  worker index: what the others say this round. A text that is no
+  proposal, or a proposal of another change, does not count."""
+  heard = {i: Proposal.parse(t) for i, t in beats.proposals().items()}
+  return {i: p for i, p in heard.items()
+          if p is not None and p.change == change and i in members}
+
+
+def _taken_by_lowest(joined, me, members, heard, taken):
+  """The joiners the workers `members` take in: the lowest of them says
+  whom, so that all take in the same. If this worker (`me`) is the
+  lowest, those `joined(len(members))` names (none without `joined`);
+  else those the lowest proposes, or still `taken` while it is unheard."""
+  lowest = members[0]
+  if me == lowest:
+    return tuple(joined(len(members))) if joined else ()
+  if lowest in heard:
+    return heard[lowest].joined
+  return taken
+
+
+def _going_on(beats, cluster, members, heard, lost_after):
+  """The workers of `members` that go on, sorted: those not silent for
+  `lost_after` seconds on `beats` and named by every proposal `heard`, so
+  that a worker one survivor lost is dropped by all.
+
+  Raises:
+    tf.errors.UnavailableError: this worker is not among them: the others
+      went on without it.
+  """
+  me = cluster.index
+  silent = beats.silent()
+  seen = set(members) - {i for i, s in silent.items() if s >= lost_after}
+  for p in heard.values():
+    seen &= set(p.members)
+  if me not in seen:
+    raise _unavailable(cluster, f"the others went on without worker {me} "
+                       f"({cluster.workers[me]})")
+  return tuple(sorted(seen))
+
+
+def _all_agree(heard, others, members, taken):
+  """Whether every one of `others` proposes what this worker does: the
+  workers `members` go on and take the joiners `taken` in."""
+  return all(i in heard and heard[i].members == members and
+             heard[i].joined == taken for i in others)
+
+
+def _agreed_cluster(cluster, wave, members, others, heard, port, taken):
+  """What `agree` returns once all agreed: (`members`, their new
+  addresses, this worker's at `port` and the `others`' at the ports they
+  proposed, and then the joiners' `taken`).
+
+  Raises:
+    tf.errors.UnavailableError: a survivor proposed another wave than
+      `wave`.
+  """
+  waves = sorted({wave} | {heard[i].wave for i in others})
+  if len(waves) > 1:
+    raise _unavailable(cluster, f"the survivors were at waves {waves}: "
+                       "one finished a wave the others did not")
+  ports = {**{i: heard[i].port for i in others}, cluster.index: port}
+  return members, [f"{cluster.workers[i].rpartition(':')[0]}:{ports[i]}"
+                   for i in members] + list(taken)
+
+
+def _no_agreement(cluster, timeout, members, others, heard):
+  """The error of no agreement within `timeout` seconds, naming those of
+  `others` that were not heard proposing the workers `members`."""
+  slow = [f"worker {i} ({cluster.workers[i]})" for i in others
+          if i not in heard or heard[i].members != members]
+  return _unavailable(cluster, f"no agreement within {timeout:g} s with "
+                      + ", ".join(slow))
 
 
 class Joiner(object):
