@@ -122,16 +122,42 @@ def main(argv=None):
   options = cli_options.from_args(args)
   if not os.path.isfile(args.script):
     command.error(f"script not found: {args.script}")
-  if args.hosts is not None:
-    if args.workers != 1:
-      command.error("give --workers or --hosts, not both")
-    try:
-      job = tb_cluster.Cluster(args.hosts, args.worker_index)
-    except ValueError as e:
-      command.error(f"--worker-index: {e}")
+  job = _hosts_cluster(command, args)
+  if job is not None:
     os.environ["TF_CONFIG"] = tb_cluster.to_environ(job)
-  elif args.worker_index is not None:
-    command.error("--worker-index needs --hosts")
+  _check_combination(command, args, options)
+  if args.workers > 1:
+    return _run_workers(args, options)
+  return _run_script(args, options)
+
+
+def _hosts_cluster(command, args):
+  """The cluster of --hosts, this process its worker --worker-index, or
+  None without --hosts: the TF_CONFIG this process runs with.
+
+  Raises:
+    SystemExit: --hosts with --workers, a bad --worker-index, or one
+      without --hosts (status 2, as a bad flag).
+  """
+  if args.hosts is None:
+    if args.worker_index is not None:
+      command.error("--worker-index needs --hosts")
+    return None
+  if args.workers != 1:
+    command.error("give --workers or --hosts, not both")
+  try:
+    return tb_cluster.Cluster(args.hosts, args.worker_index)
+  except ValueError as e:
+    command.error(f"--worker-index: {e}")
+
+
+def _check_combination(command, args, options):
+  """Refuses flags that do not go together, and session options the
+  session would refuse for this many workers, before anything starts.
+
+  Raises:
+    SystemExit: such a combination (status 2, as a bad flag).
+  """
   if options.join is not None and (args.hosts or args.workers != 1):
     command.error("--join starts a worker outside the job: give it without "
                   "--workers or --hosts")
@@ -142,20 +168,34 @@ def main(argv=None):
     options.check(len(args.hosts) if args.hosts else args.workers)
   except ValueError as e:
     command.error(str(e))
-  if args.workers > 1:
-    status = launch.run_workers(
-        worker_command(options, args.script, args.script_args),
-        args.workers, args.threads, min_workers=options.min_workers,
-        joiner=lambda job: worker_command(
-            options._replace(join=tuple(job)), args.script,
-            args.script_args),
-        discovery=(None if args.host_discovery is None else
-                   tb_discovery.Discovery(args.host_discovery)),
-        max_workers=options.max_workers,
-        patient=bool(options.elastic_timeout))
-    if options.timeline is not None:
-      _merge_timelines(options.timeline, args.workers)
-    return status
+
+
+def _run_workers(args, options):
+  """Runs the script as --workers workers of one cluster on this machine
+  (launch.run_workers), then merges their timelines; their status."""
+  status = launch.run_workers(
+      worker_command(options, args.script, args.script_args),
+      args.workers, args.threads, min_workers=options.min_workers,
+      joiner=lambda job: worker_command(
+          options._replace(join=tuple(job)), args.script,
+          args.script_args),
+      discovery=(None if args.host_discovery is None else
+                 tb_discovery.Discovery(args.host_discovery)),
+      max_workers=options.max_workers,
+      patient=bool(options.elastic_timeout))
+  if options.timeline is not None:
+    _merge_timelines(options.timeline, args.workers)
+  return status
+
+
+def _run_script(args, options):
+  """Runs the script in this process, as `python script.py` would, with
+  TensorFlow's sessions patched, then undoes all that and reports the
+  sessions it made on stderr, however it ended; 0 once it finished.
+
+  Raises:
+    SystemExit: the script exited. Whatever the script raises propagates.
+  """
   print(f"tensorbow-run: {args.script} runs with TensorBowSession, "
         f"{options.replicas} replicas (algorithm {options.algorithm})",
         file=sys.stderr, flush=True)
