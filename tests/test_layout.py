@@ -253,7 +253,7 @@ def _scale_out_mentions(text):
 
 
 def test_the_training_core_names_no_cluster_reducer_or_chief():
-  for name in ("waves.py", "session.py"):
+  for name in ("waves.py", "wave.py", "session.py"):
     text = open(os.path.join(ROOT, "tensorbow", name)).read()
     assert not _scale_out_mentions(text), (name, _scale_out_mentions(text))
 
