@@ -61,6 +61,25 @@ def node_def(op_type, name, device="", control=(), **args):
     TypeError: for an attr value of the wrong kind.
   """
   definition = op_def(op_type)
+  _check_names(op_type, name, definition, args)
+  node = tf.compat.v1.NodeDef(name=name, op=op_type, device=device)
+  for arg in definition.input_arg:
+    node.input.extend(_input_tensors(op_type, name, arg, args[arg.name]))
+  node.input.extend(_control_inputs(op_type, name, control))
+  counts = {arg.number_attr: len(args[arg.name])
+            for arg in definition.input_arg if arg.number_attr}
+  for attr in definition.attr:
+    value = _attr_value(op_type, name, attr, args.get(attr.name),
+                        counts.get(attr.name))
+    if value is not None:
+      _set_attr(node.attr[attr.name], attr.type, value, op_type, attr.name)
+  return node
+
+
+def _check_names(op_type, name, definition, args):
+  """Raises ValueError if `args` names what op `op_type` (OpDef
+  `definition`) has neither as an input nor as an attr, or leaves out an
+  input of node `name`: an input has no default."""
   inputs = [arg.name for arg in definition.input_arg]
   attrs = {attr.name: attr for attr in definition.attr}
   unknown = sorted(set(args) - set(inputs) - set(attrs))
@@ -73,39 +92,53 @@ def node_def(op_type, name, device="", control=(), **args):
   if missing:
     raise ValueError(f"{op_type} '{name}' needs input(s) "
                      f"{', '.join(missing)}")
-  node = tf.compat.v1.NodeDef(name=name, op=op_type, device=device)
-  counts = {}
-  for arg in definition.input_arg:
-    given = args[arg.name]
-    is_list = isinstance(given, (list, tuple))
-    if is_list != bool(arg.number_attr or arg.type_list_attr):
-      raise ValueError(
-          f"{op_type} '{name}': input {arg.name} takes "
-          f"{'a list of tensor names' if not is_list else 'one tensor name'}"
-          f", got {given!r}")
-    if arg.number_attr:
-      counts[arg.number_attr] = len(given)
-    node.input.extend(given if is_list else [given])
+
+
+def _input_tensors(op_type, name, arg, given):
+  """The tensor names `given` for input `arg` of op `op_type`'s node
+  `name`, as a list; raises ValueError for a list input given a single
+  name or the other way round."""
+  is_list = isinstance(given, (list, tuple))
+  if is_list != bool(arg.number_attr or arg.type_list_attr):
+    raise ValueError(
+        f"{op_type} '{name}': input {arg.name} takes "
+        f"{'a list of tensor names' if not is_list else 'one tensor name'}"
+        f", got {given!r}")
+  return given if is_list else [given]
+
+
+def _control_inputs(op_type, name, control):
+  """The control inputs ("^" and the op's name) of op `op_type`'s node
+  `name` waiting for the ops `control` names; raises ValueError for a
+  name written with "^", so that no caller writes one twice."""
+  inputs = []
   for c in control:
     if c.startswith("^"):
       raise ValueError(f"{op_type} '{name}': give control input {c!r} "
                        "without its '^'")
-    node.input.append("^" + c)
-  for attr_name, attr in attrs.items():
-    value = args.get(attr_name)
-    if attr_name in counts:
-      if value is not None and value != counts[attr_name]:
-        raise ValueError(f"{op_type} '{name}': {attr_name}={value!r} but "
-                         f"its list input has {counts[attr_name]} names")
-      value = counts[attr_name]
-    if value is None:
-      if not attr.HasField("default_value"):
-        raise ValueError(f"{op_type} '{name}' needs attr {attr_name} "
-                         f"({attr.type})")
-      continue
-    _set_attr(node.attr[attr_name], attr.type, value, op_type, attr_name)
-  return node
+    inputs.append("^" + c)
+  return inputs
 
+
+def _attr_value(op_type, name, attr, given, count):
+  """What attr `attr` of op `op_type`'s node `name` is set to: `given`,
+  or, for a list input's number attr, `count`, the list's length; None
+  keeps the attr's default.
+
+  Raises:
+    ValueError: for a number attr given other than its list's length, or
+      an attr without a default not given.
+  """
+  value = given
+  if count is not None:
+    if given is not None and given != count:
+      raise ValueError(f"{op_type} '{name}': {attr.name}={given!r} but "
+                       f"its list input has {count} names")
+    value = count
+  if value is None and not attr.HasField("default_value"):
+    raise ValueError(f"{op_type} '{name}' needs attr {attr.name} "
+                     f"({attr.type})")
+  return value
 
 def _set_attr(out, attr_type, value, op_type, attr_name):
   if isinstance(value, tf.compat.v1.AttrValue):
