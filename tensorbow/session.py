@@ -15,26 +15,21 @@ import tensorflow as tf
 
 from tensorbow import algorithms
 from tensorbow import autotune
-from tensorbow import checkpoint
 from tensorbow import compat
 from tensorbow import devices as tb_devices
 from tensorbow import execution
 from tensorbow import observe
 from tensorbow import options
-from tensorbow import planner
+from tensorbow import plain_runs
 from tensorbow import preemption
 from tensorbow import prefetch as tb_prefetch
-from tensorbow import replicas as tb_replicas
 from tensorbow import rollback
 from tensorbow import routing
-from tensorbow import runtime as tb_runtime
 from tensorbow import scaleout
 from tensorbow import scaling
 from tensorbow import session_lock
-from tensorbow import waves
-from tensorbow.rewrite import analysis
+from tensorbow import setting as tb_setting
 from tensorbow.rewrite import batch_sizes
-from tensorbow.rewrite import builder as tb_builder
 
 
 class TensorBowSession(compat.SessionInterface):
@@ -117,7 +112,6 @@ class TensorBowSession(compat.SessionInterface):
     self._tuning = (autotune.Tuning() if replicas == options.AUTO
                     else None)
     self._graph = compat.session_graph(graph)
-    checkpoint.follow_saver_retention()
     # TensorBow's ops go into a graph of the session's own (execution.py).
     self._exec = execution.ExecutionGraph(self._graph)
     self._session = compat.PlainSession(target=target,
@@ -132,7 +126,6 @@ class TensorBowSession(compat.SessionInterface):
       raise
     # One device named is checked, and trains as without devices.
     self._devices = named if named and len(named) > 1 else None
-    self._nonfinite = nonfinite
     self._lock = session_lock.SessionLock()
     self._router = routing.Router(self._graph, self._exec, self._lock)
     # Kept across settings of L: what was taken or pulled ahead stays.
@@ -142,9 +135,16 @@ class TensorBowSession(compat.SessionInterface):
     self.counts = {"training_runs": 0}  # completed; outlives the session
     self._observer = observe.make(timeline, logdir, progress, self._scale)
     self._preemption = preemption.Preemption(self._scale)
+    self._plain = plain_runs.PlainRuns(self._session, self._exec,
+                                       self._graph, self._inputs,
+                                       self._preemption, self._scale)
     # With elasticity, a wave that lost a worker puts back what it wrote.
     self._backup = (rollback.Backup(self._session, self._exec.graph)
                     if self._scale.elastic else None)
+    self._parts = tb_setting.Parts(
+        self._session, self._exec, self._graph, self._algorithm_spec,
+        nonfinite, self._devices, self._scale, self._lock, self._check_open,
+        self._inputs, self._tuning and self._tuning.noise, self._backup)
     self._settings = self._runtime = self._planner = self._trainer = None
     self.retune(1 if self._tuning is not None else replicas)
 
@@ -157,44 +157,16 @@ class TensorBowSession(compat.SessionInterface):
     do not (and not `anew`: after a change of the workers).
     """
     with self._lock:
-      settings = self._settings
-      if settings is not None:
-        if (replicas == settings.replicas and not anew and
-            stream_groups in (None, self._runtime.num_stream_groups)):
+      if self._settings is not None:
+        if tb_setting.unchanged(self._settings, self._runtime, replicas,
+                                stream_groups, anew):
           self._runtime.inline = inline
           return
         self._trainer.refresh()
         self._runtime.close()
-      algorithm = self._algorithm_spec.resolved(
-          replicas * self._scale.workers)
-      groups = stream_groups or tb_runtime.default_stream_groups(replicas)
-      placement = (tb_devices.place(self._devices, replicas, groups)
-                   if self._devices else None)
-      if placement is not None:
-        groups = len(placement.group_device)
-      settings = self._settings = options.Settings(
-          replicas, algorithm, self._nonfinite, groups, inline)
-      self._runtime = tb_runtime.Runtime(
-          self._session, groups, replicas, inline,
-          placement and (placement.group_device, placement.replica_device))
-      # One replica trains the user's own variables, unless its central
-      # model is one of several processes' (scaleout.py).
-      share = ((replicas == 1 and not self._scale.replicates_one()) or
-               algorithm.shares_model)
-      builder = tb_builder.Builder(
-          self._exec.graph, replicas, groups, share,
-          placement.group_names() if placement is not None else
-          tb_devices.cpu_devices(self._session)
-          if groups > 1 and not share else None,
-          placement,
-          self._scale.index * replicas)
-      state = tb_replicas.ReplicaState(builder, algorithm, share)
-      self._planner = planner.Planner(self._session, self._exec, settings,
-                                      self._runtime, builder, state)
-      self._trainer = waves.Trainer(
-          self._session, settings, self._planner, self._runtime, builder,
-          state, self._graph, self._lock, self._check_open, self._scale,
-          self._inputs, self._tuning and self._tuning.noise, self._backup)
+      (self._settings, self._runtime, self._planner,
+       self._trainer) = tb_setting.make(self._parts, replicas,
+                                        stream_groups, inline)
 
   # ---- SessionInterface ----------------------------------------------------
 
@@ -427,56 +399,10 @@ class TensorBowSession(compat.SessionInterface):
   # ---- Plain runs ----------------------------------------------------------
 
   def _plain_run(self, route, fed_values, options, run_metadata):
-    """Runs as tf.compat.v1.Session does, on the execution graph.
-
-    A Saver's save or restore also saves or restores the replicas' state
-    beside the checkpoint.
-    """
-    written, ops = route.closure.written, route.closure.ops
-    handler = route.handler
-    feeds = {t.name: v for t, v in zip(route.fed, fed_values)}
-    saver = checkpoint.saver_call(ops, dict(zip(route.fed, fed_values)),
-                                  self.graph)
-    self._preemption.saw(saver, route, fed_values)
-    if (saver is not None and saver[0] == "save" and
-        [t.dtype for t in handler.fetches()] == [tf.string] and
-        self._scale.leaves_save()):
-      # Another process writes the checkpoint; this one keeps its
-      # replicas' state beside it, and returns what the save returns: its
-      # path.
-      self._trainer.after_saver(*saver)
-      return handler.build_results(self, [saver[1].encode()])
-    try:
-      # Elements pulled ahead are the pipeline's next: fed to a run that
-      # takes from it (prefetch.py).
-      served = self._inputs.serve(route.closure)
-    except tf.errors.OpError as e:
-      raise self._exec.user_error(e) from None
-    feeds.update((n, v) for n, v in served.items() if n not in feeds)
-    self._trainer.refresh(route.closure.reads)
-    # Not under the lock: a run that blocks inside TensorFlow (a dequeue)
-    # must not block the session's other runs, as with TensorFlow.
-    try:
-      values = self._session.run(routing.names(handler), feeds, options,
-                                 run_metadata)
-    except (TypeError, ValueError):
-      self._inputs.give_back(served)
-      raise  # refused before anything ran
-    except tf.errors.OpError as e:
-      # Failed while executing: the writes that did not wait for the
-      # failed op may have run.
-      if isinstance(e.op, tf.Operation):
-        written = analysis.written_variables(ops, failed_op=e.op)
-      self._trainer.reseed(written)
-      raise self._exec.user_error(e) from None
-    except BaseException:
-      # Interrupted, maybe after some writes.
-      self._trainer.reseed(written)
-      raise
-    self._trainer.reseed(written)
-    if saver is not None:
-      self._trainer.after_saver(*saver)
-    return handler.build_results(self, values[:len(handler.fetches())])
+    """Runs as tf.compat.v1.Session does, on the execution graph
+    (plain_runs.py): the results of `route`'s fetches."""
+    return route.handler.build_results(self, self._plain.run(
+        self._trainer, route, fed_values, options, run_metadata))
 
   def scaling_report(self, predicted=scaling.PREDICTED):
     """The scaling model over this setting's training runs so far

@@ -1,0 +1,102 @@
+"""One setting of a session: what it trains with for a given L.
+
+A `TensorBowSession` trains with one setting at a time: L replicas on a
+number of stream groups, each task's ops on its own thread or not. A
+setting's runtime (runtime/), builder (rewrite/builder.py), replica state
+(replicas.py), planner (planner.py) and trainer (waves.py) are made
+together here, from the parts that outlive every setting (the TensorFlow
+session, the execution graph, the lock, the input pipelines' elements,
+what crosses processes); `retune` makes a new setting when L or the
+stream groups change.
+"""
+import collections
+
+from tensorbow import devices as tb_devices
+from tensorbow import options
+from tensorbow import planner
+from tensorbow import replicas as tb_replicas
+from tensorbow import runtime as tb_runtime
+from tensorbow import waves
+from tensorbow.rewrite import builder as tb_builder
+
+# A setting's collaborators, made together (`Maker.make`).
+Setting = collections.namedtuple(
+    "Setting", ["settings", "runtime", "planner", "trainer"])
+
+# What outlives every setting of a session, and each setting is made from.
+Parts = collections.namedtuple("Parts", [
+    "session",  # the tf.compat.v1.Session on the execution graph
+    "execution",  # the execution.ExecutionGraph
+    "user_graph",  # the user's tf.Graph
+    "algorithm_spec",  # algorithms.resolve's, resolved for each L
+    "nonfinite",  # the session's `nonfinite` option
+    "devices",  # the devices named (two or more), or None
+    "scale",  # the scaleout object: what crosses processes
+    "lock",  # the session's session_lock.SessionLock
+    "check_open",  # raises if the session was closed
+    "inputs",  # the prefetch.Prefetcher kept across settings
+    "noise",  # replicas="auto"'s autotune.NoiseScale, or None
+    "backup",  # with elasticity, the rollback.Backup, or None
+])
+
+
+def unchanged(settings, runtime, replicas, stream_groups, anew):
+  """Whether the setting of `settings` on `runtime` already trains
+  `replicas` replicas on `stream_groups` (None: whichever it has), and
+  need not be made anew (`anew`: after a change of the workers)."""
+  return (replicas == settings.replicas and not anew and
+          stream_groups in (None, runtime.num_stream_groups))
+
+
+def make(parts, replicas, stream_groups, inline):
+  """The `Setting` of `replicas` replicas on `stream_groups` stream groups
+  (None: the runtime's default for L), each task's ops on its own thread
+  if `inline`.
+
+  Args:
+    parts: the session's `Parts`.
+    replicas: L.
+    stream_groups: the runtime's concurrent tasks, or None.
+    inline: whether each task's ops run on its stream group's thread.
+
+  Returns:
+    A `Setting`.
+  """
+  algorithm = parts.algorithm_spec.resolved(replicas * parts.scale.workers)
+  groups = stream_groups or tb_runtime.default_stream_groups(replicas)
+  placement = (tb_devices.place(parts.devices, replicas, groups)
+               if parts.devices else None)
+  if placement is not None:
+    groups = len(placement.group_device)
+  settings = options.Settings(replicas, algorithm, parts.nonfinite, groups,
+                              inline)
+  runtime = tb_runtime.Runtime(
+      parts.session, groups, replicas, inline,
+      placement and (placement.group_device, placement.replica_device))
+  # One replica trains the user's own variables, unless its central model
+  # is one of several processes' (scaleout.py).
+  share = ((replicas == 1 and not parts.scale.replicates_one()) or
+           algorithm.shares_model)
+  builder = tb_builder.Builder(
+      parts.execution.graph, replicas, groups, share,
+      _group_devices(parts.session, placement, groups, share), placement,
+      parts.scale.index * replicas)
+  state = tb_replicas.ReplicaState(builder, algorithm, share)
+  plans = planner.Planner(parts.session, parts.execution, settings, runtime,
+                          builder, state)
+  trainer = waves.Trainer(
+      parts.session, settings, plans, runtime, builder, state,
+      parts.user_graph, parts.lock, parts.check_open, parts.scale,
+      parts.inputs, parts.noise, parts.backup)
+  return Setting(settings, runtime, plans, trainer)
+
+
+def _group_devices(session, placement, groups, share):
+  """The device of each stream group: the placement's, else each of the
+  session's CPU devices where several groups keep replicas of their own
+  (None: TensorFlow places them)."""
+  if placement is not None:
+    return placement.group_names()
+  if groups > 1 and not share:
+    return tb_devices.cpu_devices(session)
+  return None
