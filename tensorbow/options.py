@@ -1,7 +1,17 @@
-"""`TensorBowSession`'s options, checked before anything is built, and the
-settings a session trains with."""
+"""`TensorBowSession`'s options, declared once, checked before anything is
+built, and the settings a session trains with.
+
+`OPTIONS` is the one table of the session's options: each one's name,
+default and meaning, and the check of its value where it needs no other
+option. The session's signature (`session_signature`), `SessionOptions`,
+`check_options` and `tensorbow-run`'s flags (cli/options.py) are all made
+from it, so an option is added, or its default changed, in one row.
+"""
 import collections
+import inspect
 import os
+
+import tensorflow as tf
 
 from tensorbow import algorithms
 from tensorbow import devices as tb_devices
@@ -22,74 +32,248 @@ Settings = collections.namedtuple("Settings", [
 ])
 
 
-def check_options(replicas=2, algorithm="sma", alpha=None,
-                  central_momentum=0.9, nonfinite="propagate", workers=1,
-                  cluster_timeout=60.0, heartbeat_timeout=3.0, devices=1,
-                  prefetch=True, timeline=None, logdir=None, progress=None,
-                  min_workers=None, membership_log=None, join=None,
-                  max_workers=None, elastic_timeout=None):
-  """Checks `TensorBowSession`'s options; returns the algorithm resolved for
-  `replicas` on each of `workers` workers (for "auto", for the one
-  replica it starts with), spread over `devices` devices.
+# The checks of one option's value on its own: (name, value) -> None.
+# Each raises ValueError naming the option, the value and what is accepted.
+def _is_number(value):
+  return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
+def _replicas(name, value):
+  if value != AUTO and (isinstance(value, bool) or
+                        not isinstance(value, int) or value < 1):
+    raise ValueError(f"{name} must be an int >= 1 or {AUTO!r}, got "
+                     f"{value!r}")
+
+
+def _nonfinite(name, value):
+  if value not in NONFINITE:
+    raise ValueError(f"{name} must be one of {NONFINITE}, got {value!r}")
+
+
+def _seconds(name, value):
+  if not _is_number(value) or not value > 0:
+    raise ValueError(f"{name} must be a number of seconds > 0, got "
+                     f"{value!r}")
+
+
+def _heartbeat_seconds(name, value):
+  if not _is_number(value) or not value >= 1.0:
+    raise ValueError(f"{name} must be a number of seconds >= 1 (several "
+                     f"heartbeats), got {value!r}")
+
+
+def _true_or_false(name, value):
+  if not isinstance(value, bool):
+    raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def _path_or_none(name, value):
+  if value is not None and not (isinstance(value, (str, os.PathLike)) and
+                                os.fspath(value)):
+    raise ValueError(f"{name} must be a path or None, got {value!r}")
+
+
+def _seconds_or_none(name, value):
+  if value is not None and (not _is_number(value) or
+                            not 0 < value < float("inf")):
+    raise ValueError(f"{name} must be a number of seconds > 0 or None, got "
+                     f"{value!r}")
+
+
+Option = collections.namedtuple("Option", [
+    "name",  # TensorBowSession's keyword, SessionOptions' field
+    "default",
+    "meaning",  # one line; TensorBowSession's docstring says more
+    "check",  # (name, value) -> raises ValueError for a value out of range
+              # on its own; None: checked with other options (_check), by
+              # algorithms.resolve or by devices.check
+])
+
+# Every option of TensorBowSession, in its signature's order.
+OPTIONS = (
+    Option("replicas", 2, "L, the number of model replicas, or 'auto' to "
+           "tune it", _replicas),
+    Option("algorithm", "sma", "what keeps the replicas together: a name "
+           "of ALGORITHMS or an algorithms.Algorithm", None),
+    Option("alpha", None, "the SMA correction factor (None: 1 / replicas)",
+           None),
+    Option("central_momentum", 0.9, "the momentum of the central model",
+           None),
+    Option("nonfinite", "propagate", "what a training run does with an "
+           "infinity or NaN: one of NONFINITE", _nonfinite),
+    Option("cluster_timeout", 60.0, "the seconds a wave waits for the "
+           "other workers before it fails", _seconds),
+    Option("heartbeat_timeout", 3.0, "the seconds a worker may send no "
+           "heartbeat before the others fail naming it", _heartbeat_seconds),
+    Option("devices", None, "the device names to spread the replicas over "
+           "(None: one device as TensorFlow places it)", None),
+    Option("prefetch", True, "whether an input pipeline's next elements "
+           "are pulled while a wave computes", _true_or_false),
+    Option("timeline", None, "a path for a Chrome trace of the training "
+           "runs", _path_or_none),
+    Option("logdir", None, "a directory for TensorBoard scalars of the "
+           "training runs", _path_or_none),
+    Option("progress", None, "the seconds between progress lines",
+           _seconds_or_none),
+    Option("min_workers", None, "how many workers must remain for the "
+           "others to go on without a lost one", None),
+    Option("membership_log", None, "a file of the job's changes of "
+           "membership (written if absent, else replayed)", _path_or_none),
+    Option("join", None, "the addresses a running job's workers started "
+           "at, to join that job", None),
+    Option("max_workers", None, "how many workers an elastic job takes in "
+           "at most", None),
+    Option("elastic_timeout", None, "the seconds fewer than min_workers "
+           "wait for workers to join", None),
+)
+
+
+class SessionOptions(collections.namedtuple(
+    "SessionOptions", [o.name for o in OPTIONS],
+    defaults=[o.default for o in OPTIONS])):
+  """Every `TensorBowSession` option, with its default (`OPTIONS`);
+  `devices` a sequence of device names or None.
 
   Raises:
+    TypeError: for a keyword that is not an option, named as Python names
+      it for `TensorBowSession()`.
+  """
+  __slots__ = ()
+
+  def __new__(cls, *args, **options):
+    for name in options:
+      if name not in cls._fields:
+        raise TypeError(f"TensorBowSession() got an unexpected keyword "
+                        f"argument {name!r}")
+    return super().__new__(cls, *args, **options)
+
+  def session_kwargs(self):
+    """The keyword arguments of `TensorBowSession` (and of
+    `TensorBowSessionCreator`) these options are."""
+    return self._asdict()
+
+  def check(self, workers=1):
+    """Checks the options as the session will, for `workers` workers.
+
+    Returns:
+      The algorithm resolved for `replicas` on each of `workers` workers
+      (for "auto", for the one replica it starts with).
+
+    Raises:
+      ValueError: for options the session would refuse, such as more
+        devices than replicas.
+    """
+    devices = tb_devices.check(self.devices)
+    return _check(self, workers, len(devices) if devices else 1)
+
+  def session_config(self, config):
+    """`config` (a ConfigProto or None) with at least as many logical
+    CPUs as `devices` names: a script written for one device need not
+    ask for the CPU devices its replicas are spread over (as
+    `tensorbow-run --devices` spreads them)."""
+    needed = tb_devices.cpus_needed(self.devices)
+    has = config.device_count.get("CPU", 1) if config is not None else 1
+    if needed <= has:
+      return config
+    more = tf.compat.v1.ConfigProto()
+    if config is not None:
+      more.CopyFrom(config)
+    more.device_count["CPU"] = needed
+    return more
+
+
+def session_signature(function=None):
+  """The signature of a function that takes `TensorBowSession`'s options
+  as keywords only, with their defaults (`OPTIONS`).
+
+  Args:
+    function: None, or a function whose parameters come first but for the
+      `**options` it takes the options with, such as
+      `TensorBowSession.__init__(self, target="", graph=None, config=None,
+      **options)`.
+
+  Returns:
+    An `inspect.Signature`: `function`'s parameters (none without it) and
+    then every option, keyword-only, with its default.
+  """
+  first = [] if function is None else [
+      p for p in inspect.signature(function).parameters.values()
+      if p.kind != inspect.Parameter.VAR_KEYWORD]
+  return inspect.Signature(first + [
+      inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY,
+                        default=o.default) for o in OPTIONS])
+
+
+def _check_signature():
+  """`check_options`' parameters: the options with their defaults but
+  `devices` their number (1), and the cluster's `workers` (1) after
+  `nonfinite`, in the order session.py gives them positionally."""
+  parameters = [
+      inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                        default=1 if o.name == "devices" else o.default)
+      for o in OPTIONS]
+  parameters.insert(
+      [p.name for p in parameters].index("nonfinite") + 1,
+      inspect.Parameter("workers", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                        default=1))
+  return inspect.Signature(parameters)
+
+
+_CHECK_SIGNATURE = _check_signature()
+
+
+def check_options(*args, **kwargs):
+  """Checks `TensorBowSession`'s options for a cluster of `workers`
+  workers, the replicas spread over `devices` devices.
+
+  Args:
+    *args, **kwargs: as `check_options.__signature__` says: the options
+      of `OPTIONS` in its order with its defaults, but `devices` the
+      number of devices (1), and `workers` (1) after `nonfinite`.
+
+  Returns:
+    The algorithm resolved for `replicas` on each of `workers` workers
+    (for "auto", for the one replica it starts with).
+
+  Raises:
+    TypeError: for an argument `check_options` does not take (an unknown
+      keyword named as Python names it).
     ValueError: for an option out of range.
   """
-  _check_run_options(nonfinite, replicas, prefetch, timeline, logdir,
-                     membership_log, progress)
-  _check_timeouts(cluster_timeout, heartbeat_timeout)
-  _check_membership(min_workers, membership_log, workers)
-  workers = _check_joining(join, max_workers, min_workers, workers)
-  _check_elastic_timeout(elastic_timeout, min_workers)
-  resolved = algorithms.resolve(algorithm, alpha, central_momentum).resolved(
-      (1 if replicas == AUTO else replicas) * workers)
+  try:
+    bound = _CHECK_SIGNATURE.bind(*args, **kwargs)
+  except TypeError as e:
+    raise TypeError(f"check_options() {e}") from None
+  bound.apply_defaults()
+  options = dict(bound.arguments)
+  workers, devices = options.pop("workers"), options.pop("devices")
+  return _check(SessionOptions(**options), workers, devices)
+
+
+check_options.__signature__ = _CHECK_SIGNATURE
+
+
+def _check(options, workers, devices):
+  """Checks `options` (a `SessionOptions`, its `devices` aside) for
+  `workers` workers and `devices` devices; returns the algorithm as
+  `check_options` does."""
+  for option in OPTIONS:
+    if option.check is not None:
+      option.check(option.name, getattr(options, option.name))
+  replicas, nonfinite = options.replicas, options.nonfinite
+  _check_membership(options.min_workers, options.membership_log, workers)
+  workers = _check_joining(options.join, options.max_workers,
+                           options.min_workers, workers)
+  _check_elastic_timeout(options.elastic_timeout, options.min_workers)
+  resolved = algorithms.resolve(
+      options.algorithm, options.alpha, options.central_momentum).resolved(
+          (1 if replicas == AUTO else replicas) * workers)
   resolved.check_nonfinite(nonfinite)
   if workers > 1:
     _check_workers(replicas, resolved, workers)
   if devices > 1:
     _check_devices(replicas, resolved, nonfinite, workers, devices)
   return resolved
-
-
-def _check_run_options(nonfinite, replicas, prefetch, timeline, logdir,
-                       membership_log, progress):
-  """Raises ValueError for an option of one worker's training runs out of
-  range: what it does with non-finite values, its replicas, prefetching
-  and what it writes or reports."""
-  if nonfinite not in NONFINITE:
-    raise ValueError(f"nonfinite must be one of {NONFINITE}, got "
-                     f"{nonfinite!r}")
-  if replicas != AUTO and (isinstance(replicas, bool) or
-                           not isinstance(replicas, int) or replicas < 1):
-    raise ValueError(f"replicas must be an int >= 1 or {AUTO!r}, got "
-                     f"{replicas!r}")
-  if not isinstance(prefetch, bool):
-    raise ValueError(f"prefetch must be True or False, got {prefetch!r}")
-  for name, value in (("timeline", timeline), ("logdir", logdir),
-                      ("membership_log", membership_log)):
-    if value is not None and not (isinstance(value, (str, os.PathLike)) and
-                                  os.fspath(value)):
-      raise ValueError(f"{name} must be a path or None, got {value!r}")
-  if progress is not None and (
-      isinstance(progress, bool) or not isinstance(progress, (int, float))
-      or not 0 < progress < float("inf")):
-    raise ValueError(f"progress must be a number of seconds > 0 or None, "
-                     f"got {progress!r}")
-
-
-def _check_timeouts(cluster_timeout, heartbeat_timeout):
-  """Raises ValueError for a cluster's timeout out of range: how long a
-  worker waits for the cluster, and for a silent worker's heartbeats."""
-  if (isinstance(cluster_timeout, bool) or
-      not isinstance(cluster_timeout, (int, float)) or
-      not cluster_timeout > 0):
-    raise ValueError(f"cluster_timeout must be a number of seconds > 0, got "
-                     f"{cluster_timeout!r}")
-  if (isinstance(heartbeat_timeout, bool) or
-      not isinstance(heartbeat_timeout, (int, float)) or
-      not heartbeat_timeout >= 1.0):
-    raise ValueError(f"heartbeat_timeout must be a number of seconds >= 1 "
-                     f"(several heartbeats), got {heartbeat_timeout!r}")
 
 
 def _check_membership(min_workers, membership_log, workers):
@@ -165,9 +349,7 @@ def check_session_options(workers=1, devices=None, **options):
     TypeError: for an option `TensorBowSession` does not take.
     ValueError: for an option out of range.
   """
-  devices = tb_devices.check(devices)
-  return check_options(**options, workers=workers,
-                       devices=len(devices) if devices else 1)
+  return SessionOptions(devices=devices, **options).check(workers)
 
 
 def _check_devices(replicas, algorithm, nonfinite, workers, devices):

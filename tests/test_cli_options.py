@@ -72,8 +72,8 @@ def test_every_option_parses_back_from_its_flags():
              if getattr(EVERY_OPTION, f) == getattr(
                  cli_options.SessionOptions(), f)]
   assert not changed  # so that each flag is written and read back
-  assert _parse(EVERY_OPTION.argv()) == EVERY_OPTION
-  assert EVERY_OPTION.argv() == [
+  assert _parse(cli_options.argv(EVERY_OPTION)) == EVERY_OPTION
+  assert cli_options.argv(EVERY_OPTION) == [
       "--replicas", "4", "--algorithm", "ssgd", "--alpha", "0.3",
       "--central_momentum", "0.5", "--nonfinite", "raise",
       "--cluster-timeout", "5.0", "--heartbeat-timeout", "2.5",
@@ -87,7 +87,7 @@ def test_every_option_parses_back_from_its_flags():
                   cli_options.SessionOptions(replicas="auto", alpha=0.1),
                   cli_options.SessionOptions(alpha=1.0 / 3.0,
                                              cluster_timeout=0.1)):
-    assert _parse(options.argv()) == options
+    assert _parse(cli_options.argv(options)) == options
 
 
 def test_a_workers_command_parses_back_to_the_same_options():

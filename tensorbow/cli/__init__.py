@@ -3,8 +3,9 @@ TensorFlow's session classes replaced by TensorBow's. Not imported by
 `import tensorbow`: the library does not need it.
 
 - main.py: the arguments, the script run in this process.
-- options.py: `SessionOptions`, the session options a command sets, built
-  once from its flags and written back as each worker's flags.
+- options.py: the flags of the session options a command sets, read once
+  into one `SessionOptions` (tensorbow/options.py) and written back as
+  each worker's flags.
 - patches.py: the stand-ins for `tf.compat.v1.Session`,
   `InteractiveSession`, the session creators and `SessionManager`, and the
   patch that puts them (and sessions.py's) in place while the script runs.

@@ -18,7 +18,7 @@ runs.
 
 With `--workers W` it starts W workers of one cluster on this machine
 (launch.py), each running this command without `--workers`, its session
-options written back from that one object (`SessionOptions.argv`): free
+options written back from that one object (`options.argv`): free
 ports on 127.0.0.1, each worker's `TF_CONFIG` and intra-op threads
 (cores / W, or T), output lines prefixed with the worker's index; it
 returns the first non-zero exit status after stopping the others. With
@@ -236,8 +236,8 @@ def _merge_timelines(path, workers):
 def worker_command(options, script, script_args):
   """The argv of one worker of `tensorbow-run --workers`: this command
   with `options` (a `SessionOptions`), without --workers."""
-  return ([sys.executable, "-m", _MODULE] + options.argv() + [script] +
-          list(script_args))
+  return ([sys.executable, "-m", _MODULE] + cli_options.argv(options) +
+          [script] + list(script_args))
 
 
 @contextlib.contextmanager

@@ -1,12 +1,14 @@
 """The `TensorBowSession` options a `tensorbow-run` command sets: one
-`SessionOptions`, built once from the parsed command line, handed to the
-patches (patches.py) and, with `--workers W`, written back into each
-worker's command line by the same flag table that parsed it.
+`SessionOptions` (tensorbow/options.py), built once from the parsed
+command line, handed to the patches (patches.py) and, with `--workers W`,
+written back into each worker's command line by the same flag table that
+parsed it.
 
 Each option has one row in `_FLAGS`: its flag, how its text is read (with
 an argparse error naming the value received and what is accepted) and how
 it is written back, so a flag cannot be parsed one way and rebuilt
-another.
+another. Its default, and the "{default}" of its help, are the session's
+(`tensorbow.options.OPTIONS`).
 """
 import argparse
 import collections
@@ -14,66 +16,13 @@ import os
 
 import tensorflow as tf
 
-from tensorbow import devices as tb_devices
 from tensorbow import options as tb_options
 from tensorbow.scaleout import cluster as tb_cluster
 
 
-class SessionOptions(collections.namedtuple("SessionOptions", [
-    "replicas", "algorithm", "alpha", "central_momentum", "nonfinite",
-    "cluster_timeout", "heartbeat_timeout", "devices", "prefetch",
-    "timeline", "logdir", "progress", "min_workers", "membership_log",
-    "join", "max_workers", "elastic_timeout"])):
-  """Every `TensorBowSession` option `tensorbow-run` sets, with the
-  session's defaults; `devices` is a tuple of device names or None."""
-  __slots__ = ()
-
-  def __new__(cls, replicas=2, algorithm="sma", alpha=None,
-              central_momentum=0.9, nonfinite="propagate",
-              cluster_timeout=60.0, heartbeat_timeout=3.0, devices=None,
-              prefetch=True, timeline=None, logdir=None, progress=None,
-              min_workers=None, membership_log=None, join=None,
-              max_workers=None, elastic_timeout=None):
-    return super().__new__(cls, replicas, algorithm, alpha, central_momentum,
-                           nonfinite, cluster_timeout, heartbeat_timeout,
-                           devices, prefetch, timeline, logdir, progress,
-                           min_workers, membership_log, join, max_workers,
-                           elastic_timeout)
-
-  def session_kwargs(self):
-    """The keyword arguments of `TensorBowSession` (and of
-    `TensorBowSessionCreator`) these options are."""
-    return self._asdict()
-
-  def check(self, workers=1):
-    """Checks the options as the session will, for `workers` workers.
-
-    Raises:
-      ValueError: for options the session would refuse, such as more
-        devices than replicas.
-    """
-    tb_options.check_session_options(workers, **self.session_kwargs())
-
-  def session_config(self, config):
-    """`config` (a ConfigProto or None) with at least as many logical
-    CPUs as `devices` names: a script written for one device need not
-    ask for the CPU devices `--devices` spreads its replicas over."""
-    needed = tb_devices.cpus_needed(self.devices)
-    has = config.device_count.get("CPU", 1) if config is not None else 1
-    if needed <= has:
-      return config
-    more = tf.compat.v1.ConfigProto()
-    if config is not None:
-      more.CopyFrom(config)
-    more.device_count["CPU"] = needed
-    return more
-
-  def argv(self):
-    """The flags that parse back to these options (`from_args`)."""
-    argv = []
-    for flag in _FLAGS:
-      argv += flag.write(getattr(self, flag.field))
-    return argv
+# The session's options, with their defaults, as tensorbow/options.py
+# declares them (callers name them cli.options.SessionOptions too).
+SessionOptions = tb_options.SessionOptions
 
 
 def number(text, kind, accept, accepted):
@@ -183,10 +132,18 @@ def _names(value):
 class _Flag(collections.namedtuple("_Flag", [
     "field",  # SessionOptions' field
     "flag",  # the command line's flag
-    "kwargs",  # argparse's add_argument keywords but dest and default
+    "kwargs",  # argparse's add_argument keywords but dest and default;
+               # "{default}" in the help is the session's default, shown
     "text",  # value -> the flag's text (for argv)
 ])):
   """One session option on the command line."""
+
+  def shown(self, value):
+    """`value` as the flag's help shows a default: the flag of a
+    --flag/--no-flag pair, a float as %g ("60", "0.9"), else its text."""
+    if self.text is None:
+      return self.write(value)[0]
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
   def write(self, value):
     """The argv that gives `value`."""
@@ -200,28 +157,28 @@ class _Flag(collections.namedtuple("_Flag", [
 _FLAGS = (
     _Flag("replicas", "--replicas", dict(
         type=_replicas, help="number of model replicas L, or 'auto' to "
-        "tune it (default: 2)"), _text),
+        "tune it (default: {default})"), _text),
     _Flag("algorithm", "--algorithm", dict(
         choices=tb_options.ALGORITHMS,
-        help="synchronisation of the replicas (default: sma)"), _text),
+        help="synchronisation of the replicas (default: {default})"), _text),
     _Flag("alpha", "--alpha", dict(
         type=_alpha, help="SMA correction factor (default: 1/replicas)"),
           _float),
     _Flag("central_momentum", "--central_momentum", dict(
         type=_momentum, help="momentum of the central model (default: "
-        "0.9)"), _float),
+        "{default})"), _float),
     _Flag("nonfinite", "--nonfinite", dict(
         choices=tb_options.NONFINITE, help="what a training run does with "
-        "an infinity or NaN (default: propagate, as TensorFlow)"), _text),
+        "an infinity or NaN (default: {default}, as TensorFlow)"), _text),
     _Flag("cluster_timeout", "--cluster-timeout", dict(
         type=_seconds, metavar="SECONDS", help="on a cluster of workers, "
         "the seconds a wave waits for the others before it fails "
-        "(default: 60)"), _float),
+        "(default: {default})"), _float),
     _Flag("heartbeat_timeout", "--heartbeat-timeout", dict(
         type=_heartbeat, metavar="SECONDS", help="on a cluster of workers, "
         "the seconds a worker may send no heartbeat before the others fail "
-        "naming it (default: 3; a worker that dies is known within about a "
-        "second)"), _float),
+        "naming it (default: {default}; a worker that dies is known within "
+        "about a second)"), _float),
     _Flag("min_workers", "--min-workers", dict(
         type=count, metavar="M", help="on a cluster of workers, go on "
         "without a lost worker while at least M remain: the wave under way "
@@ -256,7 +213,7 @@ _FLAGS = (
     _Flag("prefetch", "--prefetch", dict(
         action=argparse.BooleanOptionalAction, help="pull the next wave's "
         "input pipeline elements while a wave computes (default: "
-        "--prefetch)"), None),
+        "{default})"), None),
     _Flag("timeline", "--timeline", dict(
         type=_path, metavar="FILE", help="write a Chrome trace of the "
         "training runs (chrome://tracing, Perfetto); with --workers, one "
@@ -271,6 +228,13 @@ _FLAGS = (
 )
 
 
+def argv(options):
+  """The flags that parse back to `options`, a `SessionOptions`
+  (`from_args`)."""
+  return [text for flag in _FLAGS
+          for text in flag.write(getattr(options, flag.field))]
+
+
 def flag_argv(field, value):
   """The command line's flag that sets `SessionOptions`' `field` to
   `value`, as argv (such as ["--replicas", "4"])."""
@@ -279,12 +243,15 @@ def flag_argv(field, value):
 
 
 def add_flags(parser):
-  """Adds a flag for every field of `SessionOptions` to `parser`."""
+  """Adds a flag for every field of `SessionOptions` to `parser`, with
+  the session's default, shown in its help."""
   defaults = SessionOptions()
   group = parser.add_argument_group("TensorBowSession options")
   for flag in _FLAGS:
-    group.add_argument(flag.flag, dest=flag.field,
-                       default=getattr(defaults, flag.field), **flag.kwargs)
+    default = getattr(defaults, flag.field)
+    kwargs = dict(flag.kwargs, help=flag.kwargs["help"].format(
+        default=flag.shown(default)))
+    group.add_argument(flag.flag, dest=flag.field, default=default, **kwargs)
 
 
 def from_args(args):
