@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import tensorbow
+from tensorbow import options as tb_options
 from tensorbow.cli import main
 from tensorbow.cli import options as cli_options
 
@@ -48,6 +49,82 @@ def test_the_options_are_the_sessions_with_its_defaults():
   assert _parse([]) == defaults
   assert defaults.session_kwargs() == {
       name: p.default for name, p in SESSION_PARAMETERS.items()}
+
+
+def _session_init(self, target="", graph=None, config=None, **options):
+  """What `TensorBowSession.__init__` takes, its options aside."""
+
+
+def test_the_table_the_options_and_the_flags_agree():
+  """`OPTIONS` is the one declaration: the session's signature, the
+  options' defaults and the command's are its."""
+  table = [(o.name, repr(o.default)) for o in tb_options.OPTIONS]
+  assert cli_options.SessionOptions is tb_options.SessionOptions
+  assert [(name, repr(value)) for name, value in
+          cli_options.SessionOptions()._asdict().items()] == table
+  parsed = main.parser().parse_args(["s.py"])
+  assert [(name, repr(getattr(parsed, name))) for name, _ in table] == table
+  assert tb_options.session_signature(_session_init) == inspect.signature(
+      tensorbow.TensorBowSession.__init__)
+  assert [(p.name, p.kind, repr(p.default)) for p in
+          tb_options.session_signature().parameters.values()] == [
+              (name, inspect.Parameter.KEYWORD_ONLY, default)
+              for name, default in table]
+
+
+def test_the_sessions_docstring_explains_every_option():
+  doc = inspect.cleandoc(tensorbow.TensorBowSession.__doc__)
+  args = doc.split("\nArgs:\n", 1)[1].split("\n\n", 1)[0]
+  explained = {name for line in args.splitlines()
+               if re.match(r"  \w", line)
+               for name in line.split(":")[0].strip().split(", ")}
+  assert {"target", "graph", "config", "replicas"} <= explained
+  missing = [o.name for o in tb_options.OPTIONS if o.name not in explained]
+  assert not missing, args
+
+
+def _help_entries(text):
+  """{first flag: its help on one line} of an argparse help `text`."""
+  entries, flag = {}, None
+  for line in text.splitlines():
+    if line.startswith("  -"):
+      flag = line.split()[0].rstrip(",")
+      entries[flag] = line
+    elif flag is not None and line.startswith("   "):
+      entries[flag] += line
+    else:
+      flag = None
+  return {flag: " ".join(line.split()) for flag, line in entries.items()}
+
+
+def test_help_shows_the_sessions_defaults(capsys):
+  with pytest.raises(SystemExit):
+    main.main(["--help"])
+  entries = _help_entries(capsys.readouterr().out)
+  for option in tb_options.OPTIONS:
+    if option.default is None:
+      continue  # what no value means is said in words
+    [flag] = {f"--{option.name}", "--" + option.name.replace("_", "-")} & (
+        set(entries))
+    if isinstance(option.default, bool):
+      shown = ("--" if option.default else "--no-") + flag[2:]
+    elif isinstance(option.default, float):
+      shown = f"{option.default:g}"  # 60.0 as 60
+    else:
+      shown = str(option.default)
+    assert f"(default: {shown}" in entries[flag], entries[flag]
+
+
+def test_an_unknown_option_is_named_as_python_names_it():
+  with pytest.raises(TypeError, match=r"^TensorBowSession\(\) got an "
+                     r"unexpected keyword argument 'replica'$"):
+    tb_options.SessionOptions(replica=2)
+  with pytest.raises(TypeError, match=r"^TensorBowSession\(\) got an "
+                     r"unexpected keyword argument 'replica'$"):
+    tb_options.check_session_options(replica=2)
+  with pytest.raises(TypeError, match=r"^check_options\(\) got an "
+                     r"unexpected keyword argument 'replica'$"):
+    tb_options.check_options(replica=2)
 
 
 def test_help_lists_a_flag_for_every_session_option(capsys):
