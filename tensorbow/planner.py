@@ -87,6 +87,9 @@ class Planner(object):
     self._builder = builder
     self._replica_state = replicas
     self._copier = None  # made with the first training run copied
+    # Times each substitute against TensorFlow's kernel for the copier,
+    # made with it (None: every substitute `substitutes` picks).
+    self._chooser = None
     self._plans = {}  # training-run signature -> Plan
 
   @property
@@ -101,8 +104,7 @@ class Planner(object):
 
   def kernel_choices(self):
     """What timing each substitute against TensorFlow's kernel chose."""
-    chooser = self._copier.chooser if self._copier is not None else None
-    return list(chooser.choices) if chooser else []
+    return list(self._chooser.choices) if self._chooser else []
 
   def plan_for(self, route, first):
     """The plan of a training run over `route` (routing.Route), made once
@@ -221,15 +223,15 @@ class Planner(object):
     its kernel chooser timed for the rows a replica takes of `values`
     (`batch` and `elements` saying which feeds are batches)."""
     if self._copier is None:
+      if substitutes.measured() and values is not None:
+        rows = ([len(v) // self._replicas for v, b in zip(values, batch)
+                 if b and np.ndim(v)] +
+                [len(v) for v, e in zip(values, elements)
+                 if e and np.ndim(v)])
+        self._chooser = kernel_choice.Chooser(max(rows[0], 1) if rows else 1)
       self._copier = replicate.Copier(self._builder, self._replica_state,
-                                      self._algorithm)
-    rep = self._copier
-    if rep.chooser is None and substitutes.measured() and values is not None:
-      rows = ([len(v) // self._replicas for v, b in zip(values, batch)
-               if b and np.ndim(v)] +
-              [len(v) for v, e in zip(values, elements) if e and np.ndim(v)])
-      rep.chooser = kernel_choice.Chooser(max(rows[0], 1) if rows else 1)
-    return rep
+                                      self._algorithm, self._chooser)
+    return self._copier
 
   def _stand_ins(self, fed, batch, pulled):
     """{fed tensor name: the placeholder the copies read instead}: a

@@ -70,7 +70,7 @@ class Copier(object):
     self._stubs = {}  # op name -> tensor that carries a control dependency
     self._histogram_size = None  # made with the first histogram copied
     self._fast_kernels = substitutes.enabled()
-    self.chooser = chooser
+    self._chooser = chooser
     # Random ops draw one stream per replica (random_streams.py), unless
     # the one replica of the whole run draws TensorFlow's stream anyway.
     self._streams = builder.num_replicas > 1 or builder.first_replica > 0
@@ -252,7 +252,7 @@ class Copier(object):
                                      resolve)
     faster = (substitutes.substitute(node, op) if self._fast_kernels
               else None)
-    if faster and self.chooser is not None and not self.chooser.keep(
+    if faster and self._chooser is not None and not self._chooser.keep(
         node, op, faster):
       faster = None
     return faster or [node]
@@ -310,7 +310,7 @@ class Copier(object):
                    self._replicas.algorithm_state(var.name) is not None)
       if not self._algorithm.fuses_outer(has_state):
         continue
-      if self.chooser is None or self.chooser.keep_outer(op, outer.matmul):
+      if self._chooser is None or self._chooser.keep_outer(op, outer.matmul):
         fused[name] = outer
     return fused
 
