@@ -3,8 +3,8 @@ the participants, a pooled algorithm's factors), after it (the merge) and,
 on a cluster, the sums over the workers.
 
 One `AlgorithmRuns` belongs to a `replicas.ReplicaState` and lives as long
-as it (one setting of L); it reads the algorithm's per-variable states
-that the replica state keeps. Each run is (fetches, feed_dict), its ops made
+as it (one setting of L); it asks the replica state for the algorithm's
+per-variable states it keeps. Each run is (fetches, feed_dict), its ops made
 once (`Builder.once`); the trainer (waves.py) runs them.
 """
 import numpy as np
@@ -19,19 +19,20 @@ class AlgorithmRuns(object):
   Args:
     builder: the setting's `rewrite.builder.Builder`.
     algorithm: the session's `algorithms.Algorithm`, resolved for L.
-    states: {model variable op name: the algorithm's state}, kept (and
-      grown) by the replica state.
-    state_key: what the states of variable names depend on, for
-      `Builder.once` (`ReplicaState._state_key`).
+    states: a function returning {model variable op name: the algorithm's
+      state} as they are now (`ReplicaState.algorithm_states`).
+    state_signature: what the states of variable names depend on, for
+      `Builder.once` (`ReplicaState.state_signature`).
     replicas_of: the `Replicated` copies of a replicated variable, by
       name (`ReplicaState.replicas_of`).
   """
 
-  def __init__(self, builder, algorithm, states, state_key, replicas_of):
+  def __init__(self, builder, algorithm, states, state_signature,
+               replicas_of):
     self._builder = builder
     self._algorithm = algorithm
     self._states = states
-    self._state_key = state_key
+    self._state_signature = state_signature
     self._replicas_of = replicas_of
     # (ops, value) of the latest wave run known to have run, and of the
     # one wave_run returned last.
@@ -41,18 +42,17 @@ class AlgorithmRuns(object):
     """(fetches, feed_dict) leaving replicas `skipped` out of the next
     wave's synchronisation, `remaining` taking part; None if the algorithm
     has nothing to do for it."""
-    names = tuple(sorted(self._states))
+    names, states = self._named_states()
 
     def build():
       count = tf.compat.v1.placeholder(tf.int32, [], name="participants")
       replicas = tf.compat.v1.placeholder(tf.int32, [None],
                                           name="skipped_replicas")
-      ops = self._algorithm.skip_ops(
-          self._builder, [self._states[n] for n in names], count, replicas)
+      ops = self._algorithm.skip_ops(self._builder, states, count, replicas)
       return count, replicas, ops
 
     count, replicas, ops = self._builder.once(
-        "participants", self._state_key(names), build)
+        "participants", self._state_signature(names), build)
     if not ops:
       return None
     return ops, {count: remaining,
@@ -92,26 +92,24 @@ class AlgorithmRuns(object):
 
   def drift_tensor(self):
     """A pooled algorithm's tensor its schedule's merge reads, or None."""
-    if not self._states:
+    names, states = self._named_states()
+    if not names:
       return None
-    names = tuple(sorted(self._states))
     return self._builder.once(
-        "drift", self._state_key(names),
-        lambda: self._algorithm.drift_tensor(
-            self._builder, [self._states[n] for n in names]))
+        "drift", self._state_signature(names),
+        lambda: self._algorithm.drift_tensor(self._builder, states))
 
   def _algorithm_run(self, purpose, value, make_ops):
-    if value is None or not self._states:
+    names, states = self._named_states()
+    if value is None or not names:
       return None
-    names = tuple(sorted(self._states))
 
     def build():
       fed = tf.compat.v1.placeholder(tf.float64, None,
                                      name=f"{purpose}_value")
-      return fed, make_ops(self._builder,
-                           [self._states[n] for n in names], fed)
+      return fed, make_ops(self._builder, states, fed)
 
-    fed, ops = self._builder.once(purpose, self._state_key(names), build)
+    fed, ops = self._builder.once(purpose, self._state_signature(names), build)
     return (ops, {fed: value}) if ops else None
 
   def worker_sync(self, summed=()):
@@ -120,11 +118,11 @@ class AlgorithmRuns(object):
     (none)) keeping the central models of a cluster's workers equal, and
     the variables named in `summed` (merged as sums over rows: counters,
     metrics) the sum of every worker's move; or None."""
-    names = tuple(sorted(self._states))
+    names, states = self._named_states()
     summed = tuple(sorted(summed))
 
     def build():
-      parts = (self._parts(self._algorithm.worker_sync, names) +
+      parts = (self._parts(self._algorithm.worker_sync, states) +
                [self._worker_sum(name) for name in summed])
       if not parts:
         return None
@@ -135,7 +133,7 @@ class AlgorithmRuns(object):
                        name="worker_sum"), {})
 
     return self._builder.once("worker_sync",
-                              (self._state_key(names), summed), build)
+                              (self._state_signature(names), summed), build)
 
   def _worker_sum(self, name):
     """worker_sync's part for variable `name`, merged as a sum over rows:
@@ -171,12 +169,12 @@ class AlgorithmRuns(object):
     wave."""
     value = self._algorithm.merge_value(wave, sizes)
     kind = value is not None and self._algorithm.worker_merge_kind(wave)
-    names = tuple(sorted(self._states))
+    names, states = self._named_states()
 
     def build():
       parts = self._parts(
           lambda b, s: self._algorithm.worker_merge(
-              b, s, average=kind == "average"), names)
+              b, s, average=kind == "average"), states)
       if not parts:
         return None
       # The workers' replica counts are summed beside the tensors.
@@ -190,15 +188,21 @@ class AlgorithmRuns(object):
           name="worker_merge")
 
     built = (self._builder.once(f"worker_merge_{kind}",
-                                self._state_key(names), build)
+                                self._state_signature(names), build)
              if kind else None)
     if built is None:
       return None
     added, sums, fed, op = built
     return added, sums, op, {fed: value}
 
-  def _parts(self, hook, names):
-    """What per-variable `hook` gives for the states of `names`, less the
-    Nones."""
-    parts = [hook(self._builder, self._states[n]) for n in names]
+  def _named_states(self):
+    """(the model variables' names, sorted; their states), as the replica
+    state keeps them now."""
+    states = self._states()
+    names = tuple(sorted(states))
+    return names, [states[n] for n in names]
+
+  def _parts(self, hook, states):
+    """What per-variable `hook` gives for `states`, less the Nones."""
+    parts = [hook(self._builder, s) for s in states]
     return [p for p in parts if p is not None]

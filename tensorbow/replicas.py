@@ -43,7 +43,8 @@ class ReplicaState(object):
     self._pending_replicas = set()  # replicas to seed before training
     # The runs the algorithm makes around a wave, over these states.
     self._runs = algorithm_runs.AlgorithmRuns(
-        builder, algorithm, self._states, self._state_key, self.replicas_of)
+        builder, algorithm, self.algorithm_states, self.state_signature,
+        self.replicas_of)
 
   @property
   def runs(self):
@@ -122,6 +123,11 @@ class ReplicaState(object):
     """The algorithm's state for model variable `name`, or None."""
     return self._states.get(name)
 
+  def algorithm_states(self):
+    """{model variable op name: the algorithm's state}, as they are now
+    (more come with later copies)."""
+    return dict(self._states)
+
   # ---- Seeding -------------------------------------------------------------
 
   def _make_seed(self, var_op):
@@ -177,7 +183,8 @@ class ReplicaState(object):
                                                   central, replicas)
         return replicas, tf.group(*assigns, name="seed/replicas_op")
 
-    return self._builder.once("seed_replicas", self._state_key(names), build)
+    return self._builder.once("seed_replicas", self.state_signature(names),
+                              build)
 
   def reseed_replicas(self, replicas):
     """Replicas `replicas` are to be set from the central model before the
@@ -364,7 +371,7 @@ class ReplicaState(object):
       parts += self._algorithm.state_parts(self._builder, state)
     return parts
 
-  def _state_key(self, names):
+  def state_signature(self, names):
     """What the state of variables `names` depends on, for Builder.once."""
     return names, tuple(
         self._algorithm.state_signature(self._states[n])
@@ -400,7 +407,7 @@ class ReplicaState(object):
                 resource=part, dtype=part.op.get_attr("dtype"))
       return tensors
 
-    return self._builder.once("state", self._state_key(names), build)
+    return self._builder.once("state", self.state_signature(names), build)
 
   def load_state_run(self, names, values):
     """(fetches, feed_dict) setting the state of replicated variables
@@ -423,8 +430,8 @@ class ReplicaState(object):
           placeholders.append((keys, p))
       return placeholders, tf.group(*assigns, name="load")
 
-    placeholders, op = self._builder.once("load", self._state_key(names),
-                                          build)
+    placeholders, op = self._builder.once(
+        "load", self.state_signature(names), build)
     feeds = {}
     for keys, p in placeholders:
       if isinstance(keys, list):
@@ -444,7 +451,7 @@ class ReplicaState(object):
     """{key: tensor} reading the algorithm's state that is no replica's
     own, for the model variables with replicas."""
     parts = self._shared_parts()
-    return self._builder.once("shared", self._state_key(
+    return self._builder.once("shared", self.state_signature(
         tuple(sorted(self._seeds))), lambda: {
             k: tf.raw_ops.ReadVariableOp(resource=h,
                                          dtype=h.op.get_attr("dtype"))
