@@ -128,6 +128,11 @@ OPTIONS = (
 )
 
 
+# The options of an elastic job of workers (scaleout.from_environ's).
+_ELASTIC = ("min_workers", "membership_log", "join", "max_workers",
+            "elastic_timeout")
+
+
 class SessionOptions(collections.namedtuple(
     "SessionOptions", [o.name for o in OPTIONS],
     defaults=[o.default for o in OPTIONS])):
@@ -165,6 +170,22 @@ class SessionOptions(collections.namedtuple(
     """
     devices = tb_devices.check(self.devices)
     return _check(self, workers, len(devices) if devices else 1)
+
+  def algorithm_spec(self):
+    """The algorithm these options name (`algorithms.resolve`), to be
+    resolved for each L the session trains with.
+
+    Raises:
+      ValueError: an unknown algorithm, or SMA's arguments given both to
+        the session and to an `algorithms.SMA` instance.
+    """
+    return algorithms.resolve(self.algorithm, self.alpha,
+                              self.central_momentum)
+
+  def elastic(self):
+    """{option: value} of the options of an elastic job of workers, as
+    `scaleout.from_environ` takes them."""
+    return {name: getattr(self, name) for name in _ELASTIC}
 
   def session_config(self, config):
     """`config` (a ConfigProto or None) with at least as many logical
@@ -265,9 +286,8 @@ def _check(options, workers, devices):
   workers = _check_joining(options.join, options.max_workers,
                            options.min_workers, workers)
   _check_elastic_timeout(options.elastic_timeout, options.min_workers)
-  resolved = algorithms.resolve(
-      options.algorithm, options.alpha, options.central_momentum).resolved(
-          (1 if replicas == AUTO else replicas) * workers)
+  resolved = options.algorithm_spec().resolved(
+      (1 if replicas == AUTO else replicas) * workers)
   resolved.check_nonfinite(nonfinite)
   if workers > 1:
     _check_workers(replicas, resolved, workers)

@@ -13,7 +13,6 @@ import time
 
 import tensorflow as tf
 
-from tensorbow import algorithms
 from tensorbow import autotune
 from tensorbow import compat
 from tensorbow import devices as tb_devices
@@ -43,9 +42,11 @@ class TensorBowSession(compat.SessionInterface):
     algorithm: an instance from `tensorbow.algorithms` or its name: "sma"
       (synchronous model averaging), "easgd" (elastic averaging), "ssgd"
       (synchronous SGD), "asgd" (asynchronous SGD over the shared model),
-      "adaptive" (Adaptive SGD) or "none" (independent replicas; the
-      central model is replica 0's, for measuring the cost of
-      synchronisation).
+      "adaptive" (Adaptive SGD), "local_sgd" (each replica trains alone
+      and every `period` runs the central model takes an outer step on
+      their average move: DiLoCo, post-local SGD) or "none" (independent
+      replicas; the central model is replica 0's, for measuring the cost
+      of synchronisation).
     alpha: the SMA correction factor; None means 1 / replicas (or give it
       to `algorithms.SMA`).
     central_momentum: the momentum of the central model, in [0, 1).
@@ -86,30 +87,14 @@ class TensorBowSession(compat.SessionInterface):
       cannot train on.
   """
 
-  def __init__(self, target="", graph=None, config=None, *, replicas=2,
-               algorithm="sma", alpha=None, central_momentum=0.9,
-               nonfinite="propagate", cluster_timeout=60.0,
-               heartbeat_timeout=3.0, devices=None, prefetch=True,
-               timeline=None, logdir=None, progress=None, min_workers=None,
-               membership_log=None, join=None, max_workers=None,
-               elastic_timeout=None):
-    devices = tb_devices.check(devices)
-    elastic = dict(min_workers=min_workers, membership_log=membership_log,
-                   join=join, max_workers=max_workers,
-                   elastic_timeout=elastic_timeout)
+  def __init__(self, target="", graph=None, config=None, **options_):
+    chosen = options.SessionOptions(**options_)
     # Checked before the scale-out object uses them (a log file is read).
-    options.check_options(replicas, algorithm, alpha, central_momentum,
-                          nonfinite, scaleout.workers_named(),
-                          cluster_timeout, heartbeat_timeout,
-                          len(devices) if devices else 1, prefetch,
-                          timeline, logdir, progress, **elastic)
+    chosen.check(scaleout.workers_named())
     self._scale = scaleout.from_environ(
-        cluster_timeout, heartbeat_timeout, preemption.notice().requested,
-        **elastic)
-    # Resolved for L whenever L is set (replicas="auto" changes it).
-    self._algorithm_spec = algorithms.resolve(algorithm, alpha,
-                                              central_momentum)
-    self._tuning = (autotune.Tuning() if replicas == options.AUTO
+        chosen.cluster_timeout, chosen.heartbeat_timeout,
+        preemption.notice().requested, **chosen.elastic())
+    self._tuning = (autotune.Tuning() if chosen.replicas == options.AUTO
                     else None)
     self._graph = compat.session_graph(graph)
     # TensorBow's ops go into a graph of the session's own (execution.py).
@@ -117,6 +102,30 @@ class TensorBowSession(compat.SessionInterface):
     self._session = compat.PlainSession(target=target,
                                         graph=self._exec.graph, config=config)
     self._config = compat.session_config(self._session)  # TF's if None
+    self._devices = self._named_devices(chosen.devices)
+    self._lock = session_lock.SessionLock()
+    self._router = routing.Router(self._graph, self._exec, self._lock)
+    # Kept across settings of L: what was taken or pulled ahead stays.
+    self._inputs = tb_prefetch.Prefetcher(self._session,
+                                          ahead=chosen.prefetch)
+    self._closed = False
+    self._context = None
+    self.counts = {"training_runs": 0}  # completed; outlives the session
+    self._observer = observe.make(chosen.timeline, chosen.logdir,
+                                  chosen.progress, self._scale)
+    self._preemption = preemption.Preemption(self._scale)
+    self._plain = plain_runs.PlainRuns(self._session, self._exec,
+                                       self._graph, self._inputs,
+                                       self._preemption, self._scale)
+    self._parts = self._lasting_parts(chosen)
+    self._settings = self._runtime = self._planner = self._trainer = None
+    self.retune(1 if self._tuning is not None else chosen.replicas)
+
+  def _named_devices(self, devices):
+    """The devices `devices` names among the session's, if two or more
+    (None: TensorFlow places the model; one device named is checked, and
+    trains as without devices)."""
+    devices = tb_devices.check(devices)
     try:
       named = (tb_devices.resolve(
           devices, [d.name for d in self._session.list_devices()])
@@ -124,29 +133,19 @@ class TensorBowSession(compat.SessionInterface):
     except ValueError:
       self._session.close()
       raise
-    # One device named is checked, and trains as without devices.
-    self._devices = named if named and len(named) > 1 else None
-    self._lock = session_lock.SessionLock()
-    self._router = routing.Router(self._graph, self._exec, self._lock)
-    # Kept across settings of L: what was taken or pulled ahead stays.
-    self._inputs = tb_prefetch.Prefetcher(self._session, ahead=prefetch)
-    self._closed = False
-    self._context = None
-    self.counts = {"training_runs": 0}  # completed; outlives the session
-    self._observer = observe.make(timeline, logdir, progress, self._scale)
-    self._preemption = preemption.Preemption(self._scale)
-    self._plain = plain_runs.PlainRuns(self._session, self._exec,
-                                       self._graph, self._inputs,
-                                       self._preemption, self._scale)
+    return named if named and len(named) > 1 else None
+
+  def _lasting_parts(self, chosen):
+    """The `setting.Parts` every setting of the session is made from,
+    `chosen` its `options.SessionOptions`."""
     # With elasticity, a wave that lost a worker puts back what it wrote.
-    self._backup = (rollback.Backup(self._session, self._exec.graph)
-                    if self._scale.elastic else None)
-    self._parts = tb_setting.Parts(
-        self._session, self._exec, self._graph, self._algorithm_spec,
-        nonfinite, self._devices, self._scale, self._lock, self._check_open,
-        self._inputs, self._tuning and self._tuning.noise, self._backup)
-    self._settings = self._runtime = self._planner = self._trainer = None
-    self.retune(1 if self._tuning is not None else replicas)
+    backup = (rollback.Backup(self._session, self._exec.graph)
+              if self._scale.elastic else None)
+    return tb_setting.Parts(
+        self._session, self._exec, self._graph, chosen.algorithm_spec(),
+        chosen.nonfinite, self._devices, self._scale, self._lock,
+        self._check_open, self._inputs,
+        self._tuning and self._tuning.noise, backup)
 
   def retune(self, replicas, stream_groups=None, inline=False, anew=False):
     """Trains `replicas` replicas on `stream_groups` (None: the default),
@@ -424,3 +423,7 @@ class TensorBowSession(compat.SessionInterface):
     """Per stream group, its arena's counters ([] before a training run)."""
     return self._runtime.arena_stats()
 
+
+# help() and inspect show every option with its default (options.OPTIONS).
+TensorBowSession.__init__.__signature__ = options.session_signature(
+    TensorBowSession.__init__)
