@@ -21,6 +21,7 @@ from tensorbow.rewrite import reductions
 from tensorbow.rewrite import substitutes
 from tensorbow.rewrite import phases
 from tensorbow.rewrite import replicate
+from tensorbow.rewrite import sync
 
 # One training run's execution, prepared once per signature.
 Plan = collections.namedtuple("Plan", [
@@ -280,17 +281,16 @@ class Planner(object):
     `info` (`summed` the variables merged as sums), -1 without one, or,
     with nonfinite="skip", one per replica it may take single variables
     from."""
-    state = self._replica_state
-    sync = state.sync_op(info, summed=summed)
-    if sync is None:
+    syncs = [sync.sync_op(self._builder, self._algorithm,
+                          self._replica_state, info, r, summed)
+             for r in range(self._replicas if self._nonfinite == "skip"
+                            else 1)]
+    if syncs[0] is None:
       return -1
-    sync_call = self._runtime.add_call([], [], [sync])
-    if self._nonfinite != "skip":
-      return sync_call
-    # Replica 0 may be skipped: then single variables come from another.
-    return [sync_call] + [
-        self._runtime.add_call([], [], [state.sync_op(info, r, summed)])
-        for r in range(1, self._replicas)]
+    calls = [self._runtime.add_call([], [], [op]) for op in syncs]
+    # With nonfinite="skip", replica 0 may be skipped: then single
+    # variables come from another.
+    return calls if self._nonfinite == "skip" else calls[0]
 
   def _central_fetches(self, fetches, combine, summed, skipped):
     """({fetch position: tensor name read after the wave}, the positions

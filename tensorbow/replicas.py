@@ -1,7 +1,8 @@
 """The replicas' state between waves: which variables have replicas, their
-seeding, the synchronisation and refresh that follow a wave, and the state
-a checkpoint or a snapshot holds. What an algorithm runs around a wave
-over that state is its `runs` (algorithm_runs.py).
+seeding, the refresh that follows a wave, and the state a checkpoint or
+a snapshot holds. What an algorithm runs around a wave over that state is
+its `runs` (algorithm_runs.py); what the replicas give the central model
+after a wave, a plan's sync op (rewrite/sync.py).
 
 A `ReplicaState` lives as long as one setting of L. The copier
 (rewrite/replicate.py) registers each variable it replicates, at plan
@@ -284,53 +285,6 @@ class ReplicaState(object):
     ops = self._builder.once("reset", names, lambda: self._algorithm.reset_ops(
         self._builder, [self._states[n] for n in names]))
     return ops or None
-
-  def sync_op(self, info, source=0, summed=frozenset()):
-    """The synchronisation op of a training run with `info`, or None.
-
-    Single variables (a global step; any that is not floating point) are
-    taken from replica `source` and given to every replica; those named in
-    `summed` (a counter of rows, a metric's accumulators: they add a sum
-    over the batch's rows) become the central value plus every replica's
-    move from it, and are given to every replica; other floating-point
-    variables written from the batch (batch norm's moving statistics) the
-    replicas' mean (DESIGN.md, "What leaves the replicas"). With the
-    replicas on several devices, the model variables become the sum of
-    the devices' moves (Algorithm.device_sync).
-    """
-    if self._share_variables:
-      return None
-    names = tuple(sorted(info.other_vars))
-    batch = tuple(n in info.batch_dependent for n in names)
-    adds = tuple(n in summed for n in names)
-    models = tuple(sorted(n for n in info.model_vars if n in self._states))
-    if not names and not models:
-      return None
-
-    def build():
-      src = self._builder.constant(source, tf.int32)
-      ops = []
-      for name, mean, add in zip(names, batch, adds):
-        replicated = self._replicated[name]
-        var = self._graph.get_operation_by_name(name)
-        if add:
-          central = graph_util.read(var)
-          value = central + tf.reduce_sum(replicated.stacked() - central, 0)
-        else:
-          value = replicated.mean(src, mean=mean)
-        ops.append(graph_util.assign(var, value))
-        if add or not (mean and replicated.dtype.is_floating):
-          # Taken from one replica (a global step), or the sum: the
-          # replicas that sat the wave out, or were left out of it, count
-          # it too, and the next wave's moves start from it.
-          ops.append(replicated.set(value, self._builder.all_replicas()))
-      ops += [self._algorithm.device_sync(self._builder, self._states[n])
-              for n in models]
-      ops = [op for op in ops if op is not None]
-      return tf.group(*ops, name="sync") if ops else None
-
-    return self._builder.once(("sync", source, batch, adds, models), names,
-                              build)
 
   def refresh_op(self):
     """Op that brings user-named slots (and, for an algorithm whose model is

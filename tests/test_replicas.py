@@ -13,6 +13,7 @@ from tensorbow import checkpoint
 from tensorbow import replicas as tb_replicas
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import builder as tb_builder
+from tensorbow.rewrite import sync
 
 tf1 = tf.compat.v1
 L = 3
@@ -40,6 +41,7 @@ class _Setup(object):
         ops=[], apply_ops=[], model_vars={names[0]}, slot_vars={names[1]},
         other_vars={names[2], names[3]}, batch_dependent={names[3]},
         written=set(names))
+    self.algorithm = algorithm
     self.builder = tb_builder.Builder(graph, L, 1, share)
     self.state = tb_replicas.ReplicaState(self.builder, algorithm, share)
     replicated = self.state.register(self.info)
@@ -50,6 +52,11 @@ class _Setup(object):
     self.names = names
     self.sess = tf1.Session(graph=graph)
     self.sess.run(self.init)
+
+  def sync_op(self, source=0):
+    """The training run's synchronisation op (rewrite/sync.py)."""
+    return sync.sync_op(self.builder, self.algorithm, self.state, self.info,
+                        source)
 
   def run(self, fetches_feeds):
     if fetches_feeds is not None:
@@ -113,7 +120,7 @@ def test_sync_copies_a_step_and_averages_batch_statistics(use_resource):
   s.run(s.state.seed_run())
   s.set_replicas("step", [np.float32(8 + r) for r in range(L)])
   s.set_replicas("mean", [np.float32(r * r) for r in range(L)])
-  s.sess.run(s.state.sync_op(s.info, source=1))
+  s.sess.run(s.sync_op(source=1))
   assert s.sess.run(s.step) == 9.0
   np.testing.assert_allclose(s.sess.run(s.mean), np.mean([0, 1, 4]))
 
@@ -159,7 +166,7 @@ def test_shared_variables_have_no_replicas(use_resource):
   s = _Setup(use_resource, algorithms.ASGD(), share=True)
   assert s.state.in_use and s.state.replicated_variables() == []
   assert not s.state.replicates_any(s.names)
-  assert s.state.sync_op(s.info) is None and s.state.refresh_op() is None
+  assert s.sync_op() is None and s.state.refresh_op() is None
   assert s.state.seed_run() is None
 
 

@@ -31,7 +31,7 @@ replicas' partial results, never recomputed:
 The kinds follow the graph's data flow from the run's batch sources, never
 the sizes a run returns. A write to a variable that is not replicated
 (a counter, a metric's accumulators) that adds a SUM value is merged as
-the sum of the replicas' moves (ReplicaState.sync_op). A value computed
+the sum of the replicas' moves (sync.sync_op). A value computed
 from such writes' results (a metric's update op: its new total over its
 new count) is computed again after the wave, on the central model, by a
 twin that reads the variables instead (`central_twin`).
