@@ -156,8 +156,9 @@ class Planner(object):
                                  **merged)
     rep = self._copier_for(values, batch, elements)
     stand_ins = self._stand_ins(fed, batch, pulled)
-    copies = rep.extend(info, fed_names, stand_ins,
-                        folds if len(stand_ins) > len(pulled) else {})
+    copies, made = rep.extend(info, fed_names, stand_ins,
+                              folds if len(stand_ins) > len(pulled) else {})
+    self._replica_state.copied(info, made)
     summed = self._summed(info, *sourced)
     sync_call = self._sync_call(info, summed)
     central_fetches, twins = self._central_fetches(

@@ -4,10 +4,12 @@ a snapshot holds. What an algorithm runs around a wave over that state is
 its `runs` (algorithm_runs.py); what the replicas give the central model
 after a wave, a plan's sync op (rewrite/sync.py).
 
-A `ReplicaState` lives as long as one setting of L. The copier
-(rewrite/replicate.py) registers each variable it replicates, at plan
-time; the trainer (waves.py) asks, every wave and around plain runs, for
-the runs that seed, synchronise, refresh, save and restore the replicas.
+A `ReplicaState` lives as long as one setting of L. At plan time, the
+copier (rewrite/replicate.py) asks it for the replicas of the variables
+it copies and the algorithm's state, and the planner hands it what the
+copies made (`copied`); the trainer (waves.py) asks, every wave and
+around plain runs, for the runs that seed, refresh, reset, save and
+restore the replicas.
 Every op it makes is made once (`Builder.once`), so the graph does not
 grow with the number of runs.
 """
@@ -58,32 +60,29 @@ class ReplicaState(object):
     to seed, refresh or save)."""
     return self._in_use
 
-  # ---- Registered by the copier --------------------------------------------
+  # ---- Asked by the copier, told by the planner ----------------------------
 
-  def register(self, info):
-    """A training run with `analysis.TrainingInfo` `info` is being copied;
-    returns the names of the variables it gives replicas."""
-    self._in_use = True
+  def replicated_by(self, info):
+    """The names of the variables a training run with
+    `analysis.TrainingInfo` `info` gives replicas."""
     if self._share_variables:
       return set()
     # A model variable this run reads and another run trains has replicas
     # from the start: each replica computes at its own weights, whichever
     # train op runs first (two optimizers run in turn, a GAN's pair).
-    replicated = set(info.written) | info.read_models
-    for name in replicated:
-      if name not in self._kinds:
-        if name in info.model_vars or name in info.read_models:
-          self._kinds[name] = "model"
-        elif name in info.slot_vars:
-          self._kinds[name] = "slot"
-        else:
-          self._kinds[name] = "other"
-    return replicated
+    return set(info.written) | info.read_models
 
   def add_variables(self, var_ops, model_vars):
     """Gives variable ops `var_ops` replicas, and, unless shared, model
-    variables `model_vars` the algorithm's state."""
+    variables `model_vars` the algorithm's state.
+
+    Returns:
+      The names of the variables seeded already that were given the
+      algorithm's state now: their seed ops are made afresh, and they are
+      to be seeded again (`copied`).
+    """
     builder = self._builder
+    reseeded = []
     with builder.building():
       for op in var_ops:
         self._replicated[op.name] = builder.variable_replicas(op)
@@ -98,23 +97,33 @@ class ReplicaState(object):
               # still the central model, and the state starts from it too.
               self._seeds[name] = self._make_seed(
                   self._graph.get_operation_by_name(name))
-              self._pending_seed.add(name)
+              reseeded.append(name)
+    return reseeded
 
-  def add_seeds(self, var_ops):
-    """Makes the seed ops of `var_ops`, copied now: they are seeded before
-    the next training run."""
+  def copied(self, info, made):
+    """The copies of a training run with `analysis.TrainingInfo` `info`
+    were made, and made `made` (a `replicate.Copier.extend`'s `Copied`):
+    its variables' seed ops are made, and they and its ops to run before
+    training run before the next training run (`seed_run`)."""
+    self._in_use = True
+    for name in self.replicated_by(info):
+      if name not in self._kinds:
+        if name in info.model_vars or name in info.read_models:
+          self._kinds[name] = "model"
+        elif name in info.slot_vars:
+          self._kinds[name] = "slot"
+        else:
+          self._kinds[name] = "other"
     with self._builder.building():
-      for op in var_ops:
+      for op in made.variables:
         self._seeds[op.name] = self._make_seed(op)
-        self._pending_seed.add(op.name)
+    self._pending_seed.update(op.name for op in made.variables)
+    self._pending_seed.update(made.reseeded)
+    self._before_training += list(made.before_training)
 
   def is_seeded(self, name):
     """Whether variable `name`'s replicas have a seed op already."""
     return name in self._seeds
-
-  def run_before_training(self, ops):
-    """Runs `ops` once, before the next training run."""
-    self._before_training += list(ops)
 
   def replicas_of(self, name):
     """The Replicated copies of variable op `name`."""

@@ -13,6 +13,7 @@ from tensorbow import checkpoint
 from tensorbow import replicas as tb_replicas
 from tensorbow.rewrite import analysis
 from tensorbow.rewrite import builder as tb_builder
+from tensorbow.rewrite import replicate
 from tensorbow.rewrite import sync
 
 tf1 = tf.compat.v1
@@ -44,11 +45,11 @@ class _Setup(object):
     self.algorithm = algorithm
     self.builder = tb_builder.Builder(graph, L, 1, share)
     self.state = tb_replicas.ReplicaState(self.builder, algorithm, share)
-    replicated = self.state.register(self.info)
+    replicated = self.state.replicated_by(self.info)
     ops = [graph.get_operation_by_name(n) for n in names
            if n in replicated]
-    self.state.add_variables(ops, self.info.model_vars)
-    self.state.add_seeds(ops)
+    reseeded = self.state.add_variables(ops, self.info.model_vars)
+    self.state.copied(self.info, replicate.Copied(ops, reseeded, []))
     self.names = names
     self.sess = tf1.Session(graph=graph)
     self.sess.run(self.init)

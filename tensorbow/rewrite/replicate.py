@@ -29,6 +29,8 @@ with the same cut share one set of copies, `<prefix>/group_<g>/` for the
 first cut seen, `<prefix>/group_<g>_<k>/` for the k-th after it; a script
 whose runs feed alike (the usual case) has one.
 """
+import collections
+
 import numpy as np
 import tensorflow as tf
 
@@ -48,13 +50,24 @@ _REPLICA_OP = {"VarHandleOp": "TensorBowReplicaVarHandle",
                "Variable": "TensorBowReplicaVariable"}
 
 
+# What one `Copier.extend` made that the replica state is to keep (the
+# planner hands it on: replicas.ReplicaState.copied).
+Copied = collections.namedtuple("Copied", [
+    "variables",  # variable ops given replicas: to be seeded before the
+                  # next training run
+    "reseeded",  # names of variables seeded already whose seeds were made
+                 # afresh (ReplicaState.add_variables): seeded again
+    "before_training",  # ops to run once before the next training run
+])
+
+
 class Copier(object):
   """Extends an execution graph with the learning part's copies.
 
   Args:
     builder: the setting's `builder.Builder` (the graph, L, the copies).
-    replicas: the setting's `replicas.ReplicaState`, told of every
-      variable given replicas.
+    replicas: the setting's `replicas.ReplicaState`, which gives the
+      variables their replicas and the algorithm's state.
     algorithm: the session's `algorithms.Algorithm`, resolved for L.
     chooser: a `kernel_choice.Chooser` timing each substitute against
       TensorFlow's kernel, or None: every substitute `substitutes` picks.
@@ -85,36 +98,23 @@ class Copier(object):
     own tensors.
 
     Returns:
-      The `Copies` the run's tasks use.
+      (the `Copies` the run's tasks use, the `Copied`: what these copies
+      need of the replica state, for the caller to hand it on).
     """
     graph, builder = self._graph, self._builder
     stand_ins = dict(stand_ins or {})
     copies = self._copies_for(info.ops, fed_names, stand_ins)
-    replicated = self._replicas.register(info)
-    new_ops = []
-    for op in info.ops:
-      if op.name in copies.copied:
-        continue
-      if op.type in ("Placeholder", "PlaceholderV2"):
-        continue
-      if analysis.is_fixed_default(op):
-        continue
-      if any(t.name in fed_names for t in op.outputs):
-        continue
-      if op.type in analysis.VARIABLE_OPS and op.name not in replicated:
-        continue
-      new_ops.append(op)
+    new_ops = self._new_ops(info, copies, fed_names)
     if not new_ops:
-      return copies
+      return copies, Copied([], (), [])
     # Variables an earlier cut's copies gave replicas keep them, seeded.
     var_ops = [op for op in new_ops if op.type in analysis.VARIABLE_OPS
                and op.name not in self._variables]
-    self._replicas.add_variables(var_ops, info.model_vars)
+    reseeded = self._replicas.add_variables(var_ops, info.model_vars)
     with builder.building():
       local = set(op.name for op in new_ops)
       self._push_orderings(copies, new_ops)
-      if self._streams:
-        self._add_streams(new_ops)
+      before = self._add_streams(new_ops) if self._streams else []
       fused = self._outer_applies(new_ops)
       for g in range(builder.num_groups):
         graph_def, input_map = self._group_graph_def(copies, new_ops, local,
@@ -132,11 +132,23 @@ class Copier(object):
       for name in trained:
         state = self._replicas.algorithm_state(name)
         if state is not None:
-          self._replicas.run_before_training(self._algorithm.after_copy(
-              builder, state, self._replicas.is_seeded(name)))
-    self._replicas.add_seeds(var_ops)
+          before += self._algorithm.after_copy(
+              builder, state, self._replicas.is_seeded(name))
     self._variables.update(op.name for op in var_ops)
-    return copies
+    return copies, Copied(var_ops, reseeded, before)
+
+  def _new_ops(self, info, copies, fed_names):
+    """The ops of `info`'s closure that `copies` are still to copy for a
+    run feeding the tensors named in `fed_names`: not the placeholders,
+    the fed tensors' ops, nor the variables without replicas."""
+    replicated = self._replicas.replicated_by(info)
+    return [op for op in info.ops
+            if op.name not in copies.copied and
+            op.type not in ("Placeholder", "PlaceholderV2") and
+            not analysis.is_fixed_default(op) and
+            not any(t.name in fed_names for t in op.outputs) and
+            not (op.type in analysis.VARIABLE_OPS and
+                 op.name not in replicated)]
 
   def _copies_for(self, ops, fed_names, stand_ins):
     """The `Copies` of the cut of a run over closure `ops` feeding
@@ -258,10 +270,12 @@ class Copier(object):
     return faster or [node]
 
   def _add_streams(self, new_ops):
-    """Gives the random ops among `new_ops` a state per replica, set before
-    the next training run, and warns of those it cannot."""
+    """Gives the random ops among `new_ops` a state per replica, and warns
+    of those it cannot; returns the ops setting the states, to run before
+    the next training run."""
     builder = self._builder
     random_streams.warn_uncovered(new_ops)
+    setting = []
     for op in new_ops:
       if (op.type not in random_streams.STATEFUL or
           op.name in self._stream_states):  # an earlier cut's copies drew
@@ -270,10 +284,10 @@ class Copier(object):
                                  tf.int64, tf.TensorShape([3]))
       values = random_streams.state_values(op, builder.first_replica,
                                            builder.num_replicas)
-      self._replicas.run_before_training([state.set(
-          builder.constant(values, tf.int64), builder.all_replicas(),
-          stacked=True)])
+      setting.append(state.set(builder.constant(values, tf.int64),
+                               builder.all_replicas(), stacked=True))
       self._stream_states[op.name] = state
+    return setting
 
   def _stream_nodes(self, node, op, aux):
     """NodeDefs drawing random op `op` (NodeDef `node`, its copy) from the
