@@ -93,49 +93,86 @@ def run_workers(command, workers, threads=None, out=None, environ=None,
   out = sys.stdout if out is None else out
   addresses = free_addresses(workers)
   threads = default_threads(workers) if threads is None else threads
-  lock = threading.Lock()
-  children, readers = [], []
-
-  def start(argv, env):
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, start_new_session=True,
-                             preexec_fn=_die_with_parent)
-    reader = threading.Thread(
-        target=_copy_lines, args=(child.stdout, f"[{len(children)}] ", out,
-                                  lock), daemon=True)
-    children.append(child)
-    reader.start()
-    readers.append(reader)
-
+  job = _Job(out)
   grow = None
   if discovery is not None:
-    env = worker_environ(tb_cluster.Cluster(addresses, 0), threads, environ)
-    del env["TF_CONFIG"]  # a joiner's cluster is the job's answer
-    grow = discovery.grower(lambda: start(joiner(addresses), env), children,
-                            max_workers, out, lock)
+    env = _joiner_environ(addresses, threads, environ)
+    grow = discovery.grower(lambda: job.start(joiner(addresses), env),
+                            job.children, max_workers, out, job.lock)
   # Stopped by a signal, the launcher still stops its workers.
   handled = threading.current_thread() is threading.main_thread()
   if handled:
     previous = signal.signal(signal.SIGTERM, _terminated)
   try:
-    print(f"tensorbow-run: {workers} workers at {','.join(addresses)}",
-          file=out, flush=True)
-    for k in range(workers):
-      start(command, worker_environ(tb_cluster.Cluster(addresses, k),
-                                    threads, environ))
-    status = _wait(children, min_workers=min_workers, out=out, lock=lock,
-                   grow=grow, patient=patient)
+    _start_workers(job, command, addresses, threads, environ)
+    status = _wait(job.children, min_workers=min_workers, out=out,
+                   lock=job.lock, grow=grow, patient=patient)
   except _Terminated as e:
-    _stop(children, _PREEMPTED_GRACE)
-    saved = {c.returncode for c in children} == {preemption.EXIT_CODE}
-    status = preemption.EXIT_CODE if saved else 128 + e.args[0]
+    status = _terminated_status(job.children, e.args[0])
   finally:
-    _stop(children)
-    for reader in readers:
-      reader.join(timeout=_GRACE)
+    job.stop()
     if handled:
       signal.signal(signal.SIGTERM, previous)
   return status
+
+
+class _Job(object):
+  """The workers a launcher started, in order (a worker's index is its
+  place in `children`), and the threads copying their output lines to
+  `out`, one whole line at a time (`lock`), prefixed with that index."""
+
+  def __init__(self, out):
+    self.out = out
+    self.lock = threading.Lock()
+    self.children = []  # subprocess.Popen, as started
+    self._readers = []
+
+  def start(self, argv, env):
+    """Starts worker `len(children)`, running `argv` in `env` in a process
+    group of its own (to stop it whole) that dies with the launcher."""
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, start_new_session=True,
+                             preexec_fn=_die_with_parent)
+    reader = threading.Thread(
+        target=_copy_lines, args=(child.stdout, f"[{len(self.children)}] ",
+                                  self.out, self.lock), daemon=True)
+    self.children.append(child)
+    reader.start()
+    self._readers.append(reader)
+
+  def stop(self):
+    """Stops the workers still running (`_stop`), then waits up to _GRACE
+    seconds each for their last lines to be copied."""
+    _stop(self.children)
+    for reader in self._readers:
+      reader.join(timeout=_GRACE)
+
+
+def _joiner_environ(addresses, threads, environ):
+  """The environment of a worker started to join the job of workers at
+  `addresses`: a worker's, but without TF_CONFIG."""
+  env = worker_environ(tb_cluster.Cluster(addresses, 0), threads, environ)
+  del env["TF_CONFIG"]  # a joiner's cluster is the job's answer
+  return env
+
+
+def _start_workers(job, command, addresses, threads, environ):
+  """Says where the job's workers are, then starts one running `command`
+  at each of `addresses`, in order, each with its `TF_CONFIG`."""
+  print(f"tensorbow-run: {len(addresses)} workers at {','.join(addresses)}",
+        file=job.out, flush=True)
+  for k in range(len(addresses)):
+    job.start(command, worker_environ(tb_cluster.Cluster(addresses, k),
+                                      threads, environ))
+
+
+def _terminated_status(children, signum):
+  """The job's status once the launcher got signal `signum` (SIGTERM):
+  the workers are sent it too and get _PREEMPTED_GRACE seconds to save
+  at a wave; preemption.EXIT_CODE if all did, else 128 + `signum`."""
+  _stop(children, _PREEMPTED_GRACE)
+  saved = {c.returncode for c in children} == {preemption.EXIT_CODE}
+  return preemption.EXIT_CODE if saved else 128 + signum
 
 
 class _Terminated(Exception):
