@@ -107,3 +107,21 @@ class PlainRuns(object):
       raise
     trainer.reseed(written)
     return values
+
+  def detached_callable(self, route, owner):
+    """TensorFlow's own callable for `route`, a plain run fed nothing that
+    needs nothing of TensorBow's around it (routing.Router.detached): a
+    function of no arguments that returns its results as `owner`'s (the
+    session)."""
+    handler = route.handler
+    call = self._session.make_callable(routing.names(handler))
+    count = len(handler.fetches())
+
+    def run():
+      try:
+        values = call()
+      except tf.errors.OpError as e:
+        raise self._exec.user_error(e) from None
+      return handler.build_results(owner, values[:count])
+
+    return run

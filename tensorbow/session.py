@@ -11,27 +11,21 @@ replicas' fetches merged.
 """
 import time
 
-import tensorflow as tf
 
 from tensorbow import autotune
-from tensorbow import compat
-from tensorbow import devices as tb_devices
-from tensorbow import execution
 from tensorbow import observe
 from tensorbow import options
 from tensorbow import plain_runs
 from tensorbow import preemption
-from tensorbow import prefetch as tb_prefetch
-from tensorbow import rollback
+from tensorbow import recovery
 from tensorbow import routing
 from tensorbow import scaleout
-from tensorbow import scaling
+from tensorbow import session_base
 from tensorbow import session_lock
 from tensorbow import setting as tb_setting
-from tensorbow.rewrite import batch_sizes
 
 
-class TensorBowSession(compat.SessionInterface):
+class TensorBowSession(session_base.SessionBase):
   """Trains several replicas of a TF1 model at once, kept together by SMA.
 
   Args:
@@ -96,20 +90,14 @@ class TensorBowSession(compat.SessionInterface):
         preemption.notice().requested, **chosen.elastic())
     self._tuning = (autotune.Tuning() if chosen.replicas == options.AUTO
                     else None)
-    self._graph = compat.session_graph(graph)
-    # TensorBow's ops go into a graph of the session's own (execution.py).
-    self._exec = execution.ExecutionGraph(self._graph)
-    self._session = compat.PlainSession(target=target,
-                                        graph=self._exec.graph, config=config)
-    self._config = compat.session_config(self._session)  # TF's if None
-    self._devices = self._named_devices(chosen.devices)
+    super().__init__(target, graph, config)
     self._lock = session_lock.SessionLock()
     self._router = routing.Router(self._graph, self._exec, self._lock)
-    # Kept across settings of L: what was taken or pulled ahead stays.
-    self._inputs = tb_prefetch.Prefetcher(self._session,
-                                          ahead=chosen.prefetch)
+    self._parts = tb_setting.lasting_parts(
+        self._session, self._exec, self._graph, chosen, self._scale,
+        self._lock, self._check_open, self._tuning and self._tuning.noise)
+    self._inputs = self._parts.inputs
     self._closed = False
-    self._context = None
     self.counts = {"training_runs": 0}  # completed; outlives the session
     self._observer = observe.make(chosen.timeline, chosen.logdir,
                                   chosen.progress, self._scale)
@@ -117,35 +105,8 @@ class TensorBowSession(compat.SessionInterface):
     self._plain = plain_runs.PlainRuns(self._session, self._exec,
                                        self._graph, self._inputs,
                                        self._preemption, self._scale)
-    self._parts = self._lasting_parts(chosen)
     self._settings = self._runtime = self._planner = self._trainer = None
     self.retune(1 if self._tuning is not None else chosen.replicas)
-
-  def _named_devices(self, devices):
-    """The devices `devices` names among the session's, if two or more
-    (None: TensorFlow places the model; one device named is checked, and
-    trains as without devices)."""
-    devices = tb_devices.check(devices)
-    try:
-      named = (tb_devices.resolve(
-          devices, [d.name for d in self._session.list_devices()])
-               if devices else None)
-    except ValueError:
-      self._session.close()
-      raise
-    return named if named and len(named) > 1 else None
-
-  def _lasting_parts(self, chosen):
-    """The `setting.Parts` every setting of the session is made from,
-    `chosen` its `options.SessionOptions`."""
-    # With elasticity, a wave that lost a worker puts back what it wrote.
-    backup = (rollback.Backup(self._session, self._exec.graph)
-              if self._scale.elastic else None)
-    return tb_setting.Parts(
-        self._session, self._exec, self._graph, chosen.algorithm_spec(),
-        chosen.nonfinite, self._devices, self._scale, self._lock,
-        self._check_open, self._inputs,
-        self._tuning and self._tuning.noise, backup)
 
   def retune(self, replicas, stream_groups=None, inline=False, anew=False):
     """Trains `replicas` replicas on `stream_groups` (None: the default),
@@ -170,22 +131,9 @@ class TensorBowSession(compat.SessionInterface):
   # ---- SessionInterface ----------------------------------------------------
 
   @property
-  def graph(self):
-    return self._graph
-
-  @property
-  def graph_def(self):
-    return self._graph.as_graph_def(
-        add_shapes=self._config.graph_options.infer_shapes)
-
-  @property
   def execution_graph(self):
     """The `tf.Graph` this session executes: the user's ops and ours."""
     return self._exec.graph
-
-  @property
-  def sess_str(self):
-    return self._session.sess_str
 
   @property
   def scale_out(self):
@@ -224,9 +172,6 @@ class TensorBowSession(compat.SessionInterface):
     a replica's change of a variable); [] for other algorithms."""
     return self._trainer.schedule_history()
 
-  def list_devices(self):
-    return self._session.list_devices()
-
   def close(self):
     """Closes the session once a wave in flight has finished.
 
@@ -249,25 +194,6 @@ class TensorBowSession(compat.SessionInterface):
     if self._closed:
       raise RuntimeError("Attempted to use a closed Session.")
 
-  def as_default(self):
-    """Context manager that makes this the default session."""
-    return compat.default_session(self)
-
-  def __enter__(self):
-    if self._context is not None:
-      raise RuntimeError("Session context managers are not re-entrant. Use "
-                         "`Session.as_default()` to enter a session again.")
-    self._context = (self.graph.as_default(), self.as_default())
-    self._context[0].__enter__()
-    return self._context[1].__enter__()
-
-  def __exit__(self, exc_type, exc_value, exc_tb):
-    graph_context, session_context = self._context
-    self._context = None
-    session_context.__exit__(exc_type, exc_value, exc_tb)
-    graph_context.__exit__(exc_type, exc_value, exc_tb)
-    self.close()
-
   def partial_run_setup(self, fetches, feeds=None):
     """As `tf.compat.v1.Session.partial_run_setup`, for plain runs (fetches
     that take a training step raise tf.errors.UnimplementedError)."""
@@ -284,35 +210,14 @@ class TensorBowSession(compat.SessionInterface):
     """As `tf.compat.v1.Session.make_callable`; training runs are sharded
     and merged as by `run`."""
     if not feed_list and not accept_options:
-      plain = self._detached_callable(fetches)
-      if plain is not None:
-        return plain
-    return compat.make_callable(self.run, fetches, feed_list, accept_options)
-
-  def _detached_callable(self, fetches):
-    """TensorFlow's own callable for a plain run that needs nothing of
-    TensorBow's around it (routing.Router.detached), else None."""
-    self._check_open()
-    self._sync()
-    route = self._router.detached(fetches)
-    if route is None:
-      return None
-    handler = route.handler
-    call = self._session.make_callable(routing.names(handler))
-    count = len(handler.fetches())
-
-    def run():
-      try:
-        values = call()
-      except tf.errors.OpError as e:
-        raise self._exec.user_error(e) from None
-      return handler.build_results(self, values[:count])
-
-    return run
-
-  def _make_callable_from_options(self, callable_options):
-    """As `tf.compat.v1.Session`'s: a callable from a `CallableOptions`."""
-    return compat.callable_from_options(self.run, callable_options)
+      self._check_open()
+      self._sync()
+      # A plain run that needs nothing of TensorBow's around it gets
+      # TensorFlow's own callable (routing.Router.detached).
+      route = self._router.detached(fetches)
+      if route is not None:
+        return self._plain.detached_callable(route, self)
+    return super().make_callable(fetches, feed_list, accept_options)
 
   def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
     """Runs `fetches` as `tf.compat.v1.Session.run` does.
@@ -339,25 +244,33 @@ class TensorBowSession(compat.SessionInterface):
     """A training run; with replicas="auto", timed for the auto-tuner,
     which may change the setting for the next."""
     if self._scale.catching_up(self._trainer.waves + 1):
-      self._trainer.skipped()  # a joiner's script reaches the job's wave
-      evaluated = self._router.evaluation(route, fed_values)
-      return (self._plain_run(route, fed_values, options, run_metadata)
-              if evaluated is None else route.handler.build_results(
-                  self, self._plain_run(*evaluated, options, run_metadata)))
+      return self._catching_up(route, fed_values, options, run_metadata)
     if self._tuning is not None:
       self._follow(self._tuning.before_wave(route, self._setting()))
     start = time.monotonic()
-    while True:
-      try:
-        trained = self._trainer.train(route, fed_values, options,
-                                      run_metadata)
-        break
-      except scaleout.MembershipChanged as change:
-        self._go_on_without(change)
-      except batch_sizes.UnsplittableBatch as refused:  # auto: L = 1
-        self._follow(autotune.unsplittable(self._tuning, refused,
-                                           self._setting()))
-    seconds = time.monotonic() - start
+    # The trainer is looked up at each try: a change of the workers makes
+    # the setting anew.
+    trained = recovery.train(
+        lambda: self._trainer.train(route, fed_values, options,
+                                    run_metadata),
+        self._go_on_without, self._refused_split)
+    self._after_wave(trained, start, time.monotonic() - start)
+    return trained.results
+
+  def _catching_up(self, route, fed_values, options, run_metadata):
+    """A joiner's training run before the job's wave it joins at: counted,
+    and run as a plain run of what it fetches (of all of it, if that
+    cannot be told from its training step)."""
+    self._trainer.skipped()
+    evaluated = self._router.evaluation(route, fed_values)
+    if evaluated is None:
+      return self._plain_run(route, fed_values, options, run_metadata)
+    return route.handler.build_results(
+        self, self._plain_run(*evaluated, options, run_metadata))
+
+  def _after_wave(self, trained, start, seconds):
+    """What follows a wave that `trained` in `seconds` from `start`: the
+    observer's record, a preemption's save, the auto-tuner's step."""
     self._observer.wave(
         start, start + seconds, trained.rows, self.replicas, self._runtime,
         self._scale.take_sums(),
@@ -368,7 +281,12 @@ class TensorBowSession(compat.SessionInterface):
     if self._tuning is not None:
       self._follow(self._tuning.after_wave(trained, seconds,
                                            self._setting()))
-    return trained.results
+
+  def _refused_split(self, refused):
+    """After a wave whose batch could not be split (`refused`): L = 1
+    under replicas="auto", else `refused` raised (autotune.unsplittable)."""
+    self._follow(autotune.unsplittable(self._tuning, refused,
+                                       self._setting()))
 
   def _setting(self):
     """(L, stream groups, inline) now (autotune.Tuning)."""
@@ -403,13 +321,14 @@ class TensorBowSession(compat.SessionInterface):
     return route.handler.build_results(self, self._plain.run(
         self._trainer, route, fed_values, options, run_metadata))
 
-  def scaling_report(self, predicted=scaling.PREDICTED):
+  def scaling_report(self, predicted=None):
     """The scaling model over this setting's training runs so far
     (scaling.Report): T_C and T_O per wave, the central model's bytes, the
     bandwidth GaDei's rule asks of them and the efficiency Lemma 3.1
-    predicts for each number of devices or workers in `predicted`."""
-    members = self._scale.workers * len(self._devices or [None])
-    return scaling.report(members, *self._trainer.timing(), predicted)
+    predicts for each number of devices or workers in `predicted` (None:
+    scaling.PREDICTED)."""
+    members = self._scale.workers * len(self._parts.devices or [None])
+    return self._trainer.scaling_report(members, predicted)
 
   def task_timings(self):
     """Start, end, replica and stream group of every learning task run."""

@@ -14,7 +14,9 @@ import collections
 from tensorbow import devices as tb_devices
 from tensorbow import options
 from tensorbow import planner
+from tensorbow import prefetch
 from tensorbow import replicas as tb_replicas
+from tensorbow import rollback
 from tensorbow import runtime as tb_runtime
 from tensorbow import waves
 from tensorbow.rewrite import builder as tb_builder
@@ -38,6 +40,53 @@ Parts = collections.namedtuple("Parts", [
     "noise",  # replicas="auto"'s autotune.NoiseScale, or None
     "backup",  # with elasticity, the rollback.Backup, or None
 ])
+
+
+def lasting_parts(session, execution, user_graph, chosen, scale, lock,
+                  check_open, noise):
+  """The `Parts` a session's settings are made from.
+
+  Args:
+    session: the `tf.compat.v1.Session` on the execution graph.
+    execution: the session's `execution.ExecutionGraph`.
+    user_graph: the user's `tf.Graph`.
+    chosen: the session's `options.SessionOptions`, checked.
+    scale: the session's `scaleout` object.
+    lock: the session's `session_lock.SessionLock`.
+    check_open: raises if the session was closed.
+    noise: replicas="auto"'s `autotune.NoiseScale`, or None.
+
+  Returns:
+    A `Parts`.
+
+  Raises:
+    ValueError: `devices` names a device the session does not have (the
+      session is closed).
+  """
+  devices = _named_devices(session, chosen.devices)
+  # Kept across settings of L: what was taken or pulled ahead stays.
+  inputs = prefetch.Prefetcher(session, ahead=chosen.prefetch)
+  # With elasticity, a wave that lost a worker puts back what it wrote.
+  backup = (rollback.Backup(session, execution.graph)
+            if scale.elastic else None)
+  return Parts(session, execution, user_graph, chosen.algorithm_spec(),
+               chosen.nonfinite, devices, scale, lock, check_open, inputs,
+               noise, backup)
+
+
+def _named_devices(session, devices):
+  """The devices `devices` names among `session`'s, if two or more (None:
+  TensorFlow places the model; one device named is checked, and trains as
+  without devices)."""
+  devices = tb_devices.check(devices)
+  try:
+    named = (tb_devices.resolve(
+        devices, [d.name for d in session.list_devices()])
+             if devices else None)
+  except ValueError:
+    session.close()
+    raise
+  return named if named and len(named) > 1 else None
 
 
 def unchanged(settings, runtime, replicas, stream_groups, anew):

@@ -18,6 +18,7 @@ import tensorflow as tf
 from tensorbow import options as tb_options
 from tensorbow import prefetch
 from tensorbow import scaleout
+from tensorbow import scaling
 from tensorbow import seeding
 from tensorbow import session_lock
 from tensorbow import wave
@@ -96,9 +97,13 @@ class Trainer(object):
     """A pooled algorithm's schedule's history (Algorithm.schedule)."""
     return self._steps.schedule_history()
 
-  def timing(self):
-    """(waves, seconds computing, seconds summing), the model's bytes."""
-    return tuple(self._timing) + (self._state.model_bytes(),)
+  def scaling_report(self, members, predicted=None):
+    """The scaling model (scaling.report) over the waves so far, for
+    `members` devices or workers and the numbers of them in `predicted`
+    (None: scaling.PREDICTED)."""
+    return scaling.report(
+        members, *self._timing, self._state.model_bytes(),
+        scaling.PREDICTED if predicted is None else predicted)
 
   def refresh(self, reads=None):
     """Brings user-named slots up to date before a plain run that reads
