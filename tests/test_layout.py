@@ -195,6 +195,36 @@ def test_no_package_file_is_over_500_lines():
   assert not long, long
 
 
+# A function reads in one screen: at most 60 lines from its `def` to its
+# last line, docstring included. An exception is named here with its
+# reason (at most two); there is none today.
+_LONG_FUNCTION_LINES = 60
+_LONG_FUNCTIONS = {}
+
+
+def _long_functions(path, text):
+  """(path:name, lines) of the functions in `text` over the bound."""
+  return [(f"{path}:{node.name}", node.end_lineno - node.lineno + 1)
+          for node in ast.walk(ast.parse(text))
+          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+          and node.end_lineno - node.lineno + 1 > _LONG_FUNCTION_LINES]
+
+
+def test_no_package_function_is_over_60_lines():
+  assert len(_LONG_FUNCTIONS) <= 2, _LONG_FUNCTIONS
+  long = [(name, lines) for path, text in _python_files()
+          if path.startswith("tensorbow" + os.sep)
+          for name, lines in _long_functions(path, text)
+          if name not in _LONG_FUNCTIONS]
+  assert not long, long
+
+
+def test_the_long_function_check_sees_one():
+  body = "".join(f"  x{i} = {i}\n" for i in range(60))
+  assert _long_functions("x.py", "def f():\n" + body) == [("x.py:f", 61)]
+  assert not _long_functions("x.py", "def f():\n" + body[body.index("\n") + 1:])
+
+
 def _design_names():
   """What docs/DESIGN.md can be cited by: its headings and the bold
   lead-ins of its paragraphs ("**Fetches are merged.**")."""
