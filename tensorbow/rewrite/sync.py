@@ -50,24 +50,31 @@ def sync_op(builder, algorithm, replicas, info, source=0,
 
   def build():
     src = builder.constant(source, tf.int32)
-    ops = []
-    for name, mean, add in zip(names, batch, adds):
-      replicated = replicas.replicas_of(name)
-      var = builder.graph.get_operation_by_name(name)
-      if add:
-        central = graph_util.read(var)
-        value = central + tf.reduce_sum(replicated.stacked() - central, 0)
-      else:
-        value = replicated.mean(src, mean=mean)
-      ops.append(graph_util.assign(var, value))
-      if add or not (mean and replicated.dtype.is_floating):
-        # Taken from one replica (a global step), or the sum: the
-        # replicas that sat the wave out, or were left out of it, count
-        # it too, and the next wave's moves start from it.
-        ops.append(replicated.set(value, builder.all_replicas()))
+    ops = [op for name, mean, add in zip(names, batch, adds)
+           for op in _left(builder, replicas.replicas_of(name), name, src,
+                           mean, add)]
     ops += [algorithm.device_sync(builder, replicas.algorithm_state(n))
             for n in models]
     ops = [op for op in ops if op is not None]
     return tf.group(*ops, name="sync") if ops else None
 
   return builder.once(("sync", source, batch, adds, models), names, build)
+
+
+def _left(builder, replicated, name, source, mean, add):
+  """The ops giving variable `name` what leaves its replicas
+  `replicated` (sync_op): the sum of their moves if `add`, else their
+  mean if `mean`, else replica `source`'s (an int32 tensor)."""
+  var = builder.graph.get_operation_by_name(name)
+  if add:
+    central = graph_util.read(var)
+    value = central + tf.reduce_sum(replicated.stacked() - central, 0)
+  else:
+    value = replicated.mean(source, mean=mean)
+  ops = [graph_util.assign(var, value)]
+  if add or not (mean and replicated.dtype.is_floating):
+    # Taken from one replica (a global step), or the sum: the replicas
+    # that sat the wave out, or were left out of it, count it too, and
+    # the next wave's moves start from it.
+    ops.append(replicated.set(value, builder.all_replicas()))
+  return ops
