@@ -142,7 +142,9 @@ def replica_outputs(split, computed, written):
 class WaveSteps(object):
   """The steps of a wave that run against the session: prepare, run
   (compute, between, commit), merge. The trainer (waves.py) takes the
-  elements, holds the lock, opens the wave and calls them in that order.
+  elements, holds the lock, opens the wave and calls them in that order;
+  what joins the wave (the algorithm, the backup, the noise sample) is
+  called at the hooks' points (hooks.py).
 
   Args:
     session: the `tf.compat.v1.Session` on the execution graph.
@@ -152,12 +154,14 @@ class WaveSteps(object):
     nonfinite: the session's `nonfinite` option.
     scale: the session's `scaleout` object: what crosses processes.
     seeding: the setting's `seeding.Seeding`.
-    noise: the session's `autotune.NoiseScale` (None: no sample).
-    backup: with elasticity, the session's `rollback.Backup` (else None).
+    algorithm_wave: the algorithm's side of a wave
+      (`algorithm_wave.AlgorithmWave`), one of `hooks`.
+    hooks: the `hooks.WaveHook`s of the wave, in the order they are
+      called.
   """
 
   def __init__(self, session, runtime, replica_state, algorithm, nonfinite,
-               scale, seeding, noise, backup):
+               scale, seeding, algorithm_wave, hooks):
     self._session = session
     self._runtime = runtime
     self._state = replica_state
@@ -165,47 +169,27 @@ class WaveSteps(object):
     self._nonfinite = nonfinite
     self._scale = scale
     self._seeding = seeding
-    self._noise = noise
-    self._backup = backup
-    self._schedule = None  # a pooled algorithm's (Algorithm.schedule)
+    self._algorithm_wave = algorithm_wave
+    self._hooks = tuple(hooks)
 
   def open(self, number, plan, values, taken):
     """The `Wave` of training run `number` over `plan` fed the checked
     `values` (`taken`: the input pipeline's elements, None: none). A pooled
     algorithm's schedule is made at its first wave."""
-    if self._algorithm.pooled and self._schedule is None:
-      self._schedule = self._algorithm.schedule(plan.replicas)
     return open_wave(number, plan, values, taken, self._algorithm,
-                     self._state.in_use, self._schedule)
+                     self._state.in_use,
+                     self._algorithm_wave.schedule_for(plan))
 
   def prepare(self, opened):
     """The runs before wave `opened`: the model and the algorithm's state
-    other processes hand this one (scaleout), the seeding, the backup, the
-    algorithm's run and a pooled schedule's scale run."""
+    other processes hand this one (scaleout), the seeding, then the hooks'
+    `before` (the backup, the algorithm's run)."""
     if self._state.in_use:
       self._scale.take_model(self._state, self._session, opened.number)
       self._seeding.seed()
       self._scale.take_state(self._state, self._session, opened.number)
-      if self._backup is not None:
-        self._backup.save(self._state.replicated_parts())
-      self._algorithm_runs(opened)
-
-  def _algorithm_runs(self, opened):
-    """The algorithm's run before wave `opened` (with the workers' common
-    base in the same run) and a pooled schedule's scale run."""
-    runs = self._state.runs
-    prepare = runs.wave_run(opened.number, opened.sizes)
-    sync = self._scale.worker_sync(runs, opened.plan.summed)
-    if sync:  # the workers' common base, in the same run
-      prepare = (([sync[0]] + list(prepare[0]), prepare[1])
-                 if prepare is not None else ([sync[0]], {}))
-    if prepare is not None:
-      self._session.run(*prepare)
-      runs.prepared()
-    factors = self._schedule.factors() if self._schedule else None
-    scale = factors is not None and runs.scale_run(factors)
-    if scale:
-      self._session.run(*scale)
+      for hook in self._hooks:
+        hook.before(opened)
 
   def run(self, opened, options, run_metadata):
     """The wave's tasks: a pooled algorithm's chunks, an atomic wave
@@ -219,7 +203,7 @@ class WaveSteps(object):
       outputs, committed = self._atomic_wave(opened, options, run_metadata)
     else:
       # Its tasks write as they go: the replicas sitting out go first.
-      self._leave_out(opened.sat_out, opened.trained)
+      self._algorithm_wave.leave_out(opened.sat_out, opened.trained)
       outputs, committed = self._whole_wave(plan, opened.per_replica,
                                             options, run_metadata), None
     return Ran(outputs, opened.sizes, committed, range(opened.trained))
@@ -269,8 +253,8 @@ class WaveSteps(object):
 
   def _between(self, opened, nonfinite):
     """Between an atomic wave's compute and its commit: which replicas
-    commit, the noise sample, the algorithm's work on what was kept and
-    the replicas left out of the central update.
+    commit, the hooks' `between` (the noise sample, the algorithm's work
+    on what was kept) and the replicas left out of the central update.
 
     Returns:
       Per computing replica, whether it commits.
@@ -278,15 +262,10 @@ class WaveSteps(object):
     committed, bad = committed_replicas(opened.plan, nonfinite,
                                         self._nonfinite)
     weights = commit_weights(opened)
-    if self._noise is not None:
-      self._noise.add_kept(self._runtime, opened.plan, weights)
-    # Summing over processes is given only where there are several
-    # (Algorithm.before_commit).
-    workers = self._scale.commit_sum(opened.number)
-    self._algorithm.before_commit(
-        self._runtime, weights, **({} if workers is None else
-                                   {"workers": workers}))
-    self._leave_out(opened.sat_out + bad, len(opened.per_replica) - len(bad))
+    for hook in self._hooks:
+      hook.between(opened, weights)
+    self._algorithm_wave.leave_out(opened.sat_out + bad,
+                                   len(opened.per_replica) - len(bad))
     return committed
 
   def _commit(self, plan, committed, options, run_metadata):
@@ -306,32 +285,23 @@ class WaveSteps(object):
       if snapshot is not None:
         self._session.run(*self._state.restore_snapshot_run(plan.snapshot,
                                                             snapshot))
-        self.reset_barriers()
+        self._algorithm_wave.reset_barriers()
       else:
         self._after_failed_writes()
       raise
-
-  def _leave_out(self, skipped, remaining):
-    """Leaves replicas `skipped` out of the coming commit's central
-    update, `remaining` taking part."""
-    if remaining == 0 or not skipped or not self._state.in_use:
-      return
-    run = self._state.runs.participants_run(skipped, remaining)
-    if run is not None:
-      self._session.run(*run)
 
   def _after_failed_writes(self):
     """After a wave failed while writing: its replicas go back to the
     central model, which it did not change."""
     if self._state.in_use:
       self._state.reseed()
-      self.reset_barriers()
+      self._algorithm_wave.reset_barriers()
 
-  def reset_barriers(self):
-    """Restarts the algorithm's barriers after a wave that did not end."""
-    reset = self._state.reset_op()
-    if reset is not None:
-      self._session.run(reset)
+  def undo(self):
+    """After a wave that did not end (it lost a worker): the hooks put
+    back what they kept, in their order."""
+    for hook in self._hooks:
+      hook.undo()
 
   def merge(self, opened, fetched, ran):
     """{fetch position: value} of wave `opened` that `ran`, `fetched` the
@@ -344,10 +314,8 @@ class WaveSteps(object):
       merged.update(self._after_wave(
           opened.number, ran.sizes, opened.plan.summed,
           feeds.sums_over_rows(opened.plan, merged)))
-      if self._backup is not None:
-        self._backup.forget()
-      if self._schedule is not None:
-        self._after_pool_wave(ran.updates)
+      for hook in self._hooks:
+        hook.after(opened, ran)
     return merged
 
   def _after_wave(self, number, sizes, summed, sums):
@@ -359,30 +327,14 @@ class WaveSteps(object):
       `sums` ({fetch position: this process's sum over rows}) summed over
       every process.
     """
-    runs = self._state.runs
-    if not self._scale.merge(runs, self._session, number, sizes):
-      merge = runs.merge_run(number, sizes)
-      if merge is not None:
-        self._session.run(*merge)
+    self._algorithm_wave.merge(number, sizes)
     positions = sorted(sums)
     # In float64: exact for counts, one all-reduce for all.
     totals = self._scale.sync(
-        runs, self._session, number, summed,
+        self._state.runs, self._session, number, summed,
         [np.asarray(sums[i], np.float64) for i in positions])
     return {i: feeds.in_dtype_of(sums[i], total)
             for i, total in zip(positions, totals)}
-
-  def _after_pool_wave(self, replicas):
-    """A pooled algorithm's schedule counts the run's updates (`replicas`,
-    one per update); at the end of its period the replicas merge."""
-    if not self._schedule.record(replicas):
-      return
-    drift = self._state.runs.drift_tensor()
-    weights = self._schedule.merge(
-        self._session.run(drift) if drift is not None else np.zeros([0]))
-    merge = self._state.runs.merge_weighted_run(weights)
-    if merge is not None:
-      self._session.run(*merge)
 
   def central(self, plan, values):
     """{fetch position: value} of the fetches read after a wave: from the
@@ -394,7 +346,3 @@ class WaveSteps(object):
     for i, j in plan.echoed:
       central[i] = feeds.echoed(values[j], plan.combine[i])
     return central
-
-  def schedule_history(self):
-    """A pooled algorithm's schedule's history (Algorithm.schedule)."""
-    return list(self._schedule.history) if self._schedule else []

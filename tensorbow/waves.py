@@ -15,6 +15,8 @@ import time
 
 import tensorflow as tf
 
+from tensorbow import algorithm_wave
+from tensorbow import hooks
 from tensorbow import options as tb_options
 from tensorbow import prefetch
 from tensorbow import scaleout
@@ -38,6 +40,19 @@ def _refuse_sparse(route, replicas):
         f"replicas (fed: {sparse.indices.op.name}, {sparse.values.op.name}"
         f", {sparse.dense_shape.op.name}) in a training run: feed the "
         "batch dense, or train one replica")
+
+
+def _hooks(algorithm_side, replica_state, runtime, noise, backup):
+  """The hooks of a setting's waves, in the order they are called: the
+  backup first (it keeps the replicas before the algorithm's run changes
+  them, and puts them back before its barriers restart), the noise sample,
+  then the algorithm's side."""
+  joined = []
+  if backup is not None:
+    joined.append(hooks.Backup(backup, replica_state))
+  if noise is not None:
+    joined.append(hooks.NoiseSample(noise, runtime))
+  return joined + [algorithm_side]
 
 
 class Trainer(object):
@@ -83,10 +98,12 @@ class Trainer(object):
     # Waves timed, their seconds computing and synchronising (scaling.py).
     self._timing = [0, 0.0, 0.0]
     self._inputs = inputs or prefetch.Prefetcher(session, ahead=False)
-    self._backup = backup
+    self._algorithm_wave = algorithm_wave.AlgorithmWave(
+        session, runtime, replicas, settings.algorithm, self._scale)
     self._steps = wave.WaveSteps(
         session, runtime, replicas, settings.algorithm, settings.nonfinite,
-        self._scale, self._seeding, noise, backup)
+        self._scale, self._seeding, self._algorithm_wave,
+        _hooks(self._algorithm_wave, replicas, runtime, noise, backup))
 
   @property
   def plans(self):
@@ -95,7 +112,7 @@ class Trainer(object):
 
   def schedule_history(self):
     """A pooled algorithm's schedule's history (Algorithm.schedule)."""
-    return self._steps.schedule_history()
+    return self._algorithm_wave.schedule_history()
 
   def scaling_report(self, members, predicted=None):
     """The scaling model (scaling.report) over the waves so far, for
@@ -263,8 +280,7 @@ class Trainer(object):
     try:
       yield
     except scaleout.MembershipChanged:
-      self._backup.restore()
-      self._steps.reset_barriers()
+      self._steps.undo()
       self._waves, self._timing = waves, timing
       if taken:
         self._inputs.put_back(route, taken)

@@ -283,7 +283,8 @@ def _scale_out_mentions(text):
 
 
 def test_the_training_core_names_no_cluster_reducer_or_chief():
-  for name in ("waves.py", "wave.py", "session.py"):
+  for name in ("waves.py", "wave.py", "hooks.py", "algorithm_wave.py",
+               "session.py"):
     text = open(os.path.join(ROOT, "tensorbow", name)).read()
     assert not _scale_out_mentions(text), (name, _scale_out_mentions(text))
 
@@ -342,7 +343,9 @@ def _public_attributes_set(source, class_name):
 # them, they return or offer as a method or property, not as an attribute
 # one sets and the other reads later (issue 47: the session read the
 # trainer's last_rows after each training run).
-_COLLABORATORS = [("waves.py", "Trainer"), ("planner.py", "Planner"),
+_COLLABORATORS = [("waves.py", "Trainer"), ("wave.py", "WaveSteps"),
+                  ("algorithm_wave.py", "AlgorithmWave"),
+                  ("planner.py", "Planner"),
                   ("replicas.py", "ReplicaState"),
                   ("algorithm_runs.py", "AlgorithmRuns")]
 
