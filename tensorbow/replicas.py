@@ -103,9 +103,11 @@ class ReplicaState(object):
   def copied(self, info, made):
     """The copies of a training run with `analysis.TrainingInfo` `info`
     were made, and made `made` (a `replicate.Copier.extend`'s `Copied`):
-    its variables' seed ops are made, and they and its ops to run before
-    training run before the next training run (`seed_run`)."""
+    the algorithm's states it made more of replace the old, its variables'
+    seed ops are made, and they and its ops to run before training run
+    before the next training run (`seed_run`)."""
     self._in_use = True
+    self._states.update(made.states)
     for name in self.replicated_by(info):
       if name not in self._kinds:
         if name in info.model_vars or name in info.read_models:

@@ -49,7 +49,7 @@ class _Setup(object):
     ops = [graph.get_operation_by_name(n) for n in names
            if n in replicated]
     reseeded = self.state.add_variables(ops, self.info.model_vars)
-    self.state.copied(self.info, replicate.Copied(ops, reseeded, []))
+    self.state.copied(self.info, replicate.Copied(ops, reseeded, [], {}))
     self.names = names
     self.sess = tf1.Session(graph=graph)
     self.sess.run(self.init)

@@ -806,7 +806,7 @@ class _HalfStep(tb.algorithms.Algorithm):
     step = tf.compat.v1.NodeDef()
     step.CopyFrom(node)
     step.input[1] = half.name + ":0"
-    return [half, step]
+    return [half, step], state
 
 
 @pytest.mark.parametrize("use_resource", [True, False])

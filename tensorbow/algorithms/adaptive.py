@@ -172,7 +172,7 @@ class Adaptive(base.Algorithm):
     scaled.input.extend([node.input[lr], read.name + ":0"])
     scaled.attr["T"].type = state.dtype.as_datatype_enum
     node.input[lr] = scaled.name + ":0"
-    return [handle, read, scaled, node]
+    return [handle, read, scaled, node], state
 
   # ---- The replicas' life cycle --------------------------------------------
 

@@ -75,8 +75,8 @@ class ASGD(base.Algorithm):
     return _State(var_op)
 
   def apply_nodes(self, builder, state, node, var, group, aux):
-    del builder, state, var, group, aux
-    return [node]
+    del builder, var, group, aux
+    return [node], state
 
   def merge_value(self, wave, sizes):
     del sizes

@@ -6,6 +6,8 @@ replica state (replicas.py) and the wave (waves.py) ask it what a
 replica's optimizer step becomes, what state it keeps and what it needs
 of a wave. It keeps no per-session state itself: what it makes per model
 variable it returns, and the replica state keeps it and hands it back.
+A variable's state is fixed once made: where apply_nodes makes more of
+it, it returns a new one, which the replica state keeps instead.
 
 The hooks are grouped by when what they decide takes effect:
 
@@ -106,10 +108,25 @@ class Algorithm(object):
     return None
 
   def apply_nodes(self, builder, state, node, var, group, aux):
-    """The NodeDefs replacing apply op `node` (a NodeDef of stream group
-    `group`'s copy) on model variable op `var`, whose state is `state`.
-    `aux(key, tensor)` names a tensor of the execution graph as an input.
-    The replacement that others should wait for keeps `node.name`."""
+    """What replaces apply op `node` (a NodeDef of stream group `group`'s
+    copy) on model variable op `var`, whose state is `state`.
+
+    Args:
+      builder: the setting's builder (see the module's docstring).
+      state: the variable's state, as variable_state made it or an
+        earlier apply_nodes returned it.
+      node: the apply op's NodeDef in the copy.
+      var: the model variable op.
+      group: the stream group.
+      aux: `aux(key, tensor)` names a tensor of the execution graph as an
+        input.
+
+    Returns:
+      (the NodeDefs replacing `node`, the replacement that others should
+      wait for keeping `node.name`; the variable's state from now on:
+      `state`, or a new one where these nodes need more of it, which is
+      then given to after_copy).
+    """
     raise NotImplementedError
 
   def fuses_outer(self, has_state):
@@ -120,10 +137,11 @@ class Algorithm(object):
     return not has_state
 
   def after_copy(self, builder, state, seeded):
-    """Copy time, once the apply ops on the variable of `state` were
-    replaced (apply_nodes) in every group: ops to run once before the next
-    training run, such as state made by apply_nodes after the variable's
-    replicas were seeded (`seeded`), whose seed ops do not set it."""
+    """Copy time, once the apply ops on a variable were replaced in every
+    group and apply_nodes returned a new state for it, `state`: ops to run
+    once before the next training run, such as setting what apply_nodes
+    added to the state after the variable's replicas were seeded
+    (`seeded`), which their seed ops do not set."""
     del builder, state, seeded
     return []
 

@@ -10,10 +10,17 @@ SMA's update without central momentum, its correction factor alpha on a
 communication wave and 0 otherwise; so EASGD is built as SMA, its factor
 read from a variable set before each wave when the period is above 1.
 """
+import collections
+
 import tensorflow as tf
 
 from tensorbow.algorithms import sma
 from tensorbow.rewrite import graph_util
+
+# EASGD's state for one model variable: SMA's (sma.State) and `alpha`,
+# with a period above 1 the correction factor's (resource handle, value
+# read), set before each wave; else None (the factor is a constant).
+State = collections.namedtuple("State", sma.State._fields + ("alpha",))
 
 
 class EASGD(sma.SMA):
@@ -44,15 +51,15 @@ class EASGD(sma.SMA):
     return EASGD(0.9 / replicas, self.period)
 
   def variable_state(self, builder, var_op):
-    state = super().variable_state(builder, var_op)
-    state.alpha = None
+    own = super().variable_state(builder, var_op)
+    alpha = None
     if self.period > 1:
       dtype, _ = graph_util.dtype_and_shape(var_op)
       handle = graph_util.resource(
           f"{builder.prefix}/easgd/{var_op.name}/alpha", dtype, [])
-      state.alpha = (handle, tf.raw_ops.ReadVariableOp(resource=handle,
-                                                       dtype=dtype))
-    return state
+      alpha = (handle, tf.raw_ops.ReadVariableOp(resource=handle,
+                                                 dtype=dtype))
+    return State(*own, alpha=alpha)
 
   def alpha_tensor(self, builder, state, dtype):
     if state.alpha is None:

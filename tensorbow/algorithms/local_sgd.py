@@ -96,8 +96,8 @@ class LocalSGD(base.Algorithm):
         f"{builder.prefix}/local_sgd/{var_op.name}/velocity", dtype, shape))
 
   def apply_nodes(self, builder, state, node, var, group, aux):
-    del builder, state, var, group, aux
-    return [node]  # a replica steps alone between exchanges
+    del builder, var, group, aux
+    return [node], state  # a replica steps alone between exchanges
 
   def fuses_outer(self, has_state):
     del has_state

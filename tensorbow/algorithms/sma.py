@@ -89,27 +89,24 @@ _SMA_OPS = {
 }
 
 
-class _State(object):
-  """SMA's own state for one model variable."""
-
-  def __init__(self, name, correction, central_prev, central_value,
-               central_next, barrier):
-    self.name = name  # the model variable's op name
-    self.correction = correction  # builder.Replicated: per replica
+# SMA's own state for one model variable, fixed once made: what a leader
+# first needs, apply_nodes returns in a new State.
+State = collections.namedtuple("State", [
+    "name",  # the model variable's op name
+    "correction",  # builder.Replicated: per replica
     # Every replica's correction handle, made when a leader first needs
-    # them: the fused ops keep no correction, so then none exists.
-    self.corrections = None
-    # Made after the variable was seeded, not yet set (after_copy).
-    self.unset = False
-    self.central_prev = central_prev  # resource handle
-    self.central_value = central_value  # the central model, read
+    # them, or None: the fused ops keep no correction, so then none exists.
+    "corrections",
+    "central_prev",  # resource handle
+    "central_value",  # the central model, read
     # Where the replicas sum the next central model (resource handle), or
     # None where corrections and a leader update it instead.
-    self.central_next = central_next
-    self.barrier = barrier  # the name of its count of arrivals
+    "central_next",
+    "barrier",  # the name of its count of arrivals
     # With several devices (Builder.placement), per device its _Central:
     # the device's replicas correct against it and update it alone.
-    self.devices = []
+    "devices",
+])
 
 
 # The central model that a group's replicas correct against and update:
@@ -139,6 +136,27 @@ def _node_def(apply, op_type, name, copied=("use_locking",), **args):
   return op_nodes.node_def(
       op_type, name, device=node.device, T=apply.dtype,
       **{a: node.attr[a] for a in copied if a in node.attr}, **args)
+
+
+def _device_centrals(placement, scope, dtype, shape, fused):
+  """Per device of `placement` (None: none), the _Central its replicas
+  correct against and update, named under `scope`; with the `fused` ops'
+  buffer for the next central model."""
+  devices = []
+  for d in range(placement.num_devices if placement is not None else 0):
+    # The user's variable holds the central model between waves; during
+    # one, each device's replicas work on the device's copy.
+    at = f"{scope}/device_{d}"
+    copy = graph_util.resource(f"{at}/central", dtype, shape)
+    devices.append(_Central(
+        f"/device_{d}", copy,
+        graph_util.resource(f"{at}/central_prev", dtype, shape),
+        graph_util.resource(f"{at}/central_next", dtype, shape)
+        if fused else None,
+        tf.raw_ops.ReadVariableOp(resource=copy, dtype=dtype,
+                                  name=f"{at}/central_value"),
+        f"{at}/barrier", placement.replicas_of(d)))
+  return tuple(devices)
 
 
 class SMA(base.Algorithm):
@@ -197,29 +215,20 @@ class SMA(base.Algorithm):
     # devices, and a device's copy is a resource variable.
     fused = (dtype.as_datatype_enum in _FUSABLE_TYPES and
              (var_op.type == "VarHandleOp" or builder.device(0) is None))
-    state = _State(
-        var_op.name,
-        builder.replicated(f"{scope}/correction", dtype, shape),
-        graph_util.resource(f"{scope}/central_prev", dtype, shape),
-        tf.identity(graph_util.read(var_op), name=f"{scope}/central"),
+    return State(
+        name=var_op.name,
+        correction=builder.replicated(f"{scope}/correction", dtype, shape),
+        corrections=None,
+        central_prev=graph_util.resource(f"{scope}/central_prev", dtype,
+                                         shape),
+        central_value=tf.identity(graph_util.read(var_op),
+                                  name=f"{scope}/central"),
         # With devices, only the devices' copies take the fused ops' sums.
-        (graph_util.resource(f"{scope}/central_next", dtype, shape)
-         if fused and placement is None else None),
-        f"{scope}/barrier")
-    for d in range(placement.num_devices if placement is not None else 0):
-      # The user's variable holds the central model between waves; during
-      # one, each device's replicas work on the device's copy.
-      at = f"{scope}/device_{d}"
-      copy = graph_util.resource(f"{at}/central", dtype, shape)
-      state.devices.append(_Central(
-          f"/device_{d}", copy,
-          graph_util.resource(f"{at}/central_prev", dtype, shape),
-          graph_util.resource(f"{at}/central_next", dtype, shape)
-          if fused else None,
-          tf.raw_ops.ReadVariableOp(resource=copy, dtype=dtype,
-                                    name=f"{at}/central_value"),
-          f"{at}/barrier", placement.replicas_of(d)))
-    return state
+        central_next=(graph_util.resource(f"{scope}/central_next", dtype,
+                                          shape)
+                      if fused and placement is None else None),
+        barrier=f"{scope}/barrier",
+        devices=_device_centrals(placement, scope, dtype, shape, fused))
 
   def _central(self, builder, state, var, group):
     """The _Central that stream group `group`'s copy updates."""
@@ -235,20 +244,20 @@ class SMA(base.Algorithm):
     apply = self._apply(builder, state, node, var, aux)
     target = self._central(builder, state, var, group)
     if target.next is not None and apply.spec is not None:
-      return self._fused_with_central(builder, apply, target, group, aux)
+      return (self._fused_with_central(builder, apply, target, group, aux),
+              state)
     # This task's replica's correction buffer.
     handle = builder.replica_variable_node(
         tf.compat.v1.NodeDef(name=node.name + ">tensorbow_correction_var",
                              device=node.device),
         "TensorBowReplicaVarHandle", state.correction, aux)
     central = aux(f"{apply.ext}{target.key}/central", target.value)
-    if state.corrections is None:
-      state.corrections = state.correction.handles()
-      state.unset = True  # after_copy
+    if state.corrections is None:  # the first leader needs them
+      state = state._replace(corrections=state.correction.handles())
     step = node.name + ">tensorbow_step"
     nodes = self._step_nodes(apply, step, handle.name + ":0", central)
     leader = self._leader(apply, target, state.corrections, step, aux)
-    return [handle] + nodes + [leader]
+    return [handle] + nodes + [leader], state
 
   def _apply(self, builder, state, node, var, aux):
     """The _Apply of apply op `node` on model variable op `var`: what
@@ -391,10 +400,10 @@ class SMA(base.Algorithm):
   # ---- The replicas' life cycle --------------------------------------------
 
   def after_copy(self, builder, state, seeded):
-    if not (seeded and state.unset):
+    # apply_nodes made the corrections (all it adds to a state) after the
+    # variable was seeded, whose seed ops do not set them: set now, at zero.
+    if not seeded or state.corrections is None:
       return []
-    state.unset = False
-    # Seeded before any leader needed corrections: made now, at zero.
     return [state.correction.set(tf.zeros_like(state.central_value),
                                  builder.all_replicas())]
 

@@ -58,6 +58,9 @@ Copied = collections.namedtuple("Copied", [
     "reseeded",  # names of variables seeded already whose seeds were made
                  # afresh (ReplicaState.add_variables): seeded again
     "before_training",  # ops to run once before the next training run
+    # {model variable op name: the algorithm's state from now on}, of those
+    # whose state apply_nodes made more of
+    "states",
 ])
 
 
@@ -106,7 +109,7 @@ class Copier(object):
     copies = self._copies_for(info.ops, fed_names, stand_ins)
     new_ops = self._new_ops(info, copies, fed_names)
     if not new_ops:
-      return copies, Copied([], (), [])
+      return copies, Copied([], (), [], {})
     # Variables an earlier cut's copies gave replicas keep them, seeded.
     var_ops = [op for op in new_ops if op.type in analysis.VARIABLE_OPS
                and op.name not in self._variables]
@@ -116,9 +119,10 @@ class Copier(object):
       self._push_orderings(copies, new_ops)
       before = self._add_streams(new_ops) if self._streams else []
       fused = self._outer_applies(new_ops)
+      states = {}  # model variable op name -> its state as the copies left it
       for g in range(builder.num_groups):
-        graph_def, input_map = self._group_graph_def(copies, new_ops, local,
-                                                     fused, g, folds or {})
+        graph_def, input_map = self._group_graph_def(
+            copies, new_ops, local, fused, g, folds or {}, states)
         scope = builder.copy_name(g, "", copies.index)
         with graph.device(builder.device(g)):
           tf.compat.v1.import_graph_def(graph_def, input_map=input_map,
@@ -127,15 +131,13 @@ class Copier(object):
           _unpin_shared_state([graph.get_operation_by_name(scope + n.name)
                                for n in graph_def.node])
       copies.copied.update(local)
-      trained = sorted(set(analysis.variable_of(op.inputs[0]).name
-                           for op in new_ops if analysis.is_apply(op)))
-      for name in trained:
-        state = self._replicas.algorithm_state(name)
-        if state is not None:
-          before += self._algorithm.after_copy(
-              builder, state, self._replicas.is_seeded(name))
+      grown = {name: states[name] for name in sorted(states)
+               if states[name] is not self._replicas.algorithm_state(name)}
+      for name, state in grown.items():
+        before += self._algorithm.after_copy(
+            builder, state, self._replicas.is_seeded(name))
     self._variables.update(op.name for op in var_ops)
-    return copies, Copied(var_ops, reseeded, before)
+    return copies, Copied(var_ops, reseeded, before, grown)
 
   def _new_ops(self, info, copies, fed_names):
     """The ops of `info`'s closure that `copies` are still to copy for a
@@ -163,7 +165,8 @@ class Copier(object):
       self._copies[key] = Copies(self._builder, len(self._copies), stand_ins)
     return self._copies[key]
 
-  def _group_graph_def(self, copies, new_ops, local, fused, group, folds):
+  def _group_graph_def(self, copies, new_ops, local, fused, group, folds,
+                       states):
     graph_def = tf.compat.v1.GraphDef()
     graph_def.versions.CopyFrom(self._graph.graph_def_versions)
     input_map = {}
@@ -213,7 +216,7 @@ class Copier(object):
       self._set_inputs(node, op, copies, dropped, resolve)
       graph_def.node.extend(
           self._computing_nodes(node, op, group, fused, dropped, resolve,
-                                aux))
+                                aux, states))
     return graph_def, input_map
 
   def _set_inputs(self, node, op, copies, dropped, resolve):
@@ -234,14 +237,15 @@ class Copier(object):
     node.input.extend(inputs)
 
   def _computing_nodes(self, node, op, group, fused, dropped, resolve,
-                       aux):
+                       aux, states):
     """The NodeDefs computing `op` in stream group `group`'s copy, its
     copy `node` given its inputs: the algorithm's step for an optimizer's
     apply op, replica 0's histogram, a random op's replica stream, a fused
-    outer product (`fused`), or a faster substitute or `node` itself."""
+    outer product (`fused`), or a faster substitute or `node` itself.
+    `states` keeps the algorithm's states as apply_nodes returns them."""
     var = (analysis.variable_of(op.inputs[0])
            if analysis.is_apply(op) else None)
-    state = (self._replicas.algorithm_state(var.name)
+    state = (states.get(var.name, self._replicas.algorithm_state(var.name))
              if var is not None else None)
     if state is not None:
       if any(t.consumers() for t in op.outputs):
@@ -253,8 +257,9 @@ class Copier(object):
       if op.name in fused:
         *before, node = substitutes.outer_apply(
             node, op, fused[op.name], dropped, resolve)
-      return before + self._algorithm.apply_nodes(
+      nodes, states[var.name] = self._algorithm.apply_nodes(
           self._builder, state, node, var, group, aux)
+      return before + nodes
     if op.type == "HistogramSummary" and self._builder.num_replicas > 1:
       return self._first_replica_only(node, aux)
     if op.name in self._stream_states:
