@@ -21,7 +21,8 @@ class AlgorithmWave(hooks.WaveHook):
     runtime: the setting's `runtime.Runtime`.
     replica_state: the setting's `replicas.ReplicaState`.
     algorithm: the setting's `algorithms.base.Algorithm`.
-    scale: the session's `scaleout` object: what crosses processes.
+    scale: the session's `scaleout.Alone` (or `Workers`): what crosses
+      processes.
   """
 
   def __init__(self, session, runtime, replica_state, algorithm, scale):

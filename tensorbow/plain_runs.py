@@ -25,8 +25,8 @@ class PlainRuns(object):
     user_graph: the user's `tf.Graph`.
     inputs: the session's `prefetch.Prefetcher`.
     preemption: the session's `preemption.Preemption`, told of Savers.
-    scale: the session's `scaleout` object: whether this process leaves a
-      checkpoint's writing to another.
+    scale: the session's `scaleout.Alone` (or `Workers`): whether this
+      process leaves a checkpoint's writing to another.
   """
 
   def __init__(self, session, execution, user_graph, inputs, preemption,

@@ -137,8 +137,8 @@ class TensorBowSession(session_base.SessionBase):
 
   @property
   def scale_out(self):
-    """This process's `scaleout.ScaleOut`: how many processes train
-    together (`workers`), which this is (`index`)."""
+    """This process's `scaleout.Alone` (or `Workers`): how many processes
+    train together (`workers`), which this is (`index`)."""
     return self._scale
 
   @property

@@ -51,7 +51,7 @@ def lasting_parts(session, execution, user_graph, chosen, scale, lock,
     execution: the session's `execution.ExecutionGraph`.
     user_graph: the user's `tf.Graph`.
     chosen: the session's `options.SessionOptions`, checked.
-    scale: the session's `scaleout` object.
+    scale: the session's `scaleout.Alone` (or `Workers`).
     lock: the session's `session_lock.SessionLock`.
     check_open: raises if the session was closed.
     noise: replicas="auto"'s `autotune.NoiseScale`, or None.

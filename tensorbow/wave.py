@@ -152,7 +152,8 @@ class WaveSteps(object):
     replica_state: the setting's `replicas.ReplicaState`.
     algorithm: the setting's `algorithms.base.Algorithm`.
     nonfinite: the session's `nonfinite` option.
-    scale: the session's `scaleout` object: what crosses processes.
+    scale: the session's `scaleout.Alone` (or `Workers`): what crosses
+      processes.
     seeding: the setting's `seeding.Seeding`.
     algorithm_wave: the algorithm's side of a wave
       (`algorithm_wave.AlgorithmWave`), one of `hooks`.

@@ -30,10 +30,10 @@ from tensorbow import wave
 Trained = collections.namedtuple("Trained", ["results", "rows", "batch"])
 
 
-def _refuse_sparse(route, replicas):
-  """Raises UnimplementedError if a training run of several `replicas`
+def _refuse_sparse(route, num_replicas):
+  """Raises UnimplementedError if a training run of `num_replicas` > 1
   over `route` is fed a SparseTensor: its rows cannot be split."""
-  if route.sparse and replicas > 1:
+  if route.sparse and num_replicas > 1:
     sparse = route.sparse[0]
     raise tf.errors.UnimplementedError(
         None, None, "TensorBow cannot split a SparseTensor feed across "
@@ -64,11 +64,12 @@ class Trainer(object):
     plans: the setting's `planner.Planner` (plans each training run once).
     runtime: the setting's `runtime.Runtime`, which runs the waves.
     builder: the setting's `rewrite.builder.Builder` (names user errors).
-    replicas: the setting's `replicas.ReplicaState`.
+    replica_state: the setting's `replicas.ReplicaState`.
     user_graph: the user's `tf.Graph`.
     lock: the session's lock.
     check_open: raises if the session was closed.
-    scale: the session's `scaleout.ScaleOut`: what crosses processes.
+    scale: the session's `scaleout.Alone` (or `Workers`): what crosses
+      processes.
     inputs: the session's `prefetch.Prefetcher` of input pipelines'
       elements (None: one of its own that pulls only when a wave asks).
     noise: the session's `autotune.NoiseScale`, given the replicas'
@@ -77,21 +78,21 @@ class Trainer(object):
       that lost a worker puts back before it runs again.
   """
 
-  def __init__(self, session, settings, plans, runtime, builder, replicas,
-               user_graph, lock, check_open, scale=None, inputs=None,
-               noise=None, backup=None):
+  def __init__(self, session, settings, plans, runtime, builder,
+               replica_state, user_graph, lock, check_open, scale=None,
+               inputs=None, noise=None, backup=None):
     self._session = session
-    self._replicas = settings.replicas
+    self._num_replicas = settings.replicas  # L
     self._plans = plans
     self._runtime = runtime
     self._builder = builder
-    self._state = replicas
+    self._state = replica_state
     self._user_graph = user_graph
     self._lock = lock
     self._check_open = check_open
     self._scale = scale or scaleout.Alone()
     self._seeding = seeding.Seeding(
-        session, replicas, tb_options.checkpoint_config(settings),
+        session, replica_state, tb_options.checkpoint_config(settings),
         self._scale)
     self._needs_refresh = False
     self._waves = 0  # training runs completed
@@ -99,11 +100,11 @@ class Trainer(object):
     self._timing = [0, 0.0, 0.0]
     self._inputs = inputs or prefetch.Prefetcher(session, ahead=False)
     self._algorithm_wave = algorithm_wave.AlgorithmWave(
-        session, runtime, replicas, settings.algorithm, self._scale)
+        session, runtime, replica_state, settings.algorithm, self._scale)
     self._steps = wave.WaveSteps(
-        session, runtime, replicas, settings.algorithm, settings.nonfinite,
-        self._scale, self._seeding, self._algorithm_wave,
-        _hooks(self._algorithm_wave, replicas, runtime, noise, backup))
+        session, runtime, replica_state, settings.algorithm,
+        settings.nonfinite, self._scale, self._seeding, self._algorithm_wave,
+        _hooks(self._algorithm_wave, replica_state, runtime, noise, backup))
 
   @property
   def plans(self):
@@ -200,7 +201,7 @@ class Trainer(object):
       UnimplementedError: a SparseTensor fed to a training run of several
         replicas.
     """
-    _refuse_sparse(route, self._replicas)
+    _refuse_sparse(route, self._num_replicas)
     taken, first, fed_values = self._take(route, list(fed_values), options)
     with self._lock.wave(route.closure.waits), self._dropped_on_loss(
         route, taken):
@@ -232,7 +233,7 @@ class Trainer(object):
     plan = self.plans.get(route.signature)
     by_element = (any(plan.elements) if plan is not None else
                   self._plans.takes_elements(route.pulled))
-    count = self._replicas if by_element else 1
+    count = self._num_replicas if by_element else 1
     taken = self._inputs.take(route, fed_values, count, options)
     # The next wave's elements come while this one computes.
     self._inputs.pull_ahead(route, count, options)
@@ -291,5 +292,5 @@ class Trainer(object):
     `fed_values`, `first` the values of one replica's element."""
     plan = self._plans.plan_for(route, first)
     session_lock.refuse_per_process(route.closure.ops,
-                                    self._replicas * self._scale.workers)
-    return plan, self._scale.checked(plan, fed_values, self._replicas)
+                                    self._num_replicas * self._scale.workers)
+    return plan, self._scale.checked(plan, fed_values, self._num_replicas)

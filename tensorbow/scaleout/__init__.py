@@ -1,7 +1,7 @@
 """What crosses processes, behind one object the trainer calls at fixed
 points of a wave (docs/DESIGN.md, "Two levels").
 
-A session holds one `ScaleOut` for its life: `Alone` for one process,
+A session holds one such object for its life: `Alone` for one process,
 where every point is a no-op, or `Workers` for a worker of a `TF_CONFIG`
 cluster (`scaleout/cluster.py`), which sums over the workers with its
 `Reducer`. The points, in a wave's order:
@@ -54,8 +54,9 @@ from tensorbow import feeds
 def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
                  min_workers=None, membership_log=None, join=None,
                  max_workers=None, elastic_timeout=None):
-  """The ScaleOut of this process: `Workers` if `TF_CONFIG` (in `environ`,
-  default os.environ) names a cluster or it joins one, else `Alone`.
+  """The scale-out object of this process: `Workers` if `TF_CONFIG` (in
+  `environ`, default os.environ) names a cluster or it joins one, else
+  `Alone`.
 
   Args:
     timeout: seconds a sum waits for the other workers.
