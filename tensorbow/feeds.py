@@ -138,6 +138,8 @@ def _shape_fits(dims, shape):
 
 
 def contiguous(array):
+  """`array` in C order, copied only if it is not (the runtime feeds a
+  task's shard by pointer)."""
   # Not np.ascontiguousarray: it turns a scalar into shape [1].
   if array.flags.c_contiguous:
     return array

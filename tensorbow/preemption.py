@@ -35,9 +35,12 @@ class Notice(object):
     self._requested = threading.Event()
 
   def requested(self):
+    """Whether a preemption notice has come (SIGTERM, or `request`)."""
     return self._requested.is_set()
 
   def request(self):
+    """Notes a preemption notice: the job saves and stops after its next
+    wave (Preemption.after_wave)."""
     self._requested.set()
 
 

@@ -208,6 +208,7 @@ class ReplicaState(object):
     self._pending_seed.difference_update(names)
 
   def replicated_variables(self):
+    """The names of the variable ops with replicas, sorted."""
     return sorted(self._seeds)
 
   def replicates_any(self, names):

@@ -42,6 +42,7 @@ class SessionBase(compat.SessionInterface):
     return self._session.sess_str
 
   def list_devices(self):
+    """As `tf.compat.v1.Session.list_devices`: the TensorFlow session's."""
     return self._session.list_devices()
 
   def as_default(self):

@@ -149,7 +149,9 @@ class Trainer(object):
     """The training runs completed."""
     return self._waves
 
-  def skipped(self):  # a training run ran as a plain run (a joiner's)
+  def skipped(self):
+    """Counts a training run that ran as a plain run (a joiner's, before
+    the job's wave it joins at)."""
     self._waves += 1
 
   def carry(self, previous):

@@ -225,6 +225,57 @@ def test_the_long_function_check_sees_one():
   assert not _long_functions("x.py", "def f():\n" + body[body.index("\n") + 1:])
 
 
+def _public_functions(tree):
+  """(qualified name, def node, its class or None) of the module-level
+  functions and public classes' methods of a parsed module whose names
+  are public."""
+  for node in tree.body:
+    if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+      yield node.name, node, None
+    if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+      for method in node.body:
+        if (isinstance(method, ast.FunctionDef) and
+            not method.name.startswith("_")):
+          yield f"{node.name}.{method.name}", method, node
+
+
+def _undocumented(trees):
+  """The public functions of `trees` ({path: parsed module}) without a
+  docstring. Exempt: a method of a class with bases whose name a method
+  of the package documents (the base's docstring says what it does), and
+  a one-line property."""
+  documented = {n.name for tree in trees.values() for n in ast.walk(tree)
+                if isinstance(n, ast.FunctionDef) and ast.get_docstring(n)}
+  missing = []
+  for path, tree in trees.items():
+    for name, node, cls in _public_functions(tree):
+      if ast.get_docstring(node):
+        continue
+      if cls is not None and cls.bases and node.name in documented:
+        continue
+      if len(node.body) == 1 and any(
+          isinstance(d, ast.Name) and d.id == "property"
+          for d in node.decorator_list):
+        continue
+      missing.append(f"{path}:{name}")
+  return missing
+
+
+def test_every_public_function_says_what_it_does():
+  trees = {path: ast.parse(text) for path, text in _python_files()
+           if path.startswith("tensorbow" + os.sep)}
+  assert not _undocumented(trees), _undocumented(trees)
+
+
+def test_the_docstring_check_sees_one():
+  tree = ast.parse("def f():\n  return 1\n\n\nclass A(B):\n"
+                   "  def run(self):\n    return 2\n"
+                   "  def g(self):\n    return 3\n")
+  documented = ast.parse("class B:\n  def run(self):\n    \"\"\"Runs.\"\"\"\n")
+  assert _undocumented({"x.py": tree, "b.py": documented}) == [
+      "x.py:f", "x.py:A.g"]
+
+
 def _design_names():
   """What docs/DESIGN.md can be cited by: its headings and the bold
   lead-ins of its paragraphs ("**Fetches are merged.**")."""

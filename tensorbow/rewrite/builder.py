@@ -34,6 +34,7 @@ class Replicated(object):
     self.num_replicas = num_replicas
 
   def attrs(self):
+    """The attributes every op on these replicas takes."""
     return dict(var_name=self.name, num_replicas=self.num_replicas)
 
   def set(self, value, replicas, stacked=False):
@@ -48,10 +49,12 @@ class Replicated(object):
         **self.attrs())
 
   def stacked(self):
+    """Op reading every replica's copy, stacked on a first axis of L."""
     return tb_ops.library().tensor_bow_stack_replicas(
         dtype=self.dtype, shape=self.shape, **self.attrs())
 
   def handles(self):
+    """Op giving each replica's copy as a resource handle."""
     return tb_ops.library().tensor_bow_replica_handles(
         dtype=self.dtype, shape=self.shape, **self.attrs())
 
@@ -156,6 +159,8 @@ class Builder(object):
   # ---- What an algorithm may use (algorithms/base.py) ---------------------
 
   def constant(self, value, dtype):
+    """A constant of `value` in `dtype` in the execution graph, made once
+    per value and dtype."""
     key = (value.tobytes() if isinstance(value, np.ndarray) else value, dtype)
     if key not in self._constants:
       with self.building():
@@ -173,6 +178,7 @@ class Builder(object):
     return self.replicated(f"{self.prefix}/var/{var_op.name}", dtype, shape)
 
   def all_replicas(self):
+    """The int32 vector [0, L): every replica, for ops that take some."""
     return self.constant(np.arange(self._num_replicas, dtype=np.int32),
                          tf.int32)
 

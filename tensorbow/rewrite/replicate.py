@@ -432,6 +432,7 @@ class Copies(object):
     return name
 
   def group_tensor(self, name, index, group):
+    """Output `index` of op `name`'s copy in stream group `group`."""
     return self._builder.graph.get_tensor_by_name(
         f"{self.group_name(name, group)}:{index}")
 

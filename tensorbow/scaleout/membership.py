@@ -48,6 +48,7 @@ class Proposal(collections.namedtuple("Proposal", [
   __slots__ = ()
 
   def text(self):
+    """The proposal as one line of JSON (`parse` reads it back)."""
     return json.dumps([self.change, self.wave, list(self.members),
                        self.port, list(self.joined)])
 
