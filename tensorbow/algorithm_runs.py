@@ -5,7 +5,7 @@ on a cluster, the sums over the workers.
 One `AlgorithmRuns` belongs to a `replicas.ReplicaState` and lives as long
 as it (one setting of L); it asks the replica state for the algorithm's
 per-variable states it keeps. Each run is (fetches, feed_dict), its ops made
-once (`Builder.once`); the trainer (waves.py) runs them.
+once (`Builder.once`); the wave (wave.py, algorithm_wave.py) runs them.
 """
 import numpy as np
 import tensorflow as tf

@@ -111,7 +111,7 @@ class NoiseScale(object):
     return self.samples < self.max_samples
 
   def add_kept(self, runtime, plan, sizes):
-    """Adds the wave `runtime` holds between its phases (waves.py), of
+    """Adds the wave `runtime` holds between its phases (wave.py), of
     training-run plan `plan` (planner.Plan), its replicas having trained
     on `sizes` rows: only where each replica took its own element of an
     input pipeline, at equal rows, and the gradients can be read.

@@ -2,7 +2,7 @@
 
 An `Algorithm` is a session's configuration (compared by value) and the
 seam through which the planner, the copier (rewrite/replicate.py), the
-replica state (replicas.py) and the wave (waves.py) ask it what a
+replica state (replicas.py) and the wave (wave.py) ask it what a
 replica's optimizer step becomes, what state it keeps and what it needs
 of a wave. It keeps no per-session state itself: what it makes per model
 variable it returns, and the replica state keeps it and hands it back.
