@@ -23,6 +23,7 @@ if _tf.__version__ != TENSORFLOW_VERSION:
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tensorbow import algorithms
 from tensorbow import compat
+from tensorbow import hooks
 from tensorbow import ops
 from tensorbow import runtime
 from tensorbow.monitored import TensorBowSessionCreator
@@ -35,5 +36,5 @@ runtime.extension()
 compat.record_shape_folds()
 
 __version__ = "0.1.0"
-__all__ = ["TensorBowSession", "TensorBowSessionCreator", "algorithms", "ops",
-           "runtime"]
+__all__ = ["TensorBowSession", "TensorBowSessionCreator", "algorithms", "hooks",
+           "ops", "runtime"]

@@ -46,7 +46,8 @@ def _hooks(algorithm_side, replica_state, runtime, noise, backup):
   """The hooks of a setting's waves, in the order they are called: the
   backup first (it keeps the replicas before the algorithm's run changes
   them, and puts them back before its barriers restart), the noise sample,
-  then the algorithm's side."""
+  then the algorithm's runs; the algorithm's own hooks follow
+  (Algorithm.wave_hooks)."""
   joined = []
   if backup is not None:
     joined.append(hooks.Backup(backup, replica_state))
@@ -104,7 +105,9 @@ class Trainer(object):
     self._steps = wave.WaveSteps(
         session, runtime, replica_state, settings.algorithm,
         settings.nonfinite, self._scale, self._seeding, self._algorithm_wave,
-        _hooks(self._algorithm_wave, replica_state, runtime, noise, backup))
+        _hooks(self._algorithm_wave, replica_state, runtime, noise, backup)
+        + list(settings.algorithm.wave_hooks(builder, replica_state,
+                                             session)))
 
   @property
   def plans(self):

@@ -828,6 +828,70 @@ def test_an_algorithm_plugs_in_through_the_seam(use_resource):
     np.testing.assert_allclose(sess.run(m.b), b, rtol=1e-5, atol=1e-6)
 
 
+class _MeanAfterEveryWave(tb.algorithms.Algorithm):
+  """A test algorithm of graph hooks and one hook set alone: every
+  replica steps its own copy (the default graph hooks), and after every
+  wave its hook sets the central model to the replicas' mean and has the
+  replicas re-seeded from it."""
+
+  name = "mean_after_every_wave"
+
+  def wave_hooks(self, builder, replica_state, session):
+    return [_MeanHook(builder, replica_state, session)]
+
+
+class _MeanHook(tb.hooks.WaveHook):
+  """The central model becomes the replicas' mean after each wave."""
+
+  def __init__(self, builder, replica_state, session):
+    self._builder = builder
+    self._state = replica_state
+    self._session = session
+    self._mean = None
+
+  def after(self, opened, ran):
+    if self._mean is None:
+      self._mean = self._mean_op()
+    self._session.run(self._mean)
+    self._state.reseed()
+
+  def _mean_op(self):
+    graph = self._builder.graph
+    assigns = []
+    with graph.as_default(), tf.name_scope("test_mean"):
+      for name in self._state.replicated_variables():
+        var_op = graph.get_operation_by_name(name)
+        mean = tf.reduce_mean(
+            self._builder.variable_replicas(var_op).stacked(), axis=0)
+        assigns.append(
+            tf.raw_ops.AssignVariableOp(resource=var_op.outputs[0],
+                                        value=mean)
+            if var_op.type == "VarHandleOp" else
+            tf.compat.v1.assign(var_op.outputs[0], mean).op)
+      return tf.group(assigns)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_an_algorithm_of_one_hook_set_plugs_in(use_resource):
+  lr, replicas, waves = 0.1, 2, 3
+  m = build(lambda: tf.compat.v1.train.GradientDescentOptimizer(lr),
+            use_resource)
+  shards = np.array_split(np.arange(len(X)), replicas)
+  w, b = W0.astype(np.float64), B0.astype(np.float64)
+  for _ in range(waves):
+    steps = [references.least_squares([w, b], X[s], Y[s])[0]
+             for s in shards]
+    w = w - lr * np.mean([gw for gw, _ in steps], axis=0)
+    b = b - lr * np.mean([gb for _, gb in steps], axis=0)
+  with tb.TensorBowSession(graph=m.graph, replicas=replicas,
+                           algorithm=_MeanAfterEveryWave()) as sess:
+    sess.run(m.init)
+    for _ in range(waves):
+      sess.run(m.train, {m.x: X, m.y: Y})
+    np.testing.assert_allclose(sess.run(m.w), w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sess.run(m.b), b, rtol=1e-5, atol=1e-6)
+
+
 def _aligned_rows(rows, cols, offset_bytes):
   """A float32 [rows, cols] array whose data starts `offset_bytes` past a
   64-byte boundary."""

@@ -12,6 +12,11 @@ it, it returns a new one, which the replica state keeps instead.
 The hooks are grouped by when what they decide takes effect:
 
 * planning: checks of the session's options and of a training run;
+* wave time: the hooks (hooks.py: before, between, after, undo) by which
+  the algorithm joins each wave of a setting (`wave_hooks`), made once
+  per setting. An algorithm may be its graph hooks and this hook set
+  alone; the hooks below that make a wave's runs are the older way, kept
+  by the algorithms written with them;
 * copy time: what a replica's apply ops become, and what must run once
   after the copies are built (`after_copy`);
 * seeding, before a wave, commit, after a wave, across workers and
@@ -99,6 +104,25 @@ class Algorithm(object):
     replicas needs a wave in two phases (computation, then commit) and
     `split` is False: its writes cannot wait for its computation."""
     del split
+
+  # ---- Wave time: what joins each wave ------------------------------------
+  def wave_hooks(self, builder, replica_state, session):
+    """The hooks (`hooks.WaveHook`) by which this algorithm joins each
+    wave of a setting beyond the runs its other hooks make: called once
+    per setting, they are called after the backup's, the noise sample's
+    and the runs' (algorithm_wave.py), in the order returned.
+
+    Args:
+      builder: the setting's builder (see the module's docstring).
+      replica_state: the setting's `replicas.ReplicaState`: which
+        variables have replicas (`replicated_variables`), and `reseed`.
+      session: the `tf.compat.v1.Session` on the execution graph.
+
+    Returns:
+      A sequence of `hooks.WaveHook`s (none by default).
+    """
+    del builder, replica_state, session
+    return ()
 
   # ---- Copy time: while a setting's copies are built ---------------------
   def variable_state(self, builder, var_op):
