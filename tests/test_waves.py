@@ -1,5 +1,5 @@
-"""The wave (tensorbow/waves.py) on its own: a Trainer handed a fake
-runtime, replica state and plans, so what it does with them is seen
+"""The wave (tensorbow/waves.py, wave.py) on its own: a Trainer handed a
+fake runtime, replica state and plans, so what it does with them is seen
 directly: the shards each replica is given, the merged fetches, which
 replicas commit, and the hooks an algorithm is called through."""
 import numpy as np
@@ -7,9 +7,11 @@ import pytest
 import tensorflow as tf
 
 from tensorbow import execution
+from tensorbow import hooks
 from tensorbow import options
 from tensorbow import planner
 from tensorbow import routing
+from tensorbow import scaleout
 from tensorbow import session_lock
 from tensorbow import waves
 from tensorbow.algorithms import base
@@ -110,6 +112,9 @@ class _State(object):
 
   def reseed_replicas(self, replicas):
     self.reseeded.extend(replicas)
+
+  def reset_op(self):
+    return None
 
 
 class _Plans(object):
@@ -305,3 +310,64 @@ def test_replicas_equal_borrow_a_shard_that_weighs_nothing():
   assert runtime.committed == [True] * 4 and state.skipped is None
   np.testing.assert_array_equal(doubled, 2 * rows)
   np.testing.assert_allclose(loss, rows.mean(), rtol=1e-6)
+
+
+class _Recorder(hooks.WaveHook):
+  """A wave hook that records each point it is called at, with what it
+  is told there."""
+
+  def __init__(self):
+    self.calls = []
+
+  def before(self, opened):
+    self.calls.append(("before", opened.number, list(opened.sizes)))
+
+  def between(self, opened, weights):
+    self.calls.append(("between", opened.number, list(weights)))
+
+  def after(self, opened, ran):
+    self.calls.append(("after", opened.number, ran.committed))
+
+  def undo(self):
+    self.calls.append(("undo",))
+
+
+class _Hooked(base.Algorithm):
+  """An algorithm that joins each wave through one recording hook."""
+
+  name = "hooked"
+
+  def __init__(self):
+    self.hook = _Recorder()
+
+  def wave_hooks(self, builder_, replica_state, session):
+    del builder_, replica_state, session
+    return [self.hook]
+
+
+def test_an_algorithms_hooks_are_called_at_each_point_in_order():
+  algorithm = _Hooked()
+  _, _, _, run = _wave(3, nonfinite="skip", algorithm=algorithm, bad=[1])
+  run(_rows())
+  run(_rows()[:6])
+  sizes = [len(s) for s in np.array_split(_rows(), 3)]
+  assert algorithm.hook.calls == [
+      ("before", 1, sizes), ("between", 1, sizes),
+      ("after", 1, [True, False, True]),
+      ("before", 2, [2, 2, 2]), ("between", 2, [2, 2, 2]),
+      ("after", 2, [True, False, True])]
+
+
+def test_a_wave_that_loses_a_worker_undoes_its_hooks_and_its_count():
+  algorithm = _Hooked()
+  trainer, runtime, _, run = _wave(2, algorithm=algorithm)
+
+  def lose_a_worker(*args, **kwargs):
+    del args, kwargs
+    raise scaleout.MembershipChanged(1, [1], "worker 1 lost")
+
+  runtime.compute = lose_a_worker
+  with pytest.raises(scaleout.MembershipChanged):
+    run(_rows())
+  assert algorithm.hook.calls == [("before", 1, [5, 5]), ("undo",)]
+  assert trainer.waves == 0 and runtime.discarded
