@@ -5,10 +5,10 @@ fed its batch: after `--warm` training runs (planning, seeding and the
 first waves behind it), one more runs under `sys.setprofile`. Printed:
 the package modules its Python calls enter, in order (a call into a
 module that has a frame on the stack already is not a new entry), the
-lines of those modules, and how many entries come back to a module the
-run had entered and left (none of its frames on the stack any more). A
-run that goes one way, as TensorFlow's `session.run` does, comes back to
-none.
+lines of those modules, how many entries come back to a module the run
+had entered and left (none of its frames on the stack any more), and how
+many calls of the package's Python functions the run makes. A run that
+goes one way, as TensorFlow's `session.run` does, comes back to none.
 
   PYTHONPATH=. .venv/bin/python -m benchmarks.call_trace [--replicas 2]
 """
@@ -35,13 +35,13 @@ def _model():
 
 
 def trace(replicas, warm):
-  """The package modules (relative paths) one training run enters, in
-  order of entry."""
+  """(the package modules, as relative paths, one training run enters in
+  order of entry; the calls of the package's functions it makes)."""
   import tensorbow as tb  # pylint: disable=g-import-not-at-top
   package = os.path.dirname(os.path.abspath(tb.__file__))
   graph, x, y, train, loss, init = _model()
   feed = {x: np.ones([8, 4], np.float32), y: np.ones([8, 1], np.float32)}
-  entered, active = [], {}
+  entered, active, calls = [], {}, [0]
 
   def profile(frame, event, arg):
     del arg
@@ -52,6 +52,7 @@ def trace(replicas, warm):
     if event == "return":
       active[module] = active.get(module, 0) - 1
       return
+    calls[0] += 1
     if active.get(module, 0) <= 0:
       entered.append(module)
     active[module] = max(active.get(module, 0), 0) + 1
@@ -65,16 +66,17 @@ def trace(replicas, warm):
       sess.run([train, loss], feed)
     finally:
       sys.setprofile(None)
-  return entered
+  return entered, calls[0]
 
 
-def summary(entered, root):
-  """{modules entered, their lines, entries coming back to a module left}."""
+def summary(entered, calls, root):
+  """{modules entered, their lines, entries coming back to a module left,
+  the package's function calls}."""
   modules = list(dict.fromkeys(entered))
   lines = sum(open(os.path.join(root, m)).read().count("\n")
               for m in modules)
   return {"order": entered, "modules": modules, "lines": lines,
-          "returns": len(entered) - len(modules)}
+          "returns": len(entered) - len(modules), "calls": calls}
 
 
 def main():
@@ -82,13 +84,13 @@ def main():
   parser.add_argument("--replicas", type=int, default=2)
   parser.add_argument("--warm", type=int, default=3)
   args = parser.parse_args()
-  entered = trace(args.replicas, args.warm)
+  entered, calls = trace(args.replicas, args.warm)
   import tensorbow as tb  # pylint: disable=g-import-not-at-top
   root = os.path.dirname(os.path.dirname(os.path.abspath(tb.__file__)))
-  result = summary(entered, root)
+  result = summary(entered, calls, root)
   print(" -> ".join(result["order"]))
-  print(json.dumps({k: result[k] for k in ("modules", "lines", "returns")},
-                   indent=1))
+  print(json.dumps({k: result[k] for k in ("modules", "lines", "returns",
+                                           "calls")}, indent=1))
 
 
 if __name__ == "__main__":
