@@ -70,11 +70,11 @@ class Planner(object):
     settings: the setting's `options.Settings`.
     runtime: the setting's `runtime.Runtime`, where calls are prepared.
     builder: the setting's `rewrite.builder.Builder`.
-    replicas: the setting's `replicas.ReplicaState`.
+    replica_state: the setting's `replicas.ReplicaState`.
   """
 
   def __init__(self, session, execution, settings, runtime, builder,
-               replicas):
+               replica_state):
     self._session = session
     self._exec = execution
     self._replicas = settings.replicas
@@ -86,7 +86,7 @@ class Planner(object):
     self._nonfinite = settings.nonfinite
     self._runtime = runtime
     self._builder = builder
-    self._replica_state = replicas
+    self._replica_state = replica_state
     self._copier = None  # made with the first training run copied
     # Times each substitute against TensorFlow's kernel for the copier,
     # made with it (None: every substitute `substitutes` picks).

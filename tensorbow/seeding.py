@@ -18,16 +18,16 @@ class Seeding(object):
 
   Args:
     session: the `tf.compat.v1.Session` on the execution graph.
-    replicas: the setting's `replicas.ReplicaState`.
+    replica_state: the setting's `replicas.ReplicaState`.
     config: what a checkpoint's replica state must have been saved with
       (options.checkpoint_config).
     scale: the session's `scaleout.ScaleOut`, which says which worker's
       state file a checkpoint has beside it (`checkpoint_worker`).
   """
 
-  def __init__(self, session, replicas, config, scale):
+  def __init__(self, session, replica_state, config, scale):
     self._session = session
-    self._state = replicas
+    self._state = replica_state
     self._config = config
     self._scale = scale
     self._loaded = None  # replica state restored with checkpoints

@@ -69,17 +69,17 @@ class Copier(object):
 
   Args:
     builder: the setting's `builder.Builder` (the graph, L, the copies).
-    replicas: the setting's `replicas.ReplicaState`, which gives the
+    replica_state: the setting's `replicas.ReplicaState`, which gives the
       variables their replicas and the algorithm's state.
     algorithm: the session's `algorithms.Algorithm`, resolved for L.
     chooser: a `kernel_choice.Chooser` timing each substitute against
       TensorFlow's kernel, or None: every substitute `substitutes` picks.
   """
 
-  def __init__(self, builder, replicas, algorithm, chooser=None):
+  def __init__(self, builder, replica_state, algorithm, chooser=None):
     self._builder = builder
     self._graph = builder.graph
-    self._replicas = replicas
+    self._replica_state = replica_state
     self._algorithm = algorithm
     self._copies = {}  # cut (see Copies) -> Copies
     self._variables = set()  # names of the variable ops given replicas
@@ -113,7 +113,7 @@ class Copier(object):
     # Variables an earlier cut's copies gave replicas keep them, seeded.
     var_ops = [op for op in new_ops if op.type in analysis.VARIABLE_OPS
                and op.name not in self._variables]
-    reseeded = self._replicas.add_variables(var_ops, info.model_vars)
+    reseeded = self._replica_state.add_variables(var_ops, info.model_vars)
     with builder.building():
       local = set(op.name for op in new_ops)
       self._push_orderings(copies, new_ops)
@@ -132,10 +132,10 @@ class Copier(object):
                                for n in graph_def.node])
       copies.copied.update(local)
       grown = {name: states[name] for name in sorted(states)
-               if states[name] is not self._replicas.algorithm_state(name)}
+               if states[name] is not self._replica_state.algorithm_state(name)}
       for name, state in grown.items():
         before += self._algorithm.after_copy(
-            builder, state, self._replicas.is_seeded(name))
+            builder, state, self._replica_state.is_seeded(name))
     self._variables.update(op.name for op in var_ops)
     return copies, Copied(var_ops, reseeded, before, grown)
 
@@ -143,7 +143,7 @@ class Copier(object):
     """The ops of `info`'s closure that `copies` are still to copy for a
     run feeding the tensors named in `fed_names`: not the placeholders,
     the fed tensors' ops, nor the variables without replicas."""
-    replicated = self._replicas.replicated_by(info)
+    replicated = self._replica_state.replicated_by(info)
     return [op for op in info.ops
             if op.name not in copies.copied and
             op.type not in ("Placeholder", "PlaceholderV2") and
@@ -210,8 +210,8 @@ class Copier(object):
         continue
       if op.type in analysis.VARIABLE_OPS:
         graph_def.node.add().CopyFrom(self._builder.replica_variable_node(
-            node, _REPLICA_OP[op.type], self._replicas.replicas_of(op.name),
-            aux))
+            node, _REPLICA_OP[op.type],
+            self._replica_state.replicas_of(op.name), aux))
         continue
       self._set_inputs(node, op, copies, dropped, resolve)
       graph_def.node.extend(
@@ -245,7 +245,7 @@ class Copier(object):
     `states` keeps the algorithm's states as apply_nodes returns them."""
     var = (analysis.variable_of(op.inputs[0])
            if analysis.is_apply(op) else None)
-    state = (states.get(var.name, self._replicas.algorithm_state(var.name))
+    state = (states.get(var.name, self._replica_state.algorithm_state(var.name))
              if var is not None else None)
     if state is not None:
       if any(t.consumers() for t in op.outputs):
@@ -326,7 +326,7 @@ class Copier(object):
       op = self._graph.get_operation_by_name(name)
       var = analysis.variable_of(op.inputs[0])
       has_state = (var is not None and
-                   self._replicas.algorithm_state(var.name) is not None)
+                   self._replica_state.algorithm_state(var.name) is not None)
       if not self._algorithm.fuses_outer(has_state):
         continue
       if self._chooser is None or self._chooser.keep_outer(op, outer.matmul):

@@ -11,7 +11,7 @@ import tensorflow as tf
 from tensorbow.rewrite import graph_util
 
 
-def sync_op(builder, algorithm, replicas, info, source=0,
+def sync_op(builder, algorithm, replica_state, info, source=0,
             summed=frozenset()):
   """The synchronisation op of a training run with `info`, or None.
 
@@ -28,7 +28,7 @@ def sync_op(builder, algorithm, replicas, info, source=0,
   Args:
     builder: the setting's `builder.Builder`.
     algorithm: the session's `algorithms.Algorithm`, resolved for L.
-    replicas: the setting's `replicas.ReplicaState`: the variables'
+    replica_state: the setting's `replicas.ReplicaState`: the variables'
       replicas (`replicas_of`) and the algorithm's states
       (`algorithm_state`).
     info: the training run's `analysis.TrainingInfo`.
@@ -44,16 +44,16 @@ def sync_op(builder, algorithm, replicas, info, source=0,
   batch = tuple(n in info.batch_dependent for n in names)
   adds = tuple(n in summed for n in names)
   models = tuple(sorted(n for n in info.model_vars
-                        if replicas.algorithm_state(n) is not None))
+                        if replica_state.algorithm_state(n) is not None))
   if not names and not models:
     return None
 
   def build():
     src = builder.constant(source, tf.int32)
     ops = [op for name, mean, add in zip(names, batch, adds)
-           for op in _left(builder, replicas.replicas_of(name), name, src,
+           for op in _left(builder, replica_state.replicas_of(name), name, src,
                            mean, add)]
-    ops += [algorithm.device_sync(builder, replicas.algorithm_state(n))
+    ops += [algorithm.device_sync(builder, replica_state.algorithm_state(n))
             for n in models]
     ops = [op for op in ops if op is not None]
     return tf.group(*ops, name="sync") if ops else None
