@@ -1,11 +1,11 @@
-"""The runs an algorithm makes around a wave: before it (the wave's value,
-the participants, a pooled algorithm's factors), after it (the merge) and,
-on a cluster, the sums over the workers.
+"""The runs an algorithm's wave hooks make (hooks.py): ops over the
+model variables' states, made once per setting and set of states, and
+what they are fed; on a cluster, the sums over the workers.
 
 One `AlgorithmRuns` belongs to a `replicas.ReplicaState` and lives as long
 as it (one setting of L); it asks the replica state for the algorithm's
-per-variable states it keeps. Each run is (fetches, feed_dict), its ops made
-once (`Builder.once`); the wave (wave.py, algorithm_wave.py) runs them.
+per-variable states it keeps. A run is (fetches, feed_dict), its ops made
+once (`Builder.once`) by a function the hook passes; the hooks run them.
 """
 import numpy as np
 import tensorflow as tf
@@ -14,7 +14,7 @@ from tensorbow.rewrite import graph_util
 
 
 class AlgorithmRuns(object):
-  """The runs of `algorithm` around a wave.
+  """The runs of `algorithm`'s wave hooks, and the workers' sums.
 
   Args:
     builder: the setting's `rewrite.builder.Builder`.
@@ -34,72 +34,12 @@ class AlgorithmRuns(object):
     self._states = states
     self._state_signature = state_signature
     self._replicas_of = replicas_of
-    # (ops, value) of the latest wave run known to have run, and of the
-    # one wave_run returned last.
-    self._prepared = self._preparing = None
 
-  def participants_run(self, skipped, remaining):
-    """(fetches, feed_dict) leaving replicas `skipped` out of the next
-    wave's synchronisation, `remaining` taking part; None if the algorithm
-    has nothing to do for it."""
-    names, states = self._named_states()
-
-    def build():
-      count = tf.compat.v1.placeholder(tf.int32, [], name="participants")
-      replicas = tf.compat.v1.placeholder(tf.int32, [None],
-                                          name="skipped_replicas")
-      ops = self._algorithm.skip_ops(self._builder, states, count, replicas)
-      return count, replicas, ops
-
-    count, replicas, ops = self._builder.once(
-        "participants", self._state_signature(names), build)
-    if not ops:
-      return None
-    return ops, {count: remaining,
-                 replicas: np.array(sorted(skipped), np.int32)}
-
-  def wave_run(self, wave, sizes):
-    """(fetches, feed_dict) preparing training run `wave` (counted from 1),
-    whose replicas' shards have `sizes` rows, or None if the algorithm has
-    nothing to do for it or the last run `prepared` set the same value."""
-    value = self._algorithm.wave_value(wave, sizes)
-    run = self._algorithm_run("wave", value, self._algorithm.wave_ops)
-    done = (self._prepared is not None and run is not None and
-            self._prepared[0] is run[0] and self._prepared[1] == value)
-    self._preparing = None if done or run is None else (run[0], value)
-    return None if done else run
-
-  def prepared(self):
-    """The run wave_run returned last has run: its ops hold its value."""
-    if self._preparing is not None:
-      self._prepared, self._preparing = self._preparing, None
-
-  def merge_run(self, wave, sizes):
-    """(fetches, feed_dict) to run after training run `wave`, or None."""
-    return self._algorithm_run(
-        "merge", self._algorithm.merge_value(wave, sizes),
-        self._algorithm.merge_ops)
-
-  def scale_run(self, factors):
-    """(fetches, feed_dict) setting a pooled algorithm's per-replica
-    learning-rate factors, or None."""
-    return self._algorithm_run("scale", factors, self._algorithm.scale_ops)
-
-  def merge_weighted_run(self, weights):
-    """(fetches, feed_dict) of a pooled algorithm's merge with `weights`
-    (one per replica), or None."""
-    return self._algorithm_run("merge", weights, self._algorithm.merge_ops)
-
-  def drift_tensor(self):
-    """A pooled algorithm's tensor its schedule's merge reads, or None."""
-    names, states = self._named_states()
-    if not names:
-      return None
-    return self._builder.once(
-        "drift", self._state_signature(names),
-        lambda: self._algorithm.drift_tensor(self._builder, states))
-
-  def _algorithm_run(self, purpose, value, make_ops):
+  def fed_run(self, purpose, value, make_ops):
+    """(fetches, feed_dict) of the ops `make_ops(builder, states, fed)`
+    makes for the model variables' states, `fed` a float64 placeholder
+    fed `value`; None if `value` is None, no variable has a state or the
+    ops are none. The ops are made once per `purpose` and set of states."""
     names, states = self._named_states()
     if value is None or not names:
       return None
@@ -111,6 +51,37 @@ class AlgorithmRuns(object):
 
     fed, ops = self._builder.once(purpose, self._state_signature(names), build)
     return (ops, {fed: value}) if ops else None
+
+  def participants_run(self, skipped, remaining, make_ops):
+    """(fetches, feed_dict) of the ops `make_ops(builder, states, count,
+    replicas)` makes, `count` fed `remaining` (the replicas taking part in
+    the next central update) and `replicas` the replicas `skipped`; None
+    if the ops are none. Made once per set of states."""
+    names, states = self._named_states()
+
+    def build():
+      count = tf.compat.v1.placeholder(tf.int32, [], name="participants")
+      replicas = tf.compat.v1.placeholder(tf.int32, [None],
+                                          name="skipped_replicas")
+      return count, replicas, make_ops(self._builder, states, count,
+                                       replicas)
+
+    count, replicas, ops = self._builder.once(
+        "participants", self._state_signature(names), build)
+    if not ops:
+      return None
+    return ops, {count: remaining,
+                 replicas: np.array(sorted(skipped), np.int32)}
+
+  def made(self, purpose, make):
+    """What `make(builder, states)` makes of the model variables' states
+    (ops, a tensor), made once per `purpose` and set of states; None if no
+    variable has a state."""
+    names, states = self._named_states()
+    if not names:
+      return None
+    return self._builder.once(purpose, self._state_signature(names),
+                              lambda: make(self._builder, states))
 
   def worker_sync(self, summed=()):
     """(op run before a wave, [tensor each worker adds to the sum after
@@ -161,20 +132,17 @@ class AlgorithmRuns(object):
 
     return before, moved, apply
 
-  def worker_merge_run(self, wave, sizes):
-    """On a cluster, the merge after training run `wave` spanning every
-    worker's replicas: ([tensor each worker adds to the sum], [placeholder
-    fed each sum], op applying them, its other feeds), or None: no merge
-    this wave, or the algorithm merges each worker alone (merge_run) this
-    wave."""
-    value = self._algorithm.merge_value(wave, sizes)
-    kind = value is not None and self._algorithm.worker_merge_kind(wave)
+  def worker_merge_run(self, kind, value, part):
+    """The run of a merge spanning every worker's replicas, fed `value`:
+    ([tensor each worker adds to the sum], [placeholder fed each sum], op
+    applying them, its other feeds), or None if no variable has a part.
+    `part(builder, state)` gives a variable's (float64 tensor this worker
+    adds, function from (its sum, the sum of the workers' replica counts,
+    the value) to the op applying it), or None; made once per `kind`."""
     names, states = self._named_states()
 
     def build():
-      parts = self._parts(
-          lambda b, s: self._algorithm.worker_merge(
-              b, s, average=kind == "average"), states)
+      parts = self._parts(part, states)
       if not parts:
         return None
       # The workers' replica counts are summed beside the tensors.
@@ -187,9 +155,8 @@ class AlgorithmRuns(object):
           *[apply(s, sums[-1], fed) for (_, apply), s in zip(parts, sums)],
           name="worker_merge")
 
-    built = (self._builder.once(f"worker_merge_{kind}",
-                                self._state_signature(names), build)
-             if kind else None)
+    built = self._builder.once(f"worker_merge_{kind}",
+                               self._state_signature(names), build)
     if built is None:
       return None
     added, sums, fed, op = built

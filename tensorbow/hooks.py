@@ -1,26 +1,45 @@
-"""What joins a wave in one process, at four fixed points.
+"""What joins a wave in one process, at seven fixed points.
 
 A wave (wave.py) calls each of its process's hooks, in the order the
 trainer gives them, at:
 
 * `before(opened)`: the wave is opened and its replicas seeded; none of
   its tasks has run;
+* `leave_out(skipped, remaining)`: replicas `skipped` take no part in
+  the coming central update, `remaining` do (some replicas sit the wave
+  out, or computed non-finite values); called only when some do and some
+  do not, before the writes;
 * `between(opened, weights)`: in an atomic wave, every replica has
   computed and nothing is written yet; `weights` are the rows each
   computing replica commits with;
-* `after(opened, ran)`: the wave's writes and the algorithm's merge are
-  done, and its sums taken;
+* `merge(opened, ran)`: the wave's writes are done: the replicas merge
+  into the central model, if the algorithm merges after this wave;
+* `after(opened, ran)`: the merge is done and the wave's sums taken;
+* `failed()`: the wave's writes failed: what keeps the replicas
+  together restarts (the central model is as it was before the wave);
 * `undo()`: the wave did not end (a worker of the job was lost): what
   `before` kept is put back, in the hooks' order.
 
-`before` and `after` are called only while the setting's replicas are in
-use (one replica training the user's own variables has none to keep).
+`before`, `merge` and `after` are called only while the setting's
+replicas are in use (one replica training the user's own variables has
+none to keep).
 
 A hook holds its collaborators from construction and returns nothing to
-the wave: it is told, it does not channel. `reduce` is the sum over the
-processes of a job that a merge across processes goes through; one
-process is the whole job, so it is the identity.
+the wave: it is told, it does not channel. An algorithm's hooks
+(`Algorithm.wave_hooks`) are made from the setting's `Setting`. `reduce`
+is the sum over the processes of a job that a merge across processes
+goes through; one process is the whole job, so it is the identity.
 """
+import collections
+
+# What an algorithm's hooks are made with, once per setting: the
+# `tf.compat.v1.Session` on the execution graph, the setting's
+# `runtime.Runtime`, its `rewrite.builder.Builder`, its
+# `replicas.ReplicaState` (whose `runs` make the algorithm's runs once,
+# algorithm_runs.py) and the session's `scaleout.Alone` (or `Workers`):
+# what crosses processes.
+Setting = collections.namedtuple(
+    "Setting", ["session", "runtime", "builder", "replica_state", "scale"])
 
 
 class WaveHook(object):
@@ -30,12 +49,24 @@ class WaveHook(object):
   def before(self, opened):
     """Before wave `opened` (a `wave.Wave`) runs its tasks."""
 
+  def leave_out(self, skipped, remaining):
+    """Replicas `skipped` take no part in the coming central update,
+    `remaining` replicas do."""
+
   def between(self, opened, weights):
     """Between an atomic wave's compute and its commit, the computing
     replicas to commit with `weights` (their rows)."""
 
+  def merge(self, opened, ran):
+    """After wave `opened` wrote (`ran`, a `wave.Ran`): the replicas'
+    merge, if one is due."""
+
   def after(self, opened, ran):
     """After wave `opened` ran (`ran`, a `wave.Ran`) and merged."""
+
+  def failed(self):
+    """The wave's writes failed: what keeps the replicas together
+    restarts."""
 
   def undo(self):
     """The wave did not end: puts back what `before` kept."""
@@ -84,3 +115,50 @@ class NoiseSample(WaveHook):
 
   def between(self, opened, weights):
     self._noise.add_kept(self._runtime, opened.plan, weights)
+
+
+class CommonBase(WaveHook):
+  """Where several processes train one model, the base their central
+  models start each wave from (`scaleout`'s `worker_sync`), kept before
+  the wave so that what is summed after it is each process's move; one
+  process keeps none.
+
+  Args:
+    setting: the setting's `Setting`.
+  """
+
+  def __init__(self, setting):
+    self._setting = setting
+
+  def before(self, opened):
+    setting = self._setting
+    sync = setting.scale.worker_sync(setting.replica_state.runs,
+                                     opened.plan.summed)
+    if sync:
+      setting.session.run(sync[0])
+
+
+class Merge(WaveHook):
+  """An algorithm's merge after a wave, in this process: the ops
+  `make_ops(builder, states, fed)` makes over the model variables' states
+  (`replica_state.runs.fed_run`), fed `value(number, sizes)` after wave
+  `number` whose replicas trained on `sizes` rows; None: no merge after
+  it.
+
+  Args:
+    setting: the setting's `Setting`.
+    value: (wave number, sizes) -> the merge's float64 value, or None.
+    make_ops: (builder, states, fed) -> the merge's ops.
+  """
+
+  def __init__(self, setting, value, make_ops):
+    self._session = setting.session
+    self._runs = setting.replica_state.runs
+    self._value = value
+    self._make_ops = make_ops
+
+  def merge(self, opened, ran):
+    run = self._runs.fed_run("merge", self._value(opened.number, ran.sizes),
+                             self._make_ops)
+    if run is not None:
+      self._session.run(*run)

@@ -288,7 +288,7 @@ def _check(options, workers, devices):
   _check_elastic_timeout(options.elastic_timeout, options.min_workers)
   resolved = options.algorithm_spec().resolved(
       (1 if replicas == AUTO else replicas) * workers)
-  resolved.check_nonfinite(nonfinite)
+  resolved.check(nonfinite=nonfinite)
   if workers > 1:
     _check_workers(replicas, resolved, workers)
   if devices > 1:

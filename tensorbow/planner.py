@@ -120,7 +120,7 @@ class Planner(object):
                        route.fed + route.pulled,
                        frozenset(route.closure.pulled), first)
       if not self._plain:
-        self._algorithm.check_split(plan.atomic is not None)
+        self._algorithm.check(split=plan.atomic is not None)
       self._plans[key] = plan
     return plan
 
@@ -200,8 +200,8 @@ class Planner(object):
       return _plain_copy_info(ops, batch_names, trainable,
                               any(t.name in pulled for t in fed))
     info = analysis.analyse_training(ops, batch_names, trainable)
-    self._algorithm.check_updates(
-        [n for n in info.apply_ops if not analysis.is_dense_apply(
+    self._algorithm.check(sparse=[
+        n for n in info.apply_ops if not analysis.is_dense_apply(
             self._exec.graph.get_operation_by_name(n))])
     return info
 

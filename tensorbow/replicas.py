@@ -8,8 +8,8 @@ A `ReplicaState` lives as long as one setting of L. At plan time, the
 copier (rewrite/replicate.py) asks it for the replicas of the variables
 it copies and the algorithm's state, and the planner hands it what the
 copies made (`copied`); the trainer (waves.py) asks, every wave and
-around plain runs, for the runs that seed, refresh, reset, save and
-restore the replicas.
+around plain runs, for the runs that seed, refresh, save and restore
+the replicas.
 Every op it makes is made once (`Builder.once`), so the graph does not
 grow with the number of runs.
 """
@@ -40,6 +40,9 @@ class ReplicaState(object):
     self._kinds = {}
     self._replicated = {}  # replicated variable op name -> Replicated
     self._states = {}  # model variable op name -> the algorithm's state
+    # model variable op name -> the keys of its state's parts, which grow
+    # as the state does (what ops made over the states depend on)
+    self._signatures = {}
     self._seeds = {}  # replicated variable op name -> seed op
     self._pending_seed = set()  # replicated variables to seed before training
     self._before_training = []  # ops run once before the next training run
@@ -91,7 +94,7 @@ class ReplicaState(object):
           state = self._algorithm.variable_state(
               builder, self._graph.get_operation_by_name(name))
           if state is not None:
-            self._states[name] = state
+            self._keep({name: state})
             if name in self._seeds:
               # Replicated and seeded while read only: its replicas are
               # still the central model, and the state starts from it too.
@@ -107,7 +110,7 @@ class ReplicaState(object):
     seed ops are made, and they and its ops to run before training run
     before the next training run (`seed_run`)."""
     self._in_use = True
-    self._states.update(made.states)
+    self._keep(made.states)
     for name in self.replicated_by(info):
       if name not in self._kinds:
         if name in info.model_vars or name in info.read_models:
@@ -200,7 +203,8 @@ class ReplicaState(object):
 
   def reseed_replicas(self, replicas):
     """Replicas `replicas` are to be set from the central model before the
-    next training run (left out of a wave: see participants_run)."""
+    next training run (left out of a wave's central update: hooks.py,
+    `leave_out`)."""
     self._pending_replicas.update(replicas)
 
   def mark_seeded(self, names):
@@ -290,14 +294,6 @@ class ReplicaState(object):
 
     return self._builder.once("assign_central", names, build)
 
-  def reset_op(self):
-    """Op restarting the algorithm's synchronisation (after a failed
-    wave), or None."""
-    names = tuple(sorted(self._states))
-    ops = self._builder.once("reset", names, lambda: self._algorithm.reset_ops(
-        self._builder, [self._states[n] for n in names]))
-    return ops or None
-
   def refresh_op(self):
     """Op that brings user-named slots (and, for an algorithm whose model is
     a replica's, the model) up to date.
@@ -337,11 +333,20 @@ class ReplicaState(object):
       parts += self._algorithm.state_parts(self._builder, state)
     return parts
 
+  def _keep(self, states):
+    """Keeps the algorithm's `states` ({model variable op name: state}),
+    each replacing the variable's old one, and the keys of their parts."""
+    for name, state in states.items():
+      self._states[name] = state
+      self._signatures[name] = tuple(
+          tuple(k) if isinstance(k, list) else k
+          for k, _ in self._algorithm.state_parts(self._builder, state))
+
   def state_signature(self, names):
-    """What the state of variables `names` depends on, for Builder.once."""
-    return names, tuple(
-        self._algorithm.state_signature(self._states[n])
-        for n in names if n in self._states)
+    """What the state of variables `names` depends on, for Builder.once:
+    the keys of their states' parts (a state grows by parts)."""
+    return names, tuple(self._signatures[n] for n in names
+                        if n in self._signatures)
 
   def state_keys(self, name):
     """The keys of replicated variable `name`'s state."""

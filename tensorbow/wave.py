@@ -23,10 +23,12 @@ from tensorbow import rollback
 # training replica's shards (None for a pooled algorithm, which cuts the
 # batch itself); `sizes` each replica's rows; the first `trained` replicas
 # train, `sat_out` sit out; `rows` and `batch` are the rows trained on and
-# the batch the graph was built for (what the auto-tuner weighs by).
+# the batch the graph was built for (what the auto-tuner weighs by);
+# `schedule` is a pooled algorithm's schedule (Algorithm.schedule; None:
+# the algorithm is not pooled), which the wave's hooks tell what ran.
 Wave = collections.namedtuple("Wave", [
     "number", "plan", "values", "per_replica", "sizes", "trained",
-    "sat_out", "pooled", "rows", "batch"])
+    "sat_out", "pooled", "rows", "batch", "schedule"])
 
 # What a wave gave back: per replica (or per chunk of a pooled wave) its
 # fetches, the rows each computed on, whether each committed (None: the
@@ -67,7 +69,7 @@ def open_wave(number, plan, values, taken, algorithm, in_use, schedule):
     if schedule is not None:
       schedule.batch_sizes(sum(sizes))
   return Wave(number, plan, values, per_replica, sizes, trained, sat_out,
-              pooled, rows, batch)
+              pooled, rows, batch, schedule)
 
 
 def _rows_and_batch(plan, values, taken):
@@ -155,14 +157,12 @@ class WaveSteps(object):
     scale: the session's `scaleout.Alone` (or `Workers`): what crosses
       processes.
     seeding: the setting's `seeding.Seeding`.
-    algorithm_wave: the algorithm's side of a wave
-      (`algorithm_wave.AlgorithmWave`), one of `hooks`.
     hooks: the `hooks.WaveHook`s of the wave, in the order they are
       called.
   """
 
   def __init__(self, session, runtime, replica_state, algorithm, nonfinite,
-               scale, seeding, algorithm_wave, hooks):
+               scale, seeding, hooks):
     self._session = session
     self._runtime = runtime
     self._state = replica_state
@@ -170,16 +170,21 @@ class WaveSteps(object):
     self._nonfinite = nonfinite
     self._scale = scale
     self._seeding = seeding
-    self._algorithm_wave = algorithm_wave
     self._hooks = tuple(hooks)
+    self._schedule = None  # a pooled algorithm's, made at its first wave
+
+  def schedule_history(self):
+    """A pooled algorithm's schedule's history (Algorithm.schedule)."""
+    return list(self._schedule.history) if self._schedule else []
 
   def open(self, number, plan, values, taken):
     """The `Wave` of training run `number` over `plan` fed the checked
     `values` (`taken`: the input pipeline's elements, None: none). A pooled
     algorithm's schedule is made at its first wave."""
+    if self._algorithm.pooled and self._schedule is None:
+      self._schedule = self._algorithm.schedule(plan.replicas)
     return open_wave(number, plan, values, taken, self._algorithm,
-                     self._state.in_use,
-                     self._algorithm_wave.schedule_for(plan))
+                     self._state.in_use, self._schedule)
 
   def prepare(self, opened):
     """The runs before wave `opened`: the model and the algorithm's state
@@ -204,7 +209,7 @@ class WaveSteps(object):
       outputs, committed = self._atomic_wave(opened, options, run_metadata)
     else:
       # Its tasks write as they go: the replicas sitting out go first.
-      self._algorithm_wave.leave_out(opened.sat_out, opened.trained)
+      self._leave_out(opened.sat_out, opened.trained)
       outputs, committed = self._whole_wave(plan, opened.per_replica,
                                             options, run_metadata), None
     return Ran(outputs, opened.sizes, committed, range(opened.trained))
@@ -265,9 +270,16 @@ class WaveSteps(object):
     weights = commit_weights(opened)
     for hook in self._hooks:
       hook.between(opened, weights)
-    self._algorithm_wave.leave_out(opened.sat_out + bad,
-                                   len(opened.per_replica) - len(bad))
+    self._leave_out(opened.sat_out + bad, len(opened.per_replica) - len(bad))
     return committed
+
+  def _leave_out(self, skipped, remaining):
+    """The hooks' `leave_out`, when replicas `skipped` sit out the coming
+    central update and `remaining` (some) take part."""
+    if remaining == 0 or not skipped or not self._state.in_use:
+      return
+    for hook in self._hooks:
+      hook.leave_out(skipped, remaining)
 
   def _commit(self, plan, committed, options, run_metadata):
     """An atomic wave's writes, by the replicas `committed`: per replica
@@ -286,7 +298,7 @@ class WaveSteps(object):
       if snapshot is not None:
         self._session.run(*self._state.restore_snapshot_run(plan.snapshot,
                                                             snapshot))
-        self._algorithm_wave.reset_barriers()
+        self._failed()
       else:
         self._after_failed_writes()
       raise
@@ -296,7 +308,12 @@ class WaveSteps(object):
     central model, which it did not change."""
     if self._state.in_use:
       self._state.reseed()
-      self._algorithm_wave.reset_barriers()
+      self._failed()
+
+  def _failed(self):
+    """The hooks' `failed`, after the wave's writes failed."""
+    for hook in self._hooks:
+      hook.failed()
 
   def undo(self):
     """After a wave that did not end (it lost a worker): the hooks put
@@ -312,23 +329,22 @@ class WaveSteps(object):
         opened.plan, fetched, ran.outputs, ran.sizes,
         None if opened.pooled else (opened.trained, ran.committed))
     if self._state.in_use:
-      merged.update(self._after_wave(
-          opened.number, ran.sizes, opened.plan.summed,
-          feeds.sums_over_rows(opened.plan, merged)))
+      for hook in self._hooks:
+        hook.merge(opened, ran)
+      merged.update(self._summed(opened.number, opened.plan.summed,
+                                 feeds.sums_over_rows(opened.plan, merged)))
       for hook in self._hooks:
         hook.after(opened, ran)
     return merged
 
-  def _after_wave(self, number, sizes, summed, sums):
-    """The algorithm's work after completed wave `number`: a merge (over
-    every process's replicas where the algorithm can), then what keeps the
-    processes' central models, and the variables `summed`, equal.
+  def _summed(self, number, summed, sums):
+    """After completed wave `number` merged: what keeps the processes'
+    central models, and the variables `summed`, equal.
 
     Returns:
       `sums` ({fetch position: this process's sum over rows}) summed over
       every process.
     """
-    self._algorithm_wave.merge(number, sizes)
     positions = sorted(sums)
     # In float64: exact for counts, one all-reduce for all.
     totals = self._scale.sync(

@@ -15,7 +15,6 @@ import time
 
 import tensorflow as tf
 
-from tensorbow import algorithm_wave
 from tensorbow import hooks
 from tensorbow import options as tb_options
 from tensorbow import prefetch
@@ -42,18 +41,19 @@ def _refuse_sparse(route, num_replicas):
         "batch dense, or train one replica")
 
 
-def _hooks(algorithm_side, replica_state, runtime, noise, backup):
-  """The hooks of a setting's waves, in the order they are called: the
-  backup first (it keeps the replicas before the algorithm's run changes
-  them, and puts them back before its barriers restart), the noise sample,
-  then the algorithm's runs; the algorithm's own hooks follow
-  (Algorithm.wave_hooks)."""
+def _hooks(setting, algorithm, noise, backup):
+  """The hooks of a setting's waves (`setting`: its `hooks.Setting`), in
+  the order they are called: the backup first (it keeps the replicas
+  before the algorithm's runs change them, and puts them back before its
+  barriers restart), the noise sample, the processes' common base, then
+  the algorithm's own (Algorithm.wave_hooks)."""
   joined = []
   if backup is not None:
-    joined.append(hooks.Backup(backup, replica_state))
+    joined.append(hooks.Backup(backup, setting.replica_state))
   if noise is not None:
-    joined.append(hooks.NoiseSample(noise, runtime))
-  return joined + [algorithm_side]
+    joined.append(hooks.NoiseSample(noise, setting.runtime))
+  return (joined + [hooks.CommonBase(setting)] +
+          list(algorithm.wave_hooks(setting)))
 
 
 class Trainer(object):
@@ -100,14 +100,11 @@ class Trainer(object):
     # Waves timed, their seconds computing and synchronising (scaling.py).
     self._timing = [0, 0.0, 0.0]
     self._inputs = inputs or prefetch.Prefetcher(session, ahead=False)
-    self._algorithm_wave = algorithm_wave.AlgorithmWave(
-        session, runtime, replica_state, settings.algorithm, self._scale)
     self._steps = wave.WaveSteps(
         session, runtime, replica_state, settings.algorithm,
-        settings.nonfinite, self._scale, self._seeding, self._algorithm_wave,
-        _hooks(self._algorithm_wave, replica_state, runtime, noise, backup)
-        + list(settings.algorithm.wave_hooks(builder, replica_state,
-                                             session)))
+        settings.nonfinite, self._scale, self._seeding,
+        _hooks(hooks.Setting(session, runtime, builder, replica_state,
+                             self._scale), settings.algorithm, noise, backup))
 
   @property
   def plans(self):
@@ -116,7 +113,7 @@ class Trainer(object):
 
   def schedule_history(self):
     """A pooled algorithm's schedule's history (Algorithm.schedule)."""
-    return self._algorithm_wave.schedule_history()
+    return self._steps.schedule_history()
 
   def scaling_report(self, members, predicted=None):
     """The scaling model (scaling.report) over the waves so far, for

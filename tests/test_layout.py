@@ -334,8 +334,7 @@ def _scale_out_mentions(text):
 
 
 def test_the_training_core_names_no_cluster_reducer_or_chief():
-  for name in ("waves.py", "wave.py", "hooks.py", "algorithm_wave.py",
-               "session.py"):
+  for name in ("waves.py", "wave.py", "hooks.py", "session.py"):
     text = open(os.path.join(ROOT, "tensorbow", name)).read()
     assert not _scale_out_mentions(text), (name, _scale_out_mentions(text))
 
@@ -395,7 +394,6 @@ def _public_attributes_set(source, class_name):
 # one sets and the other reads later (issue 47: the session read the
 # trainer's last_rows after each training run).
 _COLLABORATORS = [("waves.py", "Trainer"), ("wave.py", "WaveSteps"),
-                  ("algorithm_wave.py", "AlgorithmWave"),
                   ("planner.py", "Planner"),
                   ("replicas.py", "ReplicaState"),
                   ("algorithm_runs.py", "AlgorithmRuns")]
@@ -412,3 +410,58 @@ def test_the_public_attribute_check_sees_one():
   assert _public_attributes_set(
       "class Trainer:\n  def train(self):\n    self.last_rows = 3\n"
       "    self._waves = 1\n", "Trainer") == {"last_rows"}
+
+
+# The algorithm seam: what another module may ask of an algorithm. Every
+# method and flag of `algorithms.base.Algorithm` but Python's own (`__eq__`,
+# `__hash__`, `__repr__`) counts; an algorithm joins a wave through one
+# hook set (`wave_hooks`), not a hook per run (issue 65). At most 20.
+_SEAM_LIMIT = 20
+_ALGORITHM_NAMES = re.compile(r"^(algorithm|_algorithm)$")
+
+
+def _seam(source):
+  """The names `class Algorithm` in `source` defines, Python's own
+  aside."""
+  for node in ast.parse(source).body:
+    if isinstance(node, ast.ClassDef) and node.name == "Algorithm":
+      names = set()
+      for item in node.body:
+        if isinstance(item, ast.FunctionDef):
+          names.add(item.name)
+        elif isinstance(item, ast.Assign):
+          names.update(t.id for t in item.targets if isinstance(t, ast.Name))
+      return {n for n in names if not n.startswith("__")}
+  raise AssertionError("no class Algorithm")
+
+
+def _asked_of_algorithms(text):
+  """The attributes `text` reads of an object it calls `algorithm`
+  (`settings.algorithm`, `self._algorithm`, ...)."""
+  return {node.attr for node in ast.walk(ast.parse(text))
+          if isinstance(node, ast.Attribute) and _ALGORITHM_NAMES.match(
+              getattr(node.value, "id", getattr(node.value, "attr", "")))}
+
+
+def test_the_algorithm_seam_has_at_most_20_hooks_and_flags():
+  seam = _seam(open(os.path.join(ROOT, "tensorbow", "algorithms",
+                                 "base.py")).read())
+  assert len(seam) <= _SEAM_LIMIT, sorted(seam)
+  outside = {}
+  for path, text in _python_files():
+    if (path.startswith("tensorbow" + os.sep) and
+        not path.startswith(os.path.join("tensorbow", "algorithms"))):
+      asked = _asked_of_algorithms(text) - seam
+      if asked:
+        outside[path] = sorted(asked)
+  assert not outside, outside  # asked of an algorithm beyond the seam
+
+
+def test_the_seam_checks_see_one():
+  source = ("class Algorithm:\n  pooled = False\n  def __eq__(self, o):\n"
+            "    pass\n  def wave_hooks(self, setting):\n    pass\n")
+  assert _seam(source) == {"pooled", "wave_hooks"}
+  assert _asked_of_algorithms(
+      "x = self._algorithm.merge_ops(b)\ny = settings.algorithm.name\n"
+      "z = algorithm.pooled\nw = self._runs.merge_ops\n") == {
+          "merge_ops", "name", "pooled"}

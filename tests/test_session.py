@@ -836,8 +836,9 @@ class _MeanAfterEveryWave(tb.algorithms.Algorithm):
 
   name = "mean_after_every_wave"
 
-  def wave_hooks(self, builder, replica_state, session):
-    return [_MeanHook(builder, replica_state, session)]
+  def wave_hooks(self, setting):
+    return [_MeanHook(setting.builder, setting.replica_state,
+                      setting.session)]
 
 
 class _MeanHook(tb.hooks.WaveHook):

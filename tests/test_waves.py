@@ -14,7 +14,9 @@ from tensorbow import routing
 from tensorbow import scaleout
 from tensorbow import session_lock
 from tensorbow import waves
+from tensorbow.algorithms import adaptive
 from tensorbow.algorithms import base
+from tensorbow.algorithms import sma
 from tensorbow.rewrite import builder
 from tensorbow.rewrite import phases
 from tensorbow.rewrite import reductions
@@ -87,34 +89,24 @@ class _State(object):
   def seed_run(self):
     return None
 
-  def wave_run(self, wave, sizes):
-    del wave, sizes
+  def fed_run(self, purpose, value, make_ops):
+    del make_ops
+    if value is not None:
+      {"scale": self.factors, "merge": self.merged}[purpose].append(
+          list(value))
     return None
 
-  def merge_run(self, wave, sizes):
-    del wave, sizes
+  def made(self, purpose, make):
+    del purpose, make
     return None
 
-  def scale_run(self, factors):
-    self.factors.append(list(factors))
-    return None
-
-  def drift_tensor(self):
-    return None
-
-  def merge_weighted_run(self, weights):
-    self.merged.append(list(weights))
-    return None
-
-  def participants_run(self, skipped, remaining):
+  def participants_run(self, skipped, remaining, make_ops):
+    del make_ops
     self.skipped = (list(skipped), remaining)
     return None
 
   def reseed_replicas(self, replicas):
     self.reseeded.extend(replicas)
-
-  def reset_op(self):
-    return None
 
 
 class _Plans(object):
@@ -134,19 +126,29 @@ class _Plans(object):
 
 
 class _Averaging(base.Algorithm):
-  """Records what it is handed before the commit."""
+  """Has the runtime average what it kept, by the commit weights."""
 
   name = "averaging"
 
-  def before_commit(self, runtime, sizes):
-    runtime.average_kept(np.asarray(sizes, np.float64) / sum(sizes))
+  def wave_hooks(self, setting):
+    return [_Average(setting.runtime)]
 
 
-class _Pooled(base.Algorithm):
-  """A pooled algorithm whose schedule records what the wave tells it."""
+class _Average(hooks.WaveHook):
+
+  def __init__(self, runtime):
+    self._runtime = runtime
+
+  def between(self, opened, weights):
+    self._runtime.average_kept(np.asarray(weights, np.float64) /
+                               sum(weights))
+
+
+class _Pooled(adaptive.Adaptive):
+  """Adaptive SGD's hooks with a schedule that records what the wave
+  tells it."""
 
   name = "pooled"
-  pooled = True
 
   def schedule(self, replicas):
     return _Schedule(replicas)
@@ -201,8 +203,10 @@ def _wave(replicas, nonfinite="propagate", algorithm=None, bad=()):
       commit_calls=[1], described=["doubled:0", "loss:0"], snapshot=None,
       gradients=[], summed=())
   runtime, state = _Runtime(bad), _State()
-  settings = options.Settings(replicas, algorithm or base.Algorithm(),
-                              nonfinite, 1, False)
+  # SMA's hooks by default: they tell the replica state who sits out.
+  settings = options.Settings(
+      replicas, algorithm or sma.SMA().resolved(replicas), nonfinite, 1,
+      False)
   trainer = waves.Trainer(
       None, settings, _Plans(plan), runtime,
       builder.Builder(exec_graph.graph, replicas, 1), state, graph, lock,
@@ -325,6 +329,12 @@ class _Recorder(hooks.WaveHook):
   def between(self, opened, weights):
     self.calls.append(("between", opened.number, list(weights)))
 
+  def leave_out(self, skipped, remaining):
+    self.calls.append(("leave_out", list(skipped), remaining))
+
+  def merge(self, opened, ran):
+    self.calls.append(("merge", opened.number))
+
   def after(self, opened, ran):
     self.calls.append(("after", opened.number, ran.committed))
 
@@ -340,8 +350,8 @@ class _Hooked(base.Algorithm):
   def __init__(self):
     self.hook = _Recorder()
 
-  def wave_hooks(self, builder_, replica_state, session):
-    del builder_, replica_state, session
+  def wave_hooks(self, setting):
+    del setting
     return [self.hook]
 
 
@@ -352,9 +362,10 @@ def test_an_algorithms_hooks_are_called_at_each_point_in_order():
   run(_rows()[:6])
   sizes = [len(s) for s in np.array_split(_rows(), 3)]
   assert algorithm.hook.calls == [
-      ("before", 1, sizes), ("between", 1, sizes),
-      ("after", 1, [True, False, True]),
+      ("before", 1, sizes), ("between", 1, sizes), ("leave_out", [1], 2),
+      ("merge", 1), ("after", 1, [True, False, True]),
       ("before", 2, [2, 2, 2]), ("between", 2, [2, 2, 2]),
+      ("leave_out", [1], 2), ("merge", 2),
       ("after", 2, [True, False, True])]
 
 

@@ -32,6 +32,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from tensorbow import hooks
 from tensorbow import op_nodes
 from tensorbow.algorithms import base
 from tensorbow.rewrite import builder as tb_builder
@@ -182,26 +183,12 @@ class Adaptive(base.Algorithm):
             state.scale.set(tf.ones([builder.num_replicas], state.dtype),
                             builder.all_replicas(), stacked=True)]
 
-  def scale_ops(self, builder, states, value):
-    """Ops setting each replica's learning-rate factor to `value` (one per
-    replica, float64)."""
-    return [s.scale.set(tf.cast(value, s.dtype), builder.all_replicas(),
-                        stacked=True) for s in states]
-
-  def drift_tensor(self, builder, states):
-    """A float64 [variables, replicas] tensor: the L2 norm of each
-    replica's change since the last merge, per variable."""
-    norms = []
-    for s in states:
-      stacked = builder.variable_replicas(s.var_op).stacked()
-      change = stacked - graph_util.read(s.var_op)
-      axes = list(range(1, change.shape.rank))
-      norms.append(tf.cast(tf.norm(tf.reshape(change, [builder.num_replicas,
-                                                        -1]), axis=1)
-                           if axes else tf.abs(change), tf.float64))
-    return tf.stack(norms)
+  def wave_hooks(self, setting):
+    return [_Pool(setting, self.merge_ops)]
 
   def merge_ops(self, builder, states, value):
+    """Ops merging the replicas into the central model with weights
+    `value` (one per replica, float64), with the global momentum."""
     ops = []
     for s in states:
       replicas = builder.variable_replicas(s.var_op)
@@ -221,6 +208,60 @@ class Adaptive(base.Algorithm):
                 graph_util.assign(s.var_op, merged),
                 replicas.set(merged, builder.all_replicas())]
     return ops
+
+
+class _Pool(hooks.WaveHook):
+  """A pooled wave's side: before it, the replicas' learning-rate factors
+  where the schedule changed them; after it, the schedule counts its
+  updates and, at the end of a mega-batch, the replicas merge with the
+  weights it chose from their drift.
+
+  Args:
+    setting: the setting's `hooks.Setting`.
+    merge_ops: `Adaptive`'s merge, (builder, states, weights) -> ops.
+  """
+
+  def __init__(self, setting, merge_ops):
+    self._session = setting.session
+    self._runs = setting.replica_state.runs
+    self._merge_ops = merge_ops
+
+  def before(self, opened):
+    factors = opened.schedule.factors() if opened.schedule else None
+    run = self._runs.fed_run("scale", factors, _scale_ops)
+    if run is not None:
+      self._session.run(*run)
+
+  def after(self, opened, ran):
+    if opened.schedule is None or not opened.schedule.record(ran.updates):
+      return
+    drift = self._runs.made("drift", _drift_tensor)
+    weights = opened.schedule.merge(
+        self._session.run(drift) if drift is not None else np.zeros([0]))
+    merge = self._runs.fed_run("merge", weights, self._merge_ops)
+    if merge is not None:
+      self._session.run(*merge)
+
+
+def _scale_ops(builder, states, value):
+  """Ops setting each replica's learning-rate factor to `value` (one per
+  replica, float64)."""
+  return [s.scale.set(tf.cast(value, s.dtype), builder.all_replicas(),
+                      stacked=True) for s in states]
+
+
+def _drift_tensor(builder, states):
+  """A float64 [variables, replicas] tensor: the L2 norm of each
+  replica's change since the last merge, per variable."""
+  norms = []
+  for s in states:
+    stacked = builder.variable_replicas(s.var_op).stacked()
+    change = stacked - graph_util.read(s.var_op)
+    axes = list(range(1, change.shape.rank))
+    norms.append(tf.cast(tf.norm(tf.reshape(change, [builder.num_replicas,
+                                                      -1]), axis=1)
+                         if axes else tf.abs(change), tf.float64))
+  return tf.stack(norms)
 
 
 class Schedule(object):
@@ -279,8 +320,8 @@ class Schedule(object):
 
   def merge(self, drift):
     """At the end of a mega-batch whose replicas changed by `drift` (as
-    Adaptive.drift_tensor): the merge weights (Algorithm 2); the batch
-    sizes move for the next (Algorithm 1)."""
+    the pooled wave's hooks read it, `_drift_tensor`): the merge weights
+    (Algorithm 2); the batch sizes move for the next (Algorithm 1)."""
     a = self._algorithm
     b_min, b_max, beta = self._bounds
     counts = self._counts.copy()

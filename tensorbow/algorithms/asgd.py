@@ -27,6 +27,7 @@ plain run reads) does not move.
 """
 import tensorflow as tf
 
+from tensorbow import hooks
 from tensorbow.algorithms import base
 from tensorbow.rewrite import graph_util
 
@@ -78,13 +79,20 @@ class ASGD(base.Algorithm):
     del builder, var, group, aux
     return [node], state
 
+  def wave_hooks(self, setting):
+    return [hooks.Merge(setting, self.merge_value, self.merge_ops)]
+
   def merge_value(self, wave, sizes):
+    """After training run `wave`: 1.0 if the replicas' moves are pushed
+    to the central model after it, else None."""
     del sizes
     if wave % self.communication_interval:
       return None
     return 1.0
 
   def merge_ops(self, builder, states, value):
+    """Ops pushing every replica's move since the last push to the
+    central model, and restarting the replicas from it."""
     del value
     ops = []
     for s in states:

@@ -11,21 +11,19 @@ it, it returns a new one, which the replica state keeps instead.
 
 The hooks are grouped by when what they decide takes effect:
 
-* planning: checks of the session's options and of a training run;
-* wave time: the hooks (hooks.py: before, between, after, undo) by which
-  the algorithm joins each wave of a setting (`wave_hooks`), made once
-  per setting. An algorithm may be its graph hooks and this hook set
-  alone; the hooks below that make a wave's runs are the older way, kept
-  by the algorithms written with them;
+* planning: the check of the session's options and of a training run;
+* wave time: the hooks (hooks.py: before, leave_out, between, merge,
+  after, failed, undo) by which the algorithm joins each wave of a
+  setting (`wave_hooks`), made once per setting. What an algorithm runs
+  around a wave (SMA's participants, EASGD's phase, local SGD's exchange,
+  synchronous SGD's average) is in its own hook set, beside it in its
+  module; a pooled algorithm's `schedule` cuts the wave's batch;
 * copy time: what a replica's apply ops become, and what must run once
   after the copies are built (`after_copy`);
-* seeding, before a wave, commit, after a wave, across workers and
-  checkpoints: what runs then. The hooks taking a builder make ops: they
-  are called when the ops are first needed, the ops are kept per setting
-  (and set of variables), and the replica state (replicas.py) or the
-  wave's runs (algorithm_runs.py) run them each time; the `*_value` hooks
-  say what they are fed, wave by wave; `schedule` is called once per
-  setting; `before_commit` runs within each wave, on the C++ runtime.
+* seeding, across workers and checkpoints: what runs then. The hooks
+  taking a builder make ops: they are called when the ops are first
+  needed, the ops are kept per setting (and set of variables), and the
+  replica state (replicas.py) runs them each time.
 
 The hooks that make ops get the setting's builder (rewrite/builder.py),
 which offers: `graph`, `prefix`, `num_replicas`, `num_groups`,
@@ -61,12 +59,12 @@ class Algorithm(object):
   spans_devices = False
   # A training run's batch is cut into chunks that the replicas take as
   # they come free (runtime.Runtime.run_pool), each chunk one whole step of
-  # its replica; the Trainer keeps the algorithm's `schedule` and merges
-  # with `drift_tensor`, `merge_ops` and `scale_ops` when it says so.
+  # its replica; the wave keeps the algorithm's `schedule` (Wave.schedule),
+  # which its hooks ask when to merge.
   pooled = False
   # Every replica takes the same step each wave (synchronous SGD): a
   # replica with no rows of a wave's batch (DESIGN.md, feed sharding)
-  # still computes one, on another's shard, weighted 0 (`before_commit`),
+  # still computes one, on another's shard, weighted 0 (the commit weights),
   # and commits the common step; otherwise it sits the wave out.
   replicas_equal = False
 
@@ -86,43 +84,54 @@ class Algorithm(object):
     del replicas
     return self
 
-  def check_nonfinite(self, nonfinite):
-    """Raises ValueError if the session's `nonfinite` option ("propagate",
-    "raise" or "skip") cannot hold with this algorithm."""
-    if (self.shares_model or self.pooled) and nonfinite != "propagate":
+  def check(self, nonfinite=None, sparse=(), split=True):
+    """Raises if the session or a training run asks what the replicas
+    cannot hold to; each argument is checked where it is known.
+
+    Args:
+      nonfinite: the session's `nonfinite` option ("propagate", "raise"
+        or "skip"; None: not checked here).
+      sparse: the names of a training run's apply ops that update rows of
+        a variable.
+      split: whether a training run of several replicas can run as a wave
+        in two phases (computation, then commit): False if its writes
+        cannot wait for its computation.
+
+    Raises:
+      ValueError: `nonfinite` cannot hold with this algorithm.
+      tf.errors.UnimplementedError: the replicas cannot be kept together
+        through such a training run.
+    """
+    del sparse, split
+    if (nonfinite not in (None, "propagate") and
+        (self.shares_model or self.pooled)):
       raise ValueError(f"algorithm {self.name!r} applies each task's step "
                        "when it finishes: nonfinite must be 'propagate'")
 
-  def check_updates(self, sparse):
-    """Raises tf.errors.UnimplementedError if the replicas cannot be kept
-    together through a training run whose apply ops `sparse` (names)
-    update rows of a variable."""
-    del sparse
-
-  def check_split(self, split):
-    """Raises tf.errors.UnimplementedError if a training run of several
-    replicas needs a wave in two phases (computation, then commit) and
-    `split` is False: its writes cannot wait for its computation."""
-    del split
-
   # ---- Wave time: what joins each wave ------------------------------------
-  def wave_hooks(self, builder, replica_state, session):
+  def wave_hooks(self, setting):
     """The hooks (`hooks.WaveHook`) by which this algorithm joins each
-    wave of a setting beyond the runs its other hooks make: called once
-    per setting, they are called after the backup's, the noise sample's
-    and the runs' (algorithm_wave.py), in the order returned.
+    wave of a setting: made once per setting, they are called after the
+    backup's, the noise sample's and the processes' common base's, in the
+    order returned.
 
     Args:
-      builder: the setting's builder (see the module's docstring).
-      replica_state: the setting's `replicas.ReplicaState`: which
-        variables have replicas (`replicated_variables`), and `reseed`.
-      session: the `tf.compat.v1.Session` on the execution graph.
+      setting: the setting's `hooks.Setting`: the session, the runtime,
+        the builder (see the module's docstring), the replica state
+        (`runs`: the runs over the algorithm's states, made once;
+        `replicated_variables`; `reseed`) and what crosses processes.
 
     Returns:
       A sequence of `hooks.WaveHook`s (none by default).
     """
-    del builder, replica_state, session
+    del setting
     return ()
+
+  def schedule(self, replicas):
+    """A pooled algorithm's per-session schedule for `replicas` replicas:
+    an object with batch_sizes(rows), factors(), record(replicas),
+    merge(drift) and history, as adaptive.Schedule."""
+    raise NotImplementedError
 
   # ---- Copy time: while a setting's copies are built ---------------------
   def variable_state(self, builder, var_op):
@@ -181,60 +190,7 @@ class Algorithm(object):
     del builder, state, central, replicas
     return []
 
-  # ---- Before a wave ------------------------------------------------------
-  def wave_value(self, wave, sizes):
-    """What `wave_ops` are fed before training run `wave` (counted from 1
-    over the session's completed training runs) whose replicas' shards
-    have `sizes` rows, or None: nothing to run."""
-    del wave, sizes
-    return None
-
-  def wave_ops(self, builder, states, value):
-    """Ops preparing the coming wave, fed `value` (float64)."""
-    del builder, states, value
-    return []
-
-  def skip_ops(self, builder, states, count, replicas):
-    """Ops leaving the replicas fed to `replicas` out of the coming wave's
-    synchronisation, `count` (an int32 scalar) taking part."""
-    del builder, states, count, replicas
-    return []
-
-  def schedule(self, replicas):
-    """A pooled algorithm's per-session schedule for `replicas` replicas:
-    an object with batch_sizes(rows), factors(), record(replicas) and
-    merge(drift), as adaptive.Schedule."""
-    raise NotImplementedError
-
-  def scale_ops(self, builder, states, value):
-    """Ops setting a pooled algorithm's per-replica learning-rate factors
-    to `value` (float64, one per replica)."""
-    del builder, states, value
-    return []
-
-  # ---- Commit: between a wave's computation and its writes ----------------
-  def before_commit(self, runtime, sizes, workers=None):
-    """Between a wave's computation and its commit, on the C++ runtime
-    (runtime.Runtime) that keeps what the commit applies; `sizes`: per
-    replica, the rows of its shard. On a cluster (only then is it given),
-    `workers(arrays)` sums a list of arrays over the workers."""
-    del runtime, sizes, workers
-
-  # ---- After a wave -------------------------------------------------------
-  def merge_value(self, wave, sizes):
-    """What `merge_ops` are fed after training run `wave`, or None."""
-    del wave, sizes
-    return None
-
-  def merge_ops(self, builder, states, value):
-    """Ops run after a wave, fed `value` (float64)."""
-    del builder, states, value
-    return []
-
-  def drift_tensor(self, builder, states):
-    """A pooled algorithm's float64 tensor its schedule's merge reads."""
-    raise NotImplementedError
-
+  # ---- Across devices and workers ------------------------------------------
   def device_sync(self, builder, state):
     """With the replicas on several devices (builder.placement), the op
     that makes every device's copy of `state`'s variable, and the variable,
@@ -242,13 +198,6 @@ class Algorithm(object):
     del builder, state
     return None
 
-  def reset_ops(self, builder, states):
-    """Ops restarting the synchronisation after a wave that did not
-    finish."""
-    del builder, states
-    return []
-
-  # ---- Across workers: after a wave, on a cluster only --------------------
   def worker_sync(self, builder, state):
     """What keeps the central models of a cluster's workers equal, for
     the variable of `state`: (op run before each wave, the tensor each
@@ -257,32 +206,11 @@ class Algorithm(object):
     del builder, state
     return None
 
-  def worker_merge(self, builder, state, average=False):
-    """On a cluster, what takes the place of `merge_ops` for the variable
-    of `state`, so that one merge spans every worker's replicas: (the
-    float64 tensor this worker adds to the sum over the workers, a
-    function from (a tensor of that sum, the sum of the workers' replica
-    counts, the merge value) to the op applying it), or None: each worker
-    merges its own replicas with `merge_ops`. With `average`, the merge
-    that `worker_merge_kind` calls "average"."""
-    del builder, state, average
-    return None
-
-  def worker_merge_kind(self, wave):
-    """On a cluster, the merge after training run `wave` (one is due):
-    "sum" (`worker_merge`), "average" (`worker_merge(average=True)`) or
-    None (each worker merges its own replicas alone)."""
-    del wave
-    return "sum"
-
   # ---- Checkpoints --------------------------------------------------------
   def state_parts(self, builder, state):
     """[(key or per-replica keys, resource handle or Replicated)]: the
-    parts of `state` a checkpoint holds."""
+    parts of `state` a checkpoint holds. They make no ops, and a state
+    that grows (apply_nodes) grows by parts: the replica state makes its
+    ops over the states afresh when their parts' keys change."""
     del builder, state
     return []
-
-  def state_signature(self, state):
-    """What the parts of `state` depend on (they may grow later)."""
-    del state
-    return None

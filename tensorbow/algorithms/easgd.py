@@ -14,6 +14,7 @@ import collections
 
 import tensorflow as tf
 
+from tensorbow import hooks
 from tensorbow.algorithms import sma
 from tensorbow.rewrite import graph_util
 
@@ -66,13 +67,42 @@ class EASGD(sma.SMA):
       return super().alpha_tensor(builder, state, dtype)
     return state.alpha[1]
 
-  def wave_value(self, wave, sizes):
-    del sizes
-    if self.period == 1:
-      return None
-    return self.alpha if wave % self.period == 0 else 0.0
+  def wave_hooks(self, setting):
+    own = list(super().wave_hooks(setting))
+    return own + ([_Phase(setting, self.alpha, self.period)]
+                  if self.period > 1 else [])
 
-  def wave_ops(self, builder, states, value):
-    return [tf.raw_ops.AssignVariableOp(
-        resource=s.alpha[0], value=tf.cast(value, s.alpha[1].dtype))
-            for s in states if s.alpha is not None]
+
+class _Phase(hooks.WaveHook):
+  """Before each wave, with a period above 1: the correction factor,
+  `alpha` on a communication wave and 0 otherwise, set where it changed.
+
+  Args:
+    setting: the setting's `hooks.Setting`.
+    alpha: the elastic force.
+    period: the replicas communicate every `period`-th training run.
+  """
+
+  def __init__(self, setting, alpha, period):
+    self._session = setting.session
+    self._runs = setting.replica_state.runs
+    self._alpha = alpha
+    self._period = period
+    self._set = None  # (ops, value) of the factor's last run
+
+  def before(self, opened):
+    value = self._alpha if opened.number % self._period == 0 else 0.0
+    run = self._runs.fed_run("easgd_alpha", value, _alpha_ops)
+    if run is None or (self._set is not None and self._set[0] is run[0]
+                       and self._set[1] == value):
+      return
+    self._session.run(*run)
+    self._set = (run[0], value)
+
+
+def _alpha_ops(builder, states, value):
+  """Ops setting every state's correction factor to `value`."""
+  del builder
+  return [tf.raw_ops.AssignVariableOp(
+      resource=s.alpha[0], value=tf.cast(value, s.alpha[1].dtype))
+          for s in states if s.alpha is not None]

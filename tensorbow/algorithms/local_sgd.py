@@ -11,6 +11,7 @@ DESIGN.md, "Local SGD", has the update rule.
 """
 import tensorflow as tf
 
+from tensorbow import hooks
 from tensorbow import ops as tb_ops
 from tensorbow.algorithms import base
 from tensorbow.rewrite import graph_util
@@ -108,7 +109,12 @@ class LocalSGD(base.Algorithm):
     return [tf.raw_ops.AssignVariableOp(resource=state.velocity,
                                         value=tf.zeros_like(value))]
 
+  def wave_hooks(self, setting):
+    return [_Exchange(setting, self)]
+
   def merge_value(self, wave, sizes):
+    """After training run `wave`: what the exchange is fed (merge_ops),
+    or None: no exchange after it."""
     del sizes
     if wave <= self.warmup_waves:
       return [1.0, 0.0, 0.0]  # averaging: rate 1, no momentum kept
@@ -131,6 +137,9 @@ class LocalSGD(base.Algorithm):
     return ops
 
   def worker_merge_kind(self, wave):
+    """On a cluster, the exchange after training run `wave` (one is
+    due): "sum" (`worker_merge`), "average" (`worker_merge(average=True)`)
+    or None (each worker exchanges its own replicas alone)."""
     if self.worker_period is None or wave <= self.warmup_waves:
       return "sum"
     return ("average" if (wave - self.warmup_waves) % self.worker_period == 0
@@ -191,3 +200,30 @@ class LocalSGD(base.Algorithm):
   def state_parts(self, builder, state):
     del builder
     return [(f"{state.var_op.name}/local_sgd/velocity", state.velocity)]
+
+
+class _Exchange(hooks.Merge):
+  """The exchange after a wave: on a cluster, over every worker's
+  replicas where `worker_merge_kind` says so; else this process's alone.
+
+  Args:
+    setting: the setting's `hooks.Setting`.
+    algorithm: the setting's `LocalSGD`.
+  """
+
+  def __init__(self, setting, algorithm):
+    super().__init__(setting, algorithm.merge_value, algorithm.merge_ops)
+    self._scale = setting.scale
+    self._algorithm = algorithm
+
+  def merge(self, opened, ran):
+    value = self._algorithm.merge_value(opened.number, ran.sizes)
+    kind = value is not None and self._algorithm.worker_merge_kind(
+        opened.number)
+    if kind and self._scale.merge(
+        lambda: self._runs.worker_merge_run(
+            kind, value, lambda b, s: self._algorithm.worker_merge(
+                b, s, average=kind == "average")),
+        self._session, opened.number):
+      return
+    super().merge(opened, ran)

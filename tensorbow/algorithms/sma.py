@@ -21,12 +21,12 @@ variable's kind, never from editing type names.
 """
 import collections
 
-import numpy as np
 import tensorflow as tf
 
 from tensorbow import op_nodes
 from tensorbow import ops as tb_ops
 from tensorbow.algorithms import base
+from tensorbow.algorithms import sma_wave
 from tensorbow.rewrite import graph_util
 
 _FLOAT_TYPES = tuple(t.as_datatype_enum for t in (
@@ -428,52 +428,8 @@ class SMA(base.Algorithm):
       return []
     return [state.correction.set(tf.zeros_like(central), replicas)]
 
-  def skip_ops(self, builder, states, count, replicas):
-    if not states:
-      return []
-    ops = [tb_ops.library().tensor_bow_set_sma_participants(
-        count=count, barriers=[s.barrier for s in states])] + [
-            s.correction.set(tf.zeros_like(s.central_value), replicas)
-            for s in states if s.corrections is not None]
-    for d, first in enumerate(states[0].devices):
-      # Each device's replicas update its copy and count their own
-      # arrivals.
-      on_device = builder.constant(np.array(first.replicas, np.int32),
-                                   tf.int32)
-      left = tf.reduce_sum(tf.cast(tf.equal(
-          tf.expand_dims(replicas, 1), tf.expand_dims(on_device, 0)),
-                                   tf.int32))
-      taking = len(first.replicas) - left
-      ops.append(tb_ops.library().tensor_bow_set_sma_participants(
-          count=taking, barriers=[s.devices[d].barrier for s in states]))
-      ops += [op for s in states
-              for op in self._idle_device_ops(builder, s.devices[d],
-                                              tf.equal(taking, 0))]
-    return ops
-
-  def _idle_device_ops(self, builder, central, idle):
-    """Ops moving device copy `central` as its replicas' wave would with
-    no corrections, if `idle` (a bool scalar): by the central momentum
-    alone, so that the device sum adds nothing from a device none of
-    whose replicas train."""
-    dtype = central.value.dtype
-    z = tf.raw_ops.ReadVariableOp(resource=central.var, dtype=dtype)
-    prev = tf.raw_ops.ReadVariableOp(resource=central.prev, dtype=dtype)
-    momentum = builder.constant(self.central_momentum, dtype)
-    moved = tf.raw_ops.SelectV2(condition=idle, t=z + momentum * (z - prev),
-                                e=z)
-    rotated = tf.raw_ops.SelectV2(condition=idle, t=z, e=prev)
-    with tf.control_dependencies([moved, rotated]):
-      return [tf.raw_ops.AssignVariableOp(resource=central.var, value=moved),
-              tf.raw_ops.AssignVariableOp(resource=central.prev,
-                                          value=rotated)]
-
-  def reset_ops(self, builder, states):
-    if not states:
-      return []
-    return [tb_ops.library().tensor_bow_reset_sma_barriers(
-        barriers=[b for s in states
-                  for b in [s.barrier] + [c.barrier for c in s.devices]])]
+  def wave_hooks(self, setting):
+    return [sma_wave.Participants(setting, self.central_momentum)]
 
   def state_parts(self, builder, state):
     name = state.name
@@ -489,6 +445,3 @@ class SMA(base.Algorithm):
       parts.append(([f"{name}/sma/correction_{r}"
                      for r in range(builder.num_replicas)], state.correction))
     return parts
-
-  def state_signature(self, state):
-    return state.corrections is not None

@@ -12,6 +12,7 @@ summed over the workers (an all-reduce) and divided by all their rows.
 import numpy as np
 import tensorflow as tf
 
+from tensorbow import hooks
 from tensorbow.algorithms import base
 
 
@@ -24,20 +25,16 @@ class SSGD(base.Algorithm):
   spans_devices = True
   replicas_equal = True
 
-  def check_nonfinite(self, nonfinite):
-    super().check_nonfinite(nonfinite)
+  def check(self, nonfinite=None, sparse=(), split=True):
+    super().check(nonfinite=nonfinite)
     if nonfinite == "skip":
       raise ValueError(f"algorithm {self.name!r} averages every replica's "
                        "gradients: nonfinite cannot be 'skip'")
-
-  def check_updates(self, sparse):
     if sparse:
       raise tf.errors.UnimplementedError(
           None, None,
           f"TensorBow's {self.name} averages the replicas' gradients, which "
           f"a sparse update ('{sparse[0]}') does not allow")
-
-  def check_split(self, split):
     if not split:
       raise tf.errors.UnimplementedError(
           None, None,
@@ -50,10 +47,31 @@ class SSGD(base.Algorithm):
     del has_state
     return False
 
-  def before_commit(self, runtime, sizes, workers=None):
-    rows = np.asarray(sizes, np.float64)
+  def wave_hooks(self, setting):
+    return [_Average(setting.runtime, setting.scale)]
+
+
+class _Average(hooks.WaveHook):
+  """Between a wave's computation and its commit, the gradients the
+  runtime kept become their mean over the replicas weighted by rows: over
+  every process's replicas where there are several.
+
+  Args:
+    runtime: the setting's `runtime.Runtime`, which kept them.
+    scale: the session's `scaleout.Alone` (or `Workers`): its
+      `commit_sum(wave)` sums arrays over the processes (None: one).
+  """
+
+  def __init__(self, runtime, scale):
+    self._runtime = runtime
+    self._scale = scale
+
+  def between(self, opened, weights):
+    rows = np.asarray(weights, np.float64)
+    workers = self._scale.commit_sum(opened.number)
     if workers is None:
-      runtime.average_kept(rows / rows.sum())
+      self._runtime.average_kept(rows / rows.sum())
       return
-    *sums, total = workers(runtime.kept_sums(rows) + [np.sum(rows)[None]])
-    runtime.replace_kept([s / total[0] for s in sums])
+    *sums, total = workers(self._runtime.kept_sums(rows) +
+                           [np.sum(rows)[None]])
+    self._runtime.replace_kept([s / total[0] for s in sums])

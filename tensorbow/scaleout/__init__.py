@@ -153,11 +153,11 @@ class Alone(object):
     None."""
     del wave
 
-  def merge(self, runs, session, wave, sizes):
-    """Merges the replicas over every process after `wave`, if the
-    algorithm can; returns whether it did (else the worker merges its
-    own)."""
-    del runs, session, wave, sizes
+  def merge(self, make_run, session, wave):
+    """Merges the replicas over every process after `wave` with the run
+    `make_run()` makes (AlgorithmRuns.worker_merge_run; None: it cannot);
+    returns whether it did (else the process merges its own)."""
+    del make_run, session, wave
     return False
 
   def sync(self, runs, session, wave, summed=(), fetched=()):
@@ -323,8 +323,8 @@ class Workers(Alone):
     return lambda arrays: self._summed(wave, self._reducer.sum, arrays,
                                        f"wave {wave}")
 
-  def merge(self, runs, session, wave, sizes):
-    spanning = runs.worker_merge_run(wave, sizes)
+  def merge(self, make_run, session, wave):
+    spanning = make_run()
     if spanning is None:
       return False
     self._apply_sum(spanning, session, wave)
