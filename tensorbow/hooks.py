@@ -72,6 +72,45 @@ class WaveHook(object):
     """The wave did not end: puts back what `before` kept."""
 
 
+class Joined(WaveHook):
+  """The hooks of a wave as one: each point calls theirs in their order.
+
+  Args:
+    joined: the `WaveHook`s, in the order they are called.
+  """
+
+  def __init__(self, joined):
+    self._joined = tuple(joined)
+
+  def before(self, opened):
+    for hook in self._joined:
+      hook.before(opened)
+
+  def leave_out(self, skipped, remaining):
+    for hook in self._joined:
+      hook.leave_out(skipped, remaining)
+
+  def between(self, opened, weights):
+    for hook in self._joined:
+      hook.between(opened, weights)
+
+  def merge(self, opened, ran):
+    for hook in self._joined:
+      hook.merge(opened, ran)
+
+  def after(self, opened, ran):
+    for hook in self._joined:
+      hook.after(opened, ran)
+
+  def failed(self):
+    for hook in self._joined:
+      hook.failed()
+
+  def undo(self):
+    for hook in self._joined:
+      hook.undo()
+
+
 def reduce(arrays):
   """`arrays` summed over the processes of one process's job: themselves."""
   return arrays

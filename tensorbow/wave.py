@@ -157,8 +157,8 @@ class WaveSteps(object):
     scale: the session's `scaleout.Alone` (or `Workers`): what crosses
       processes.
     seeding: the setting's `seeding.Seeding`.
-    hooks: the `hooks.WaveHook`s of the wave, in the order they are
-      called.
+    hooks: what joins the wave (`hooks.Joined`: its hooks, called in
+      order at each point).
   """
 
   def __init__(self, session, runtime, replica_state, algorithm, nonfinite,
@@ -170,7 +170,7 @@ class WaveSteps(object):
     self._nonfinite = nonfinite
     self._scale = scale
     self._seeding = seeding
-    self._hooks = tuple(hooks)
+    self._hooks = hooks
     self._schedule = None  # a pooled algorithm's, made at its first wave
 
   def schedule_history(self):
@@ -194,8 +194,7 @@ class WaveSteps(object):
       self._scale.take_model(self._state, self._session, opened.number)
       self._seeding.seed()
       self._scale.take_state(self._state, self._session, opened.number)
-      for hook in self._hooks:
-        hook.before(opened)
+      self._hooks.before(opened)
 
   def run(self, opened, options, run_metadata):
     """The wave's tasks: a pooled algorithm's chunks, an atomic wave
@@ -268,8 +267,7 @@ class WaveSteps(object):
     committed, bad = committed_replicas(opened.plan, nonfinite,
                                         self._nonfinite)
     weights = commit_weights(opened)
-    for hook in self._hooks:
-      hook.between(opened, weights)
+    self._hooks.between(opened, weights)
     self._leave_out(opened.sat_out + bad, len(opened.per_replica) - len(bad))
     return committed
 
@@ -278,8 +276,7 @@ class WaveSteps(object):
     central update and `remaining` (some) take part."""
     if remaining == 0 or not skipped or not self._state.in_use:
       return
-    for hook in self._hooks:
-      hook.leave_out(skipped, remaining)
+    self._hooks.leave_out(skipped, remaining)
 
   def _commit(self, plan, committed, options, run_metadata):
     """An atomic wave's writes, by the replicas `committed`: per replica
@@ -298,7 +295,7 @@ class WaveSteps(object):
       if snapshot is not None:
         self._session.run(*self._state.restore_snapshot_run(plan.snapshot,
                                                             snapshot))
-        self._failed()
+        self._hooks.failed()
       else:
         self._after_failed_writes()
       raise
@@ -308,18 +305,12 @@ class WaveSteps(object):
     central model, which it did not change."""
     if self._state.in_use:
       self._state.reseed()
-      self._failed()
-
-  def _failed(self):
-    """The hooks' `failed`, after the wave's writes failed."""
-    for hook in self._hooks:
-      hook.failed()
+      self._hooks.failed()
 
   def undo(self):
     """After a wave that did not end (it lost a worker): the hooks put
     back what they kept, in their order."""
-    for hook in self._hooks:
-      hook.undo()
+    self._hooks.undo()
 
   def merge(self, opened, fetched, ran):
     """{fetch position: value} of wave `opened` that `ran`, `fetched` the
@@ -329,12 +320,10 @@ class WaveSteps(object):
         opened.plan, fetched, ran.outputs, ran.sizes,
         None if opened.pooled else (opened.trained, ran.committed))
     if self._state.in_use:
-      for hook in self._hooks:
-        hook.merge(opened, ran)
+      self._hooks.merge(opened, ran)
       merged.update(self._summed(opened.number, opened.plan.summed,
                                  feeds.sums_over_rows(opened.plan, merged)))
-      for hook in self._hooks:
-        hook.after(opened, ran)
+      self._hooks.after(opened, ran)
     return merged
 
   def _summed(self, number, summed, sums):

@@ -42,18 +42,19 @@ def _refuse_sparse(route, num_replicas):
 
 
 def _hooks(setting, algorithm, noise, backup):
-  """The hooks of a setting's waves (`setting`: its `hooks.Setting`), in
-  the order they are called: the backup first (it keeps the replicas
-  before the algorithm's runs change them, and puts them back before its
-  barriers restart), the noise sample, the processes' common base, then
-  the algorithm's own (Algorithm.wave_hooks)."""
+  """The hooks of a setting's waves (`setting`: its `hooks.Setting`) as
+  one `hooks.Joined`, in the order they are called: the backup first (it
+  keeps the replicas before the algorithm's runs change them, and puts
+  them back before its barriers restart), the noise sample, the
+  processes' common base, then the algorithm's own
+  (Algorithm.wave_hooks)."""
   joined = []
   if backup is not None:
     joined.append(hooks.Backup(backup, setting.replica_state))
   if noise is not None:
     joined.append(hooks.NoiseSample(noise, setting.runtime))
-  return (joined + [hooks.CommonBase(setting)] +
-          list(algorithm.wave_hooks(setting)))
+  return hooks.Joined(joined + [hooks.CommonBase(setting)] +
+                      list(algorithm.wave_hooks(setting)))
 
 
 class Trainer(object):

@@ -382,3 +382,50 @@ def test_a_wave_that_loses_a_worker_undoes_its_hooks_and_its_count():
     run(_rows())
   assert algorithm.hook.calls == [("before", 1, [5, 5]), ("undo",)]
   assert trainer.waves == 0 and runtime.discarded
+
+
+class _Named(hooks.WaveHook):
+  """Logs its name and each point it is called at."""
+
+  def __init__(self, name, log):
+    self._name, self._log = name, log
+
+  def _called(self, point):
+    self._log.append((point, self._name))
+
+  def before(self, opened):
+    self._called("before")
+
+  def leave_out(self, skipped, remaining):
+    self._called("leave_out")
+
+  def between(self, opened, weights):
+    self._called("between")
+
+  def merge(self, opened, ran):
+    self._called("merge")
+
+  def after(self, opened, ran):
+    self._called("after")
+
+  def failed(self):
+    self._called("failed")
+
+  def undo(self):
+    self._called("undo")
+
+
+def test_joined_hooks_are_called_in_their_order_at_every_point():
+  log = []
+  joined = hooks.Joined([_Named("a", log), hooks.WaveHook(),
+                         _Named("b", log)])
+  joined.before(None)
+  joined.leave_out([1], 1)
+  joined.between(None, [1])
+  joined.merge(None, None)
+  joined.after(None, None)
+  joined.failed()
+  joined.undo()
+  points = ["before", "leave_out", "between", "merge", "after", "failed",
+            "undo"]
+  assert log == [(p, n) for p in points for n in ("a", "b")]
