@@ -79,15 +79,20 @@ def summary(entered, calls, root):
           "returns": len(entered) - len(modules), "calls": calls}
 
 
+def root():
+  """The checkout's folder, which the trace's module paths are relative
+  to."""
+  import tensorbow as tb  # pylint: disable=g-import-not-at-top
+  return os.path.dirname(os.path.dirname(os.path.abspath(tb.__file__)))
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--replicas", type=int, default=2)
   parser.add_argument("--warm", type=int, default=3)
   args = parser.parse_args()
   entered, calls = trace(args.replicas, args.warm)
-  import tensorbow as tb  # pylint: disable=g-import-not-at-top
-  root = os.path.dirname(os.path.dirname(os.path.abspath(tb.__file__)))
-  result = summary(entered, calls, root)
+  result = summary(entered, calls, root())
   print(" -> ".join(result["order"]))
   print(json.dumps({k: result[k] for k in ("modules", "lines", "returns",
                                            "calls")}, indent=1))
