@@ -3,13 +3,17 @@ built, and the settings a session trains with.
 
 `OPTIONS` is the one table of the session's options: each one's name,
 default and meaning, and the check of its value where it needs no other
-option. The session's signature (`session_signature`), `SessionOptions`,
-`check_options` and `tensorbow-run`'s flags (cli/options.py) are all made
-from it, so an option is added, or its default changed, in one row.
+option. The session's signature (`session_signature`), `SessionOptions`
+and its docstring (the meanings `TensorBowSession`'s docstring points to),
+`check_options` and `tensorbow-run`'s flags (cli/options.py: `--name`,
+read as the default's type, unless the option needs a flag of its own)
+are all made from it, so an option is added, or its default changed, in
+one row.
 """
 import collections
 import inspect
 import os
+import textwrap
 
 import tensorflow as tf
 
@@ -83,49 +87,88 @@ def _seconds_or_none(name, value):
 Option = collections.namedtuple("Option", [
     "name",  # TensorBowSession's keyword, SessionOptions' field
     "default",
-    "meaning",  # one line; TensorBowSession's docstring says more
+    "meaning",  # what it means, as SessionOptions' docstring (and the help
+                # of a flag made from the row) shows it
     "check",  # (name, value) -> raises ValueError for a value out of range
               # on its own; None: checked with other options (_check), by
               # algorithms.resolve or by devices.check
-])
+    "kind",  # the type of a value where a default of None does not tell
+             # it: bool, int, float or str (None: str), read as such by
+             # the flag tensorbow-run makes from the row
+], defaults=[None])
 
-# Every option of TensorBowSession, in its signature's order.
+# Every option of TensorBowSession, in its signature's order. A row is the
+# whole of an option's declaration: the session's signature, SessionOptions
+# and its docstring, and tensorbow-run's flag are made from it.
 OPTIONS = (
-    Option("replicas", 2, "L, the number of model replicas, or 'auto' to "
-           "tune it", _replicas),
-    Option("algorithm", "sma", "what keeps the replicas together: a name "
-           "of ALGORITHMS or an algorithms.Algorithm", None),
-    Option("alpha", None, "the SMA correction factor (None: 1 / replicas)",
-           None),
-    Option("central_momentum", 0.9, "the momentum of the central model",
-           None),
+    Option("replicas", 2, "L, the number of model replicas (learners), "
+           ">= 1, or 'auto' to tune it", _replicas),
+    Option("algorithm", "sma", "what keeps the replicas together: an "
+           "instance from `tensorbow.algorithms` or its name (ALGORITHMS): "
+           "'sma' (synchronous model averaging), 'easgd' (elastic "
+           "averaging), 'ssgd' (synchronous SGD), 'asgd' (asynchronous SGD "
+           "over the shared model), 'adaptive' (Adaptive SGD), 'local_sgd' "
+           "(each replica trains alone and every `period` runs the central "
+           "model takes an outer step on their average move: DiLoCo, "
+           "post-local SGD) or 'none' (independent replicas; the central "
+           "model is replica 0's, for measuring the cost of "
+           "synchronisation)", None),
+    Option("alpha", None, "the SMA correction factor (None: 1 / replicas; "
+           "or give it to `algorithms.SMA`)", None),
+    Option("central_momentum", 0.9, "the momentum of the central model, in "
+           "[0, 1)", None),
     Option("nonfinite", "propagate", "what a training run does with an "
-           "infinity or NaN: one of NONFINITE", _nonfinite),
-    Option("cluster_timeout", 60.0, "the seconds a wave waits for the "
-           "other workers before it fails", _seconds),
-    Option("heartbeat_timeout", 3.0, "the seconds a worker may send no "
-           "heartbeat before the others fail naming it", _heartbeat_seconds),
-    Option("devices", None, "the device names to spread the replicas over "
-           "(None: one device as TensorFlow places it)", None),
-    Option("prefetch", True, "whether an input pipeline's next elements "
-           "are pulled while a wave computes", _true_or_false),
+           "infinity or NaN in a replica's fetches or in what its optimizer "
+           "applies (NONFINITE): 'propagate' (as TensorFlow), 'raise' "
+           "(InvalidArgumentError, nothing committed) or 'skip' (those "
+           "replicas are left out of the wave's update and re-seeded from "
+           "the central model, with a warning)", _nonfinite),
+    Option("cluster_timeout", 60.0, "with workers named by `TF_CONFIG`, the "
+           "seconds a wave waits for the other workers before it fails",
+           _seconds),
+    Option("heartbeat_timeout", 3.0, "with workers, the seconds a worker may "
+           "send no heartbeat before the others fail naming it "
+           "(scaleout/heartbeat.py)", _heartbeat_seconds),
+    Option("devices", None, "None or one device (TensorFlow places the "
+           "model), or the devices to spread the replicas over, such as "
+           "['/cpu:0', '/cpu:1'] (with `ConfigProto(device_count={'CPU': "
+           "2})`): each keeps its own copy of the central model for its "
+           "replicas, and after each wave the copies' moves are summed "
+           "('sma', 'easgd' and 'ssgd')", None),
+    Option("prefetch", True, "whether a training run fed by an input "
+           "pipeline (a `tf.data` iterator's `get_next()`, a queue's "
+           "dequeue) pulls the next wave's elements while its wave computes "
+           "(False: when it asks)", _true_or_false),
     Option("timeline", None, "a path for a Chrome trace of the training "
-           "runs", _path_or_none),
+           "runs (observe.py)", _path_or_none),
     Option("logdir", None, "a directory for TensorBoard scalars of the "
-           "training runs", _path_or_none),
-    Option("progress", None, "the seconds between progress lines",
-           _seconds_or_none),
-    Option("min_workers", None, "how many workers must remain for the "
-           "others to go on without a lost one", None),
-    Option("membership_log", None, "a file of the job's changes of "
-           "membership (written if absent, else replayed)", _path_or_none),
-    Option("join", None, "the addresses a running job's workers started "
-           "at, to join that job", None),
-    Option("max_workers", None, "how many workers an elastic job takes in "
-           "at most", None),
-    Option("elastic_timeout", None, "the seconds fewer than min_workers "
-           "wait for workers to join", None),
+           "training runs (observe.py)", _path_or_none),
+    Option("progress", None, "the seconds between progress lines "
+           "(observe.py)", _seconds_or_none),
+    Option("min_workers", None, "with workers, how many must remain for the "
+           "survivors of a lost one to go on without it (None: the others "
+           "fail)", None),
+    Option("membership_log", None, "with `min_workers`, a file of the job's "
+           "changes of membership (written if absent, else replayed; "
+           "scaleout/__init__.py)", _path_or_none),
+    Option("join", None, "with `min_workers`, the addresses a running job's "
+           "workers started at, to join that job", None),
+    Option("max_workers", None, "with `min_workers`, how many workers an "
+           "elastic job takes in at most", None),
+    Option("elastic_timeout", None, "with `min_workers`, the seconds fewer "
+           "than `min_workers` wait for workers to join", None),
 )
+
+
+def describe():
+  """Every option of `OPTIONS` with its default and meaning, a paragraph
+  each, as `SessionOptions`' docstring (`help()`) lists them."""
+  lines = []
+  for option in OPTIONS:
+    lines += textwrap.wrap(f"{option.name}={option.default!r}: "
+                           f"{option.meaning}.", 70, subsequent_indent="  ",
+                           break_long_words=False, break_on_hyphens=False)
+  return "\n".join(lines)
 
 
 # The options of an elastic job of workers (scaleout.from_environ's).
@@ -201,6 +244,11 @@ class SessionOptions(collections.namedtuple(
       more.CopyFrom(config)
     more.device_count["CPU"] = needed
     return more
+
+
+# help(SessionOptions) gives every option's meaning, from its row.
+SessionOptions.__doc__ += "\n  Options:\n" + textwrap.indent(
+    describe(), "    ") + "\n"
 
 
 def session_signature(function=None):

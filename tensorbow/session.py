@@ -32,44 +32,10 @@ class TensorBowSession(session_base.SessionBase):
     target: as for `tf.compat.v1.Session`.
     graph: as for `tf.compat.v1.Session` (default: the default graph).
     config: as for `tf.compat.v1.Session`.
-    replicas: L, the number of model replicas (learners), >= 1.
-    algorithm: an instance from `tensorbow.algorithms` or its name: "sma"
-      (synchronous model averaging), "easgd" (elastic averaging), "ssgd"
-      (synchronous SGD), "asgd" (asynchronous SGD over the shared model),
-      "adaptive" (Adaptive SGD), "local_sgd" (each replica trains alone
-      and every `period` runs the central model takes an outer step on
-      their average move: DiLoCo, post-local SGD) or "none" (independent
-      replicas; the central model is replica 0's, for measuring the cost
-      of synchronisation).
-    alpha: the SMA correction factor; None means 1 / replicas (or give it
-      to `algorithms.SMA`).
-    central_momentum: the momentum of the central model, in [0, 1).
-    nonfinite: what a training run does with an infinity or NaN in a
-      replica's fetches or in what its optimizer applies: "propagate" (as
-      TensorFlow), "raise" (InvalidArgumentError, nothing committed) or
-      "skip" (those replicas are left out of the wave's update and
-      re-seeded from the central model, with a warning).
-    cluster_timeout: with workers named by `TF_CONFIG`, the seconds a
-      wave waits for the other workers before it fails.
-    heartbeat_timeout: with workers, the seconds a worker may send no
-      heartbeat before the others fail naming it (scaleout/heartbeat.py).
-    min_workers: with workers, how many must remain for the survivors of
-      a lost one to go on without it (None: the others fail).
-    membership_log, join, max_workers, elastic_timeout: with
-      `min_workers`, a file of the job's changes of membership (written if
-      absent, else replayed); the addresses a job's workers started at, to
-      join that job; how many it takes in at most; the seconds fewer than
-      `min_workers` wait for joiners (scaleout/__init__.py).
-    devices: None or one device (TensorFlow places the model), or the
-      devices to spread the replicas over, such as ["/cpu:0", "/cpu:1"]
-      (with `ConfigProto(device_count={"CPU": 2})`): each keeps its own copy
-      of the central model for its replicas, and after each wave the
-      copies' moves are summed ("sma", "easgd" and "ssgd").
-    prefetch: whether a training run fed by an input pipeline (a
-      `tf.data` iterator's `get_next()`, a queue's dequeue) pulls the next
-      wave's elements while its wave computes (False: when it asks).
-    timeline, logdir, progress: a path for a Chrome trace, a directory
-      for TensorBoard scalars, seconds between progress lines (observe.py).
+    **options: keyword only, the options of `tensorbow.options.OPTIONS`,
+      one row each with its default and meaning: the signature shows their
+      defaults and `help(tensorbow.options.SessionOptions)` their meanings
+      (`tensorbow-run` has a flag for each).
 
   With `TF_CONFIG` naming two or more workers, this process is one of
   them: it trains `replicas` replicas on its part of every batch, and the

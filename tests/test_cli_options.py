@@ -4,6 +4,7 @@ and the worker's command line that parses back to the same object."""
 import inspect
 import os
 import re
+import textwrap
 
 import pytest
 import tensorflow as tf
@@ -25,8 +26,9 @@ SESSION_PARAMETERS = {
     name: p for name, p in inspect.signature(
         tensorbow.TensorBowSession.__init__).parameters.items()
     if name not in NOT_FLAGS}
-# Every option away from its default.
-EVERY_OPTION = cli_options.SessionOptions(
+# Every option away from its default: these, and each option after them,
+# whose flag is made from its row, by its type (_away).
+_AWAY = dict(
     replicas=4, algorithm="ssgd", alpha=0.3, central_momentum=0.5,
     nonfinite="raise", cluster_timeout=5.0, heartbeat_timeout=2.5,
     devices=("/cpu:0", "/cpu:1"), prefetch=False,
@@ -35,6 +37,20 @@ EVERY_OPTION = cli_options.SessionOptions(
     progress=30.0, min_workers=2, membership_log="/nowhere/m.json",
     join=("127.0.0.1:2001", "127.0.0.1:2002"), max_workers=3,
     elastic_timeout=30.0)
+
+
+def _away(option):
+  """A value of `option`'s type other than its default."""
+  kind = (type(option.default) if option.default is not None else
+          option.kind or str)
+  if kind is bool:
+    return not option.default
+  return kind((option.default or kind()) + kind("1"))
+
+
+EVERY_OPTION = cli_options.SessionOptions(**{
+    o.name: _AWAY[o.name] if o.name in _AWAY else _away(o)
+    for o in tb_options.OPTIONS})
 
 
 def _parse(argv):
@@ -72,15 +88,19 @@ def test_the_table_the_options_and_the_flags_agree():
               for name, default in table]
 
 
-def test_the_sessions_docstring_explains_every_option():
+def test_the_sessions_docstring_points_to_the_table():
+  """The options' meanings are the table's, in `SessionOptions`' docstring:
+  the session's names them as `OPTIONS`' rows, each explained once."""
   doc = inspect.cleandoc(tensorbow.TensorBowSession.__doc__)
   args = doc.split("\nArgs:\n", 1)[1].split("\n\n", 1)[0]
-  explained = {name for line in args.splitlines()
-               if re.match(r"  \w", line)
-               for name in line.split(":")[0].strip().split(", ")}
-  assert {"target", "graph", "config", "replicas"} <= explained
-  missing = [o.name for o in tb_options.OPTIONS if o.name not in explained]
-  assert not missing, args
+  assert "**options: keyword only, the options of `tensorbow.options." \
+      "OPTIONS`" in " ".join(args.split())
+  listed = textwrap.dedent(tb_options.SessionOptions.__doc__.split(
+      "\n  Options:\n", 1)[1]).strip()
+  assert listed == tb_options.describe()
+  for option in tb_options.OPTIONS:
+    assert f"\n{option.name}={option.default!r}: " in "\n" + listed
+    assert " ".join(option.meaning.split()) in " ".join(listed.split())
 
 
 def _help_entries(text):
@@ -159,7 +179,10 @@ def test_every_option_parses_back_from_its_flags():
       "--join", "127.0.0.1:2001,127.0.0.1:2002",
       "--devices", "/cpu:0,/cpu:1", "--no-prefetch",
       "--timeline", "/nowhere/timeline.json", "--logdir", "/nowhere/logs",
-      "--progress", "30.0"]
+      "--progress", "30.0"] + [
+          text for o in tb_options.OPTIONS if o.name not in _AWAY
+          for text in cli_options.flag_argv(o.name, getattr(EVERY_OPTION,
+                                                            o.name))]
   for options in (cli_options.SessionOptions(),
                   cli_options.SessionOptions(replicas="auto", alpha=0.1),
                   cli_options.SessionOptions(alpha=1.0 / 3.0,

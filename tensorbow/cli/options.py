@@ -1,14 +1,18 @@
 """The `TensorBowSession` options a `tensorbow-run` command sets: one
 `SessionOptions` (tensorbow/options.py), built once from the parsed
 command line, handed to the patches (patches.py) and, with `--workers W`,
-written back into each worker's command line by the same flag table that
+written back into each worker's command line by the same flags that
 parsed it.
 
-Each option has one row in `_FLAGS`: its flag, how its text is read (with
-an argparse error naming the value received and what is accepted) and how
-it is written back, so a flag cannot be parsed one way and rebuilt
-another. Its default, and the "{default}" of its help, are the session's
-(`tensorbow.options.OPTIONS`).
+Every row of `tensorbow.options.OPTIONS` has a flag, made from the row
+alone (`_plain_flag`): `--name` (underscores as hyphens), read as the
+type of its default (or of the row's `kind`) and written back the same
+way, its help the row's meaning with the session's default. Only an
+option that needs more (its own flag name, a parser that checks a range
+or reads a list, help of its own) has a row in `_SPECIAL`. Each flag
+knows how its text is read (with an argparse error naming the value
+received and what is accepted) and how it is written back, so a flag
+cannot be parsed one way and rebuilt another.
 """
 import argparse
 import collections
@@ -154,7 +158,10 @@ class _Flag(collections.namedtuple("_Flag", [
     return [self.flag, self.text(value)]
 
 
-_FLAGS = (
+# The options whose flag is not the one their row makes (_plain_flag),
+# in the order of the command's help and of a worker's argv; the others'
+# follow in OPTIONS' order.
+_SPECIAL = (
     _Flag("replicas", "--replicas", dict(
         type=_replicas, help="number of model replicas L, or 'auto' to "
         "tune it (default: {default})"), _text),
@@ -228,26 +235,73 @@ _FLAGS = (
 )
 
 
+# How a flag made from an option's row (_plain_flag) reads its text and
+# writes a value back, by the type of the option's value (None: a
+# --flag/--no-flag pair).
+_READ = {
+    bool: None,  # a --flag/--no-flag pair
+    int: (lambda text: number(text, int, lambda v: True, "an int"), _text),
+    float: (lambda text: number(text, float, lambda v: True, "a number"),
+            _float),
+    str: (str, _text),
+}
+
+
+def _plain_flag(option):
+  """The flag of `option`, a row of `OPTIONS` with no row in `_SPECIAL`:
+  `--name`, read as its default's type (a None default: its `kind`, else
+  text).
+
+  Raises:
+    TypeError: for a default of another type (its flag needs a row in
+      `_SPECIAL`).
+  """
+  kind = type(option.default) if option.default is not None else (
+      option.kind or str)
+  if kind not in _READ:
+    read = ", ".join(k.__name__ for k in _READ)
+    raise TypeError(f"option {option.name!r} is a {kind.__name__}, but a "
+                    f"flag made from its row reads {read}: give its flag a "
+                    f"row in cli/options.py's _SPECIAL")
+  flag = "--" + option.name.replace("_", "-")
+  shown = "" if option.default is None else " (default: {default})"
+  # The meaning as it reads: no format field of str.format or argparse.
+  meaning = option.meaning.replace("{", "{{").replace("}", "}}")
+  help_ = meaning.replace("%", "%%") + shown
+  if _READ[kind] is None:
+    return _Flag(option.name, flag, dict(
+        action=argparse.BooleanOptionalAction, help=help_), None)
+  read, text = _READ[kind]
+  return _Flag(option.name, flag, dict(type=read, help=help_), text)
+
+
+def _flags():
+  """Every option's flag: `_SPECIAL`'s, then those made from `OPTIONS`."""
+  special = {f.field for f in _SPECIAL}
+  return _SPECIAL + tuple(_plain_flag(o) for o in tb_options.OPTIONS
+                          if o.name not in special)
+
+
 def argv(options):
   """The flags that parse back to `options`, a `SessionOptions`
   (`from_args`)."""
-  return [text for flag in _FLAGS
+  return [text for flag in _flags()
           for text in flag.write(getattr(options, flag.field))]
 
 
 def flag_argv(field, value):
   """The command line's flag that sets `SessionOptions`' `field` to
   `value`, as argv (such as ["--replicas", "4"])."""
-  [flag] = [f for f in _FLAGS if f.field == field]
+  [flag] = [f for f in _flags() if f.field == field]
   return flag.write(value)
 
 
 def add_flags(parser):
   """Adds a flag for every field of `SessionOptions` to `parser`, with
   the session's default, shown in its help."""
-  defaults = SessionOptions()
+  defaults = tb_options.SessionOptions()
   group = parser.add_argument_group("TensorBowSession options")
-  for flag in _FLAGS:
+  for flag in _flags():
     default = getattr(defaults, flag.field)
     kwargs = dict(flag.kwargs, help=flag.kwargs["help"].format(
         default=flag.shown(default)))
@@ -257,4 +311,5 @@ def add_flags(parser):
 def from_args(args):
   """The `SessionOptions` of a namespace parsed by a parser `add_flags`
   made."""
-  return SessionOptions(**{f: getattr(args, f) for f in SessionOptions._fields})
+  made = tb_options.SessionOptions
+  return made(**{f: getattr(args, f) for f in made._fields})
