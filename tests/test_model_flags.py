@@ -1,6 +1,9 @@
 """The model scripts' command line (models/flags.py): every algorithm the
 session takes and replicas="auto" parse into the `Config` whose session
 trains with them; a value out of range is an argparse error naming it."""
+import importlib
+import pkgutil
+
 import pytest
 import tensorflow as tf
 
@@ -20,10 +23,27 @@ def session_of(config):
                                   config.algorithm, graph)
 
 
+def _algorithms_defined():
+  """The names of the algorithms tensorbow/algorithms/ defines: each
+  named `Algorithm` subclass, in the module that defines it."""
+  names = set()
+  for info in pkgutil.iter_modules(tb.algorithms.__path__):
+    module = importlib.import_module(f"tensorbow.algorithms.{info.name}")
+    names.update(
+        value.name for value in vars(module).values()
+        if isinstance(value, type) and
+        issubclass(value, tb.algorithms.Algorithm) and
+        value.__module__ == module.__name__ and value.name)
+  return names
+
+
 def test_the_cli_takes_every_algorithm_the_session_takes():
+  # Every algorithm defined is registered (algorithms.by_name), so a new
+  # one is its module, its registry line and its test.
   assert run_config.ALGORITHMS == tb_options.ALGORITHMS
-  assert set(run_config.ALGORITHMS) == {
-      "sma", "easgd", "asgd", "ssgd", "adaptive", "local_sgd", "none"}
+  assert set(run_config.ALGORITHMS) == _algorithms_defined()
+  assert {"sma", "easgd", "asgd", "ssgd", "adaptive", "local_sgd",
+          "none"} <= _algorithms_defined()
 
 
 @pytest.mark.parametrize("name", tb_options.ALGORITHMS)
@@ -85,8 +105,8 @@ def test_a_scripts_defaults_override_the_configs():
      "'two'"),
     (["--replicas", "Auto"], "got 'Auto'"),
     (["--algorithm", "sgd"],
-     "argument --algorithm: invalid choice: 'sgd' (choose from 'sma', "
-     "'easgd', 'asgd', 'ssgd', 'adaptive', 'local_sgd', 'none')"),
+     "argument --algorithm: invalid choice: 'sgd' (choose from " +
+     ", ".join(repr(n) for n in tb_options.ALGORITHMS) + ")"),
     (["--algorithm", "independent"], "invalid choice: 'independent'"),
     (["--session", "torch"], "argument --session: invalid choice: 'torch'"),
     (["--batch_size", "0"],
