@@ -46,6 +46,8 @@ Closure = collections.namedtuple("Closure", [
                    # feedable iterator's string handle)
     "waits",  # names of the ops it runs that may wait on another run
               # (session_lock.py): a training run lets go of the lock
+    "takes",  # the gradient accumulators' takes it runs, which only one
+              # replica of a job may run (session_lock.per_process_takes)
 ])
 
 
@@ -201,7 +203,8 @@ class Router(object):
             training, analysis.written_variables(ops), ops, pulled,
             frozenset(op.name for op in ops
                       if op.type in analysis.VARIABLE_OPS),
-            pipelines, pull_feeds, session_lock.waiting_ops(ops))
+            pipelines, pull_feeds, session_lock.waiting_ops(ops),
+            session_lock.per_process_takes(ops))
         self._closures[signature] = closure
         if not training:
           self._warn_hand_written(ops, fed_names)

@@ -59,25 +59,30 @@ def waiting_ops(ops):
   return tuple(sorted(found))
 
 
-def refuse_per_process(ops, replicas):
-  """Raises if a training run of `ops` takes from a gradient accumulator
-  and trains more than one replica in all.
+def per_process_takes(ops):
+  """The ops among `ops` that take from a gradient accumulator
+  (_PER_PROCESS_TAKES), in their order."""
+  return tuple(op for op in ops if op.type in _PER_PROCESS_TAKES)
+
+
+def refuse_per_process(takes, replicas):
+  """Raises if a training run whose accumulator takes are `takes`
+  (per_process_takes) has any and trains more than one replica in all.
 
   Raises:
     tf.errors.UnimplementedError: naming the accumulator's take.
   """
-  if replicas <= 1:
+  if replicas <= 1 or not takes:
     return
-  for op in ops:
-    if op.type in _PER_PROCESS_TAKES:
-      raise tf.errors.UnimplementedError(
-          None, None,
-          f"TensorBow cannot train op '{op.name}' ({op.type}) with "
-          f"{replicas} replicas: a gradient accumulator's take, such as "
-          "SyncReplicasOptimizer's, aggregates the gradients of a job's "
-          "processes, one apply each, and its token queue is a protocol "
-          "among processes, not among replicas; train it with replicas=1, "
-          "or give the optimizer inside it to TensorBow alone")
+  op = takes[0]
+  raise tf.errors.UnimplementedError(
+      None, None,
+      f"TensorBow cannot train op '{op.name}' ({op.type}) with "
+      f"{replicas} replicas: a gradient accumulator's take, such as "
+      "SyncReplicasOptimizer's, aggregates the gradients of a job's "
+      "processes, one apply each, and its token queue is a protocol "
+      "among processes, not among replicas; train it with replicas=1, "
+      "or give the optimizer inside it to TensorBow alone")
 
 
 class SessionLock(object):

@@ -294,6 +294,7 @@ class Trainer(object):
     """(plan, checked values) of a training run over `route` fed
     `fed_values`, `first` the values of one replica's element."""
     plan = self._plans.plan_for(route, first)
-    session_lock.refuse_per_process(route.closure.ops,
-                                    self._num_replicas * self._scale.workers)
+    if route.closure.takes:
+      session_lock.refuse_per_process(
+          route.closure.takes, self._num_replicas * self._scale.workers)
     return plan, self._scale.checked(plan, fed_values, self._num_replicas)
