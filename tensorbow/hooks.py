@@ -167,14 +167,14 @@ class CommonBase(WaveHook):
   """
 
   def __init__(self, setting):
-    self._setting = setting
+    self._session = setting.session
+    self._scale = setting.scale
+    self._runs = setting.replica_state.runs
 
   def before(self, opened):
-    setting = self._setting
-    sync = setting.scale.worker_sync(setting.replica_state.runs,
-                                     opened.plan.summed)
+    sync = self._scale.worker_sync(self._runs, opened.plan.summed)
     if sync:
-      setting.session.run(sync[0])
+      self._session.run(sync[0])
 
 
 class Merge(WaveHook):

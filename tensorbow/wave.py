@@ -25,10 +25,12 @@ from tensorbow import rollback
 # train, `sat_out` sit out; `rows` and `batch` are the rows trained on and
 # the batch the graph was built for (what the auto-tuner weighs by);
 # `schedule` is a pooled algorithm's schedule (Algorithm.schedule; None:
-# the algorithm is not pooled), which the wave's hooks tell what ran.
+# the algorithm is not pooled), which the wave's hooks tell what ran;
+# `in_use`: whether the setting's replicas are in use (one replica
+# training the user's own variables has none to seed, merge or sum).
 Wave = collections.namedtuple("Wave", [
     "number", "plan", "values", "per_replica", "sizes", "trained",
-    "sat_out", "pooled", "rows", "batch", "schedule"])
+    "sat_out", "pooled", "rows", "batch", "schedule", "in_use"])
 
 # What a wave gave back: per replica (or per chunk of a pooled wave) its
 # fetches, the rows each computed on, whether each committed (None: the
@@ -69,7 +71,7 @@ def open_wave(number, plan, values, taken, algorithm, in_use, schedule):
     if schedule is not None:
       schedule.batch_sizes(sum(sizes))
   return Wave(number, plan, values, per_replica, sizes, trained, sat_out,
-              pooled, rows, batch, schedule)
+              pooled, rows, batch, schedule, in_use)
 
 
 def _rows_and_batch(plan, values, taken):
@@ -171,6 +173,7 @@ class WaveSteps(object):
     self._scale = scale
     self._seeding = seeding
     self._hooks = hooks
+    self._runs = replica_state.runs  # the algorithm's runs (algorithm_runs)
     self._schedule = None  # a pooled algorithm's, made at its first wave
 
   def schedule_history(self):
@@ -190,7 +193,7 @@ class WaveSteps(object):
     """The runs before wave `opened`: the model and the algorithm's state
     other processes hand this one (scaleout), the seeding, then the hooks'
     `before` (the backup, the algorithm's run)."""
-    if self._state.in_use:
+    if opened.in_use:
       self._scale.take_model(self._state, self._session, opened.number)
       self._seeding.seed()
       self._scale.take_state(self._state, self._session, opened.number)
@@ -208,7 +211,7 @@ class WaveSteps(object):
       outputs, committed = self._atomic_wave(opened, options, run_metadata)
     else:
       # Its tasks write as they go: the replicas sitting out go first.
-      self._leave_out(opened.sat_out, opened.trained)
+      self._leave_out(opened, opened.sat_out, opened.trained)
       outputs, committed = self._whole_wave(plan, opened.per_replica,
                                             options, run_metadata), None
     return Ran(outputs, opened.sizes, committed, range(opened.trained))
@@ -268,13 +271,14 @@ class WaveSteps(object):
                                         self._nonfinite)
     weights = commit_weights(opened)
     self._hooks.between(opened, weights)
-    self._leave_out(opened.sat_out + bad, len(opened.per_replica) - len(bad))
+    self._leave_out(opened, opened.sat_out + bad,
+                    len(opened.per_replica) - len(bad))
     return committed
 
-  def _leave_out(self, skipped, remaining):
+  def _leave_out(self, opened, skipped, remaining):
     """The hooks' `leave_out`, when replicas `skipped` sit out the coming
-    central update and `remaining` (some) take part."""
-    if remaining == 0 or not skipped or not self._state.in_use:
+    central update of wave `opened` and `remaining` (some) take part."""
+    if remaining == 0 or not skipped or not opened.in_use:
       return
     self._hooks.leave_out(skipped, remaining)
 
@@ -319,7 +323,7 @@ class WaveSteps(object):
     merged = feeds.merge_fetches(
         opened.plan, fetched, ran.outputs, ran.sizes,
         None if opened.pooled else (opened.trained, ran.committed))
-    if self._state.in_use:
+    if opened.in_use:
       self._hooks.merge(opened, ran)
       merged.update(self._summed(opened.number, opened.plan.summed,
                                  feeds.sums_over_rows(opened.plan, merged)))
@@ -337,7 +341,7 @@ class WaveSteps(object):
     positions = sorted(sums)
     # In float64: exact for counts, one all-reduce for all.
     totals = self._scale.sync(
-        self._state.runs, self._session, number, summed,
+        self._runs, self._session, number, summed,
         [np.asarray(sums[i], np.float64) for i in positions])
     return {i: feeds.in_dtype_of(sums[i], total)
             for i, total in zip(positions, totals)}

@@ -88,6 +88,8 @@ class Trainer(object):
     self._plans = plans
     self._runtime = runtime
     self._builder = builder
+    # Whether the replicas are spread over devices (devices=).
+    self._placed = builder.placement is not None
     self._state = replica_state
     self._user_graph = user_graph
     self._lock = lock
@@ -270,7 +272,7 @@ class Trainer(object):
   def _time(self, plan, start, synced):
     """Counts a wave started at `start` that spent `synced` seconds in sums
     over processes (and its devices' synchronisation) for scaling.py."""
-    if self._builder.placement is not None and plan.sync_call >= 0:
+    if self._placed and plan.sync_call >= 0:
       synced += self._runtime.last_sync_seconds()
     self._timing[0] += 1
     self._timing[1] += time.perf_counter() - start - synced
