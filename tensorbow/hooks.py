@@ -197,7 +197,13 @@ class Merge(WaveHook):
     self._make_ops = make_ops
 
   def merge(self, opened, ran):
-    run = self._runs.fed_run("merge", self._value(opened.number, ran.sizes),
-                             self._make_ops)
+    value = self._value(opened.number, ran.sizes)
+    if value is not None:
+      self._merge(opened.number, value)
+
+  def _merge(self, number, value):
+    """Merges this process's replicas after wave `number`, fed `value`."""
+    del number
+    run = self._runs.fed_run("merge", value, self._make_ops)
     if run is not None:
       self._session.run(*run)

@@ -216,14 +216,12 @@ class _Exchange(hooks.Merge):
     self._scale = setting.scale
     self._algorithm = algorithm
 
-  def merge(self, opened, ran):
-    value = self._algorithm.merge_value(opened.number, ran.sizes)
-    kind = value is not None and self._algorithm.worker_merge_kind(
-        opened.number)
+  def _merge(self, number, value):
+    kind = self._algorithm.worker_merge_kind(number)
     if kind and self._scale.merge(
         lambda: self._runs.worker_merge_run(
             kind, value, lambda b, s: self._algorithm.worker_merge(
                 b, s, average=kind == "average")),
-        self._session, opened.number):
+        self._session, number):
       return
-    super().merge(opened, ran)
+    super()._merge(number, value)
