@@ -1,10 +1,13 @@
-"""What joins a wave in one process, at seven fixed points.
+"""What joins a wave, at eight fixed points, and what a job of several
+processes adds to it.
 
 A wave (wave.py) calls each of its process's hooks, in the order the
 trainer gives them, at:
 
-* `before(opened)`: the wave is opened and its replicas seeded; none of
-  its tasks has run;
+* `opening(opened)`: the wave is opened; its replicas are not seeded
+  yet (the model other processes hand this one is taken here);
+* `before(opened)`: the wave's replicas are seeded; none of its tasks
+  has run;
 * `leave_out(skipped, remaining)`: replicas `skipped` take no part in
   the coming central update, `remaining` do (some replicas sit the wave
   out, or computed non-finite values); called only when some do and some
@@ -20,31 +23,73 @@ trainer gives them, at:
 * `undo()`: the wave did not end (a worker of the job was lost): what
   `before` kept is put back, in the hooks' order.
 
-`before`, `merge` and `after` are called only while the setting's
-replicas are in use (one replica training the user's own variables has
-none to keep).
+`opening`, `before`, `merge` and `after` are called only while the
+setting's replicas are in use (one replica training the user's own
+variables has none to keep).
 
 A hook holds its collaborators from construction and returns nothing to
 the wave: it is told, it does not channel. An algorithm's hooks
-(`Algorithm.wave_hooks`) are made from the setting's `Setting`. `reduce`
-is the sum over the processes of a job that a merge across processes
-goes through; one process is the whole job, so it is the identity.
+(`Algorithm.wave_hooks`) are made from the setting's `Setting`.
+
+A `Job` is what the processes training one model add to each wave of a
+setting, over the membership the setting was made for: its hooks, and
+the sums over the processes. One process is a whole job (`ALONE`): it
+adds no hook and has no sum over processes to make (its sums are its
+own, its algorithm merges its own replicas, none of its time is spent
+summing), and it checks the fed values for its own replicas only. A
+merge across processes goes through the job's `reduce`.
 """
 import collections
+
+from tensorbow import feeds
 
 # What an algorithm's hooks are made with, once per setting: the
 # `tf.compat.v1.Session` on the execution graph, the setting's
 # `runtime.Runtime`, its `rewrite.builder.Builder`, its
 # `replicas.ReplicaState` (whose `runs` make the algorithm's runs once,
-# algorithm_runs.py) and the session's `scaleout.Alone` (or `Workers`):
-# what crosses processes.
+# algorithm_runs.py) and the setting's `Job`.
 Setting = collections.namedtuple(
-    "Setting", ["session", "runtime", "builder", "replica_state", "scale"])
+    "Setting", ["session", "runtime", "builder", "replica_state", "job"])
+
+# What the processes training one model add to each wave of a setting:
+Job = collections.namedtuple("Job", [
+    "workers",  # how many processes train together
+    "hooks",  # the `WaveHook`s they join each wave with
+    # (wave number, arrays) -> the arrays summed over the processes: what
+    # an algorithm's merge across them goes through; None: one process.
+    "reduce",
+    # (wave number, names of the variables merged as sums over rows,
+    # arrays) -> after the wave merged, the processes' central models (and
+    # those variables) made equal; returns the arrays (the wave's fetched
+    # sums over rows) summed over the processes. None: one process.
+    "sums",
+    # (plan, fed values, L) -> the values checked for L replicas of every
+    # process; this process's part of a batch feed.
+    "checked",
+    # () -> the seconds spent in sums over the processes so far; None:
+    # one process.
+    "seconds",
+    # () -> whose replica state file a checkpoint has beside it: this
+    # process's place among them now (a joiner's changes when it is taken
+    # in); None: one process, whose file is nobody's in particular.
+    "checkpoint_worker",
+])
+
+
+class Dropped(Exception):
+  """Raised by a job's hook or sum when the wave cannot end (one of the
+  job's processes was lost, or others join): the trainer puts back what
+  the wave wrote and took (the hooks' `undo`), and it runs again once the
+  job is formed anew (scaleout.MembershipChanged)."""
 
 
 class WaveHook(object):
   """A hook that does nothing at every point; a hook overrides those it
   needs."""
+
+  def opening(self, opened):
+    """Wave `opened` (a `wave.Wave`) is opened; its replicas are not
+    seeded yet."""
 
   def before(self, opened):
     """Before wave `opened` (a `wave.Wave`) runs its tasks."""
@@ -82,6 +127,10 @@ class Joined(WaveHook):
   def __init__(self, joined):
     self._joined = tuple(joined)
 
+  def opening(self, opened):
+    for hook in self._joined:
+      hook.opening(opened)
+
   def before(self, opened):
     for hook in self._joined:
       hook.before(opened)
@@ -109,11 +158,6 @@ class Joined(WaveHook):
   def undo(self):
     for hook in self._joined:
       hook.undo()
-
-
-def reduce(arrays):
-  """`arrays` summed over the processes of one process's job: themselves."""
-  return arrays
 
 
 class Backup(WaveHook):
@@ -156,27 +200,6 @@ class NoiseSample(WaveHook):
     self._noise.add_kept(self._runtime, opened.plan, weights)
 
 
-class CommonBase(WaveHook):
-  """Where several processes train one model, the base their central
-  models start each wave from (`scaleout`'s `worker_sync`), kept before
-  the wave so that what is summed after it is each process's move; one
-  process keeps none.
-
-  Args:
-    setting: the setting's `Setting`.
-  """
-
-  def __init__(self, setting):
-    self._session = setting.session
-    self._scale = setting.scale
-    self._runs = setting.replica_state.runs
-
-  def before(self, opened):
-    sync = self._scale.worker_sync(self._runs, opened.plan.summed)
-    if sync:
-      self._session.run(sync[0])
-
-
 class Merge(WaveHook):
   """An algorithm's merge after a wave, in this process: the ops
   `make_ops(builder, states, fed)` makes over the model variables' states
@@ -207,3 +230,8 @@ class Merge(WaveHook):
     run = self._runs.fed_run("merge", value, self._make_ops)
     if run is not None:
       self._session.run(*run)
+
+
+# One process: a whole job.
+ALONE = Job(workers=1, hooks=(), reduce=None, sums=None,
+            checked=feeds.check, seconds=None, checkpoint_worker=None)

@@ -21,15 +21,15 @@ class Seeding(object):
     replica_state: the setting's `replicas.ReplicaState`.
     config: what a checkpoint's replica state must have been saved with
       (options.checkpoint_config).
-    scale: the session's `scaleout.ScaleOut`, which says which worker's
-      state file a checkpoint has beside it (`checkpoint_worker`).
+    checkpoint_worker: () -> whose replica state file a checkpoint has
+      beside it (hooks.Job's; None: one process, nobody's in particular).
   """
 
-  def __init__(self, session, replica_state, config, scale):
+  def __init__(self, session, replica_state, config, checkpoint_worker):
     self._session = session
     self._state = replica_state
     self._config = config
-    self._scale = scale
+    self._worker = checkpoint_worker
     self._loaded = None  # replica state restored with checkpoints
     self._written = set()  # variables it no longer applies to
 
@@ -42,7 +42,7 @@ class Seeding(object):
     `waves` training runs completed; returns the count of waves to go on
     from (a restore of every model variable's state brings back the
     count it was saved at)."""
-    worker = self._scale.checkpoint_worker
+    worker = None if self._worker is None else self._worker()
     if kind == "save" and self._state.in_use:
       checkpoint.save(prefix, self.config(), self.replica_state(), worker,
                       waves=waves)

@@ -135,8 +135,9 @@ def make(parts, replicas, stream_groups, inline):
                           builder, state)
   trainer = waves.Trainer(
       parts.session, settings, plans, runtime, builder, state,
-      parts.user_graph, parts.lock, parts.check_open, parts.scale,
-      parts.inputs, parts.noise, parts.backup)
+      parts.user_graph, parts.lock, parts.check_open,
+      parts.scale.job(parts.session, state), parts.inputs, parts.noise,
+      parts.backup)
   return Setting(settings, runtime, plans, trainer)
 
 

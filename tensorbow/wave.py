@@ -156,24 +156,22 @@ class WaveSteps(object):
     replica_state: the setting's `replicas.ReplicaState`.
     algorithm: the setting's `algorithms.base.Algorithm`.
     nonfinite: the session's `nonfinite` option.
-    scale: the session's `scaleout.Alone` (or `Workers`): what crosses
-      processes.
+    job: the setting's `hooks.Job`: its sums over the processes.
     seeding: the setting's `seeding.Seeding`.
     hooks: what joins the wave (`hooks.Joined`: its hooks, called in
       order at each point).
   """
 
   def __init__(self, session, runtime, replica_state, algorithm, nonfinite,
-               scale, seeding, hooks):
+               job, seeding, hooks):
     self._session = session
     self._runtime = runtime
     self._state = replica_state
     self._algorithm = algorithm
     self._nonfinite = nonfinite
-    self._scale = scale
+    self._job = job
     self._seeding = seeding
     self._hooks = hooks
-    self._runs = replica_state.runs  # the algorithm's runs (algorithm_runs)
     self._schedule = None  # a pooled algorithm's, made at its first wave
 
   def schedule_history(self):
@@ -190,13 +188,13 @@ class WaveSteps(object):
                      self._state.in_use, self._schedule)
 
   def prepare(self, opened):
-    """The runs before wave `opened`: the model and the algorithm's state
-    other processes hand this one (scaleout), the seeding, then the hooks'
-    `before` (the backup, the algorithm's run)."""
+    """The runs before wave `opened`: the hooks' `opening` (the model
+    other processes hand this one), the seeding, then the hooks' `before`
+    (the backup, the algorithm's state other processes hand this one, the
+    algorithm's run)."""
     if opened.in_use:
-      self._scale.take_model(self._state, self._session, opened.number)
+      self._hooks.opening(opened)
       self._seeding.seed()
-      self._scale.take_state(self._state, self._session, opened.number)
       self._hooks.before(opened)
 
   def run(self, opened, options, run_metadata):
@@ -340,9 +338,9 @@ class WaveSteps(object):
     """
     positions = sorted(sums)
     # In float64: exact for counts, one all-reduce for all.
-    totals = self._scale.sync(
-        self._runs, self._session, number, summed,
-        [np.asarray(sums[i], np.float64) for i in positions])
+    totals = [np.asarray(sums[i], np.float64) for i in positions]
+    if self._job.sums is not None:
+      totals = self._job.sums(number, summed, totals)
     return {i: feeds.in_dtype_of(sums[i], total)
             for i, total in zip(positions, totals)}
 

@@ -18,7 +18,6 @@ import tensorflow as tf
 from tensorbow import hooks
 from tensorbow import options as tb_options
 from tensorbow import prefetch
-from tensorbow import scaleout
 from tensorbow import scaling
 from tensorbow import seeding
 from tensorbow import session_lock
@@ -45,15 +44,15 @@ def _hooks(setting, algorithm, noise, backup):
   """The hooks of a setting's waves (`setting`: its `hooks.Setting`) as
   one `hooks.Joined`, in the order they are called: the backup first (it
   keeps the replicas before the algorithm's runs change them, and puts
-  them back before its barriers restart), the noise sample, the
-  processes' common base, then the algorithm's own
+  them back before its barriers restart), the noise sample, the job's
+  (what other processes hand this one), then the algorithm's own
   (Algorithm.wave_hooks)."""
   joined = []
   if backup is not None:
     joined.append(hooks.Backup(backup, setting.replica_state))
   if noise is not None:
     joined.append(hooks.NoiseSample(noise, setting.runtime))
-  return hooks.Joined(joined + [hooks.CommonBase(setting)] +
+  return hooks.Joined(joined + list(setting.job.hooks) +
                       list(algorithm.wave_hooks(setting)))
 
 
@@ -70,8 +69,8 @@ class Trainer(object):
     user_graph: the user's `tf.Graph`.
     lock: the session's lock.
     check_open: raises if the session was closed.
-    scale: the session's `scaleout.Alone` (or `Workers`): what crosses
-      processes.
+    job: the setting's `hooks.Job`: what the processes training together
+      add to its waves (None: one process, hooks.ALONE).
     inputs: the session's `prefetch.Prefetcher` of input pipelines'
       elements (None: one of its own that pulls only when a wave asks).
     noise: the session's `autotune.NoiseScale`, given the replicas'
@@ -81,7 +80,7 @@ class Trainer(object):
   """
 
   def __init__(self, session, settings, plans, runtime, builder,
-               replica_state, user_graph, lock, check_open, scale=None,
+               replica_state, user_graph, lock, check_open, job=None,
                inputs=None, noise=None, backup=None):
     self._session = session
     self._num_replicas = settings.replicas  # L
@@ -94,10 +93,10 @@ class Trainer(object):
     self._user_graph = user_graph
     self._lock = lock
     self._check_open = check_open
-    self._scale = scale or scaleout.Alone()
+    self._job = job or hooks.ALONE
     self._seeding = seeding.Seeding(
         session, replica_state, tb_options.checkpoint_config(settings),
-        self._scale)
+        self._job.checkpoint_worker)
     self._needs_refresh = False
     self._waves = 0  # training runs completed
     # Waves timed, their seconds computing and synchronising (scaling.py).
@@ -105,9 +104,9 @@ class Trainer(object):
     self._inputs = inputs or prefetch.Prefetcher(session, ahead=False)
     self._steps = wave.WaveSteps(
         session, runtime, replica_state, settings.algorithm,
-        settings.nonfinite, self._scale, self._seeding,
+        settings.nonfinite, self._job, self._seeding,
         _hooks(hooks.Setting(session, runtime, builder, replica_state,
-                             self._scale), settings.algorithm, noise, backup))
+                             self._job), settings.algorithm, noise, backup))
 
   @property
   def plans(self):
@@ -210,7 +209,7 @@ class Trainer(object):
     taken, first, fed_values = self._take(route, list(fed_values), options)
     with self._lock.wave(route.closure.waits), self._dropped_on_loss(
         route, taken):
-      start, synced = time.perf_counter(), self._scale.seconds
+      start, synced = time.perf_counter(), self._summing()
       opened = self._open(route, fed_values, first, taken)
       self._steps.prepare(opened)
       # Before the wave: an interrupt after it must still leave the
@@ -220,7 +219,7 @@ class Trainer(object):
       self._waves += 1
       fetched = route.handler.fetches()
       merged = self._steps.merge(opened, fetched, ran)
-      self._time(opened.plan, start, self._scale.seconds - synced)
+      self._time(opened.plan, start, self._summing() - synced)
       # After the sums: the central model and the fed values echoed.
       merged.update(self._steps.central(opened.plan, opened.values))
     results = [merged[i] for i in range(len(fetched))]
@@ -269,6 +268,10 @@ class Trainer(object):
           raise
         raise self._builder.user_error(e, self._user_graph) from None
 
+  def _summing(self):
+    """The seconds spent in sums over the processes so far."""
+    return 0.0 if self._job.seconds is None else self._job.seconds()
+
   def _time(self, plan, start, synced):
     """Counts a wave started at `start` that spent `synced` seconds in sums
     over processes (and its devices' synchronisation) for scaling.py."""
@@ -280,12 +283,13 @@ class Trainer(object):
 
   @contextlib.contextmanager
   def _dropped_on_loss(self, route, taken):
-    """Around a wave: if it lost a worker (scaleout.MembershipChanged),
-    puts back its writes, its count and the elements `taken`."""
+    """Around a wave: if its job dropped it (hooks.Dropped: a worker was
+    lost or joins), puts back its writes, its count and the elements
+    `taken`."""
     waves, timing = self._waves, list(self._timing)
     try:
       yield
-    except scaleout.MembershipChanged:
+    except hooks.Dropped:
       self._steps.undo()
       self._waves, self._timing = waves, timing
       if taken:
@@ -298,5 +302,5 @@ class Trainer(object):
     plan = self._plans.plan_for(route, first)
     if route.closure.takes:
       session_lock.refuse_per_process(
-          route.closure.takes, self._num_replicas * self._scale.workers)
-    return plan, self._scale.checked(plan, fed_values, self._num_replicas)
+          route.closure.takes, self._num_replicas * self._job.workers)
+    return plan, self._job.checked(plan, fed_values, self._num_replicas)

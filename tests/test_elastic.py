@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 import tensorbow
+from tensorbow import hooks
 from tensorbow import options
 from tensorbow import scaleout
 from tensorbow.cli import launch
@@ -166,8 +167,9 @@ def test_a_membership_log_is_written_by_the_chief_and_replayed(tmp_path):
 
 class _LosesOnce(scaleout.Alone):
   """One process that sees a worker lost once, at wave `at`: before the
-  wave (`take_model`), in the sum before its commit (`commit_sum`) or
-  after it (`sync`)."""
+  wave (`take_model`: its job's hook, as the wave opens), in the sum
+  before its commit (`commit_sum`: its job's reduce, which it has only
+  then) or after it (`sync`: its job's sums)."""
 
   elastic = True
 
@@ -178,18 +180,25 @@ class _LosesOnce(scaleout.Alone):
     if wave == self._at and where == self._where and not self.reformed:
       raise scaleout.MembershipChanged(wave, [1], "lost worker 1")
 
-  def take_model(self, state, session, wave):
-    self._lose(wave, "take_model")
+  def job(self, session, replica_state):
+    lose = self._lose
 
-  def commit_sum(self, wave):
-    def summed(arrays):
-      self._lose(wave, "commit_sum")
+    class Opening(hooks.WaveHook):
+
+      def opening(self, opened):
+        lose(opened.number, "take_model")
+
+    def reduce(wave, arrays):
+      lose(wave, "commit_sum")
       return arrays
-    return summed
 
-  def sync(self, runs, session, wave, summed=(), fetched=()):
-    self._lose(wave, "sync")
-    return list(fetched)
+    def sums(wave, summed, arrays):
+      lose(wave, "sync")
+      return list(arrays)
+
+    return hooks.ALONE._replace(
+        hooks=(Opening(),), sums=sums,
+        reduce=reduce if self._where == "commit_sum" else None)
 
   def reform(self, change):
     self.reformed.append(change.wave)

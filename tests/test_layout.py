@@ -339,6 +339,29 @@ def test_the_training_core_names_no_cluster_reducer_or_chief():
     assert not _scale_out_mentions(text), (name, _scale_out_mentions(text))
 
 
+# A wave knows its job only as hooks.Job (issue 66): the modules a wave
+# runs through, and the algorithms, import nothing of tensorbow.scaleout.
+_WAVE_MODULES = ("tensorbow.waves", "tensorbow.wave", "tensorbow.hooks",
+                 "tensorbow.seeding", "tensorbow.algorithm_runs")
+
+
+def _imports_scale_out(graph, module):
+  return sorted(m for m in graph[module] if m.startswith("tensorbow.scaleout"))
+
+
+def test_a_wave_and_the_algorithms_import_nothing_of_the_processes():
+  graph = _import_graph()
+  modules = list(_WAVE_MODULES) + [
+      m for m in graph if m.startswith("tensorbow.algorithms")]
+  found = {m: _imports_scale_out(graph, m) for m in modules}
+  assert not any(found.values()), found
+
+
+def test_the_process_import_check_sees_one():
+  graph = {"tensorbow.wave": {"tensorbow.scaleout", "tensorbow.hooks"}}
+  assert _imports_scale_out(graph, "tensorbow.wave") == ["tensorbow.scaleout"]
+
+
 def test_the_scale_out_check_sees_one():
   assert _scale_out_mentions("    totals = self._reducer.sum(arrays)")
   assert not _scale_out_mentions("    cluster_timeout=60.0,")

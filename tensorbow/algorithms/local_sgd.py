@@ -213,15 +213,26 @@ class _Exchange(hooks.Merge):
 
   def __init__(self, setting, algorithm):
     super().__init__(setting, algorithm.merge_value, algorithm.merge_ops)
-    self._scale = setting.scale
+    self._reduce = setting.job.reduce
     self._algorithm = algorithm
 
   def _merge(self, number, value):
-    kind = self._algorithm.worker_merge_kind(number)
-    if kind and self._scale.merge(
-        lambda: self._runs.worker_merge_run(
-            kind, value, lambda b, s: self._algorithm.worker_merge(
-                b, s, average=kind == "average")),
-        self._session, number):
+    run = self._across_workers(number, value)
+    if run is None:
+      super()._merge(number, value)
       return
-    super()._merge(number, value)
+    # Every worker's parts summed (the job's reduce), then applied.
+    added, sums, apply, fed = run
+    totals = self._reduce(number, self._session.run(added))
+    self._session.run(apply, {**fed, **dict(zip(sums, totals))})
+
+  def _across_workers(self, number, value):
+    """The run merging every worker's replicas after wave `number`, fed
+    `value` (AlgorithmRuns.worker_merge_run), or None: one process, no
+    such merge due then, or no variable has a part."""
+    kind = self._algorithm.worker_merge_kind(number)
+    if not kind or self._reduce is None:
+      return None
+    return self._runs.worker_merge_run(
+        kind, value, lambda b, s: self._algorithm.worker_merge(
+            b, s, average=kind == "average"))

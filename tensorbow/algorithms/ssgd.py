@@ -48,7 +48,7 @@ class SSGD(base.Algorithm):
     return False
 
   def wave_hooks(self, setting):
-    return [_Average(setting.runtime, setting.scale)]
+    return [_Average(setting.runtime, setting.job.reduce)]
 
 
 class _Average(hooks.WaveHook):
@@ -58,20 +58,19 @@ class _Average(hooks.WaveHook):
 
   Args:
     runtime: the setting's `runtime.Runtime`, which kept them.
-    scale: the session's `scaleout.Alone` (or `Workers`): its
-      `commit_sum(wave)` sums arrays over the processes (None: one).
+    reduce: the job's `reduce(wave, arrays)`, summing arrays over the
+      processes (hooks.Job; None: one process).
   """
 
-  def __init__(self, runtime, scale):
+  def __init__(self, runtime, reduce):
     self._runtime = runtime
-    self._scale = scale
+    self._reduce = reduce
 
   def between(self, opened, weights):
     rows = np.asarray(weights, np.float64)
-    workers = self._scale.commit_sum(opened.number)
-    if workers is None:
+    if self._reduce is None:
       self._runtime.average_kept(rows / rows.sum())
       return
-    *sums, total = workers(self._runtime.kept_sums(rows) +
-                           [np.sum(rows)[None]])
+    *sums, total = self._reduce(opened.number, self._runtime.kept_sums(rows) +
+                                [np.sum(rows)[None]])
     self._runtime.replace_kept([s / total[0] for s in sums])

@@ -1,32 +1,21 @@
-"""What crosses processes, behind one object the trainer calls at fixed
-points of a wave (docs/DESIGN.md, "Two levels").
+"""What crosses processes, behind one object the session holds for its
+life (docs/DESIGN.md, "Two levels").
 
-A session holds one such object for its life: `Alone` for one process,
-where every point is a no-op, or `Workers` for a worker of a `TF_CONFIG`
-cluster (`scaleout/cluster.py`), which sums over the workers with its
-`Reducer`. The points, in a wave's order:
+`Alone` for one process, `Workers` for a worker of a `TF_CONFIG` cluster
+(`scaleout/cluster.py`), which sums over the workers with its `Reducer`.
+Each setting's waves are joined by its `job` (a `hooks.Job`): one
+process's is `hooks.ALONE`, with no hook; a worker's (job.py) takes the
+chief's model and state before a wave, sums the central models' moves and
+the fetched sums after it, and gives an algorithm's merge across the
+workers its `reduce`. `seconds` is the time spent summing, which the
+scaling model counts as synchronisation; `take_sums`: when each sum ran
+(for a timeline).
 
-- `checked`: a training run's fed values checked for L x workers
-  replicas, and this worker's part of a batch feed;
-- `take_model`: before the wave, a change of membership due then (a
-  replayed log's, or workers preempted after the last wave leaving),
-  then the central model of the variables due to be seeded becomes
-  worker 0's on every worker;
-- `worker_sync`: the run that keeps the workers' central models equal,
-  joined to the wave's preparation, and summed after it;
-- `commit_sum`: what an algorithm sums over the workers between the
-  computation and the commit;
-- `merge`: after the wave, an algorithm's merge over every worker's
-  replicas in place of the worker's own;
-- `seconds`: the time spent summing, which the scaling model counts as
-  synchronisation; `take_sums`: when each sum ran (for a timeline).
-
-After the wave, `preempting` says whether every worker saves now (one
-was asked to stop) and `go_on_after` whether this one goes on without
-those asked. Around plain runs: `checkpoint_worker` names whose replica
-state a checkpoint holds, and `leaves_save` says a Saver's save is
-worker 0's to write. Nothing else in a session or a trainer knows of
-other processes.
+Around the waves: `catching_up` says a joiner's training run is to run
+as a plain run; after a wave `preempting` says whether every worker saves
+now (one was asked to stop) and `go_on_after` whether this one goes on
+without those asked; `leaves_save` says a Saver's save is worker 0's to
+write. Nothing else in a session or a trainer knows of other processes.
 
 With `min_workers`, a worker lost during a wave is a change of
 membership, not a failure: the sum raises `MembershipChanged`, the
@@ -45,10 +34,12 @@ them. At the joiner's first wave every worker takes the chief's model
 """
 import logging
 
+from tensorbow import feeds
+from tensorbow import hooks
 from tensorbow.scaleout import cluster as tb_cluster
+from tensorbow.scaleout import job as tb_job
 from tensorbow.scaleout import joining
 from tensorbow.scaleout import membership
-from tensorbow import feeds
 
 
 def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
@@ -101,7 +92,7 @@ def workers_named(environ=None):
   return 1 if found is None else found.num_workers
 
 
-class MembershipChanged(Exception):
+class MembershipChanged(hooks.Dropped):
   """Workers `lost` were lost during `wave`, or joiners are to be taken
   in before it (`joining`): nothing of it may commit, and it is to run
   again in the new cluster once `reform` has run."""
@@ -112,60 +103,28 @@ class MembershipChanged(Exception):
 
 
 class Alone(object):
-  """One process: nothing crosses, every point is a no-op."""
+  """One process: nothing crosses."""
 
   workers = 1  # processes training together
   index = 0  # this one's place among them
-  seconds = 0.0  # spent summing over them
-  checkpoint_worker = None  # whose replica state a checkpoint holds
   elastic = False  # whether a lost worker is a change of membership
 
   def replicates_one(self):
     """Whether one replica trains copies (not the user's own variables)."""
     return False
 
-  def checked(self, plan, fed_values, replicas):
-    """A training run's fed values checked (feeds.check); the part of a
-    batch feed this process trains."""
-    return feeds.check(plan, fed_values, replicas)
-
-  def take_model(self, state, session, wave):
-    del state, session, wave
-
-  def take_state(self, state, session, wave):
-    """After the replicas were seeded for `wave`: the algorithm's state
-    for the central model becomes worker 0's where a worker joined."""
-    del state, session, wave
+  def job(self, session, replica_state):
+    """What the processes add to each wave of a setting on `session` whose
+    replicas are `replica_state` (a `hooks.Job`): one process adds
+    nothing."""
+    del session, replica_state
+    return hooks.ALONE
 
   def catching_up(self, wave):
     """Whether training run `wave` is to run as a plain run: a joiner's
     before its first wave."""
     del wave
     return False
-
-  def worker_sync(self, runs, summed=()):
-    """(run before the wave, then what to sum after it), or None; `summed`:
-    the variables merged as sums over rows."""
-    del runs, summed
-
-  def commit_sum(self, wave):
-    """`workers(arrays)` summing over the workers before commit `wave`, or
-    None."""
-    del wave
-
-  def merge(self, make_run, session, wave):
-    """Merges the replicas over every process after `wave` with the run
-    `make_run()` makes (AlgorithmRuns.worker_merge_run; None: it cannot);
-    returns whether it did (else the process merges its own)."""
-    del make_run, session, wave
-    return False
-
-  def sync(self, runs, session, wave, summed=(), fetched=()):
-    """After `wave`: sums what `worker_sync` added and applies it; returns
-    `fetched` (arrays: the wave's fetched sums over rows) summed over the
-    workers."""
-    del runs, session, wave, summed
-    return list(fetched)
 
   def leaves_save(self):
     """Whether a Saver's save is another process's to write: this one
@@ -270,7 +229,12 @@ class Workers(Alone):
     # Its central model is one of the workers' to be summed.
     return True
 
+  def job(self, session, replica_state):
+    return tb_job.make(self, session, replica_state)
+
   def checked(self, plan, fed_values, replicas):
+    """A training run's fed values checked for `replicas` on every worker
+    (feeds.check); the part of a batch feed this worker trains."""
     values = feeds.check(plan, fed_values, replicas * self.workers)
     if plan.batch_feed >= 0 and plan.batch[plan.batch_feed]:
       self.cluster.check_rows(len(values[plan.batch_feed]), replicas,
@@ -294,6 +258,8 @@ class Workers(Alone):
       session.run(*state.set_central_run(first))
 
   def take_state(self, state, session, wave):
+    """After the replicas were seeded for `wave`: the algorithm's state
+    for the central model becomes worker 0's where a worker joined."""
     if wave != self._joined_at:
       return
     tensors = state.shared_state_tensors()
@@ -316,34 +282,22 @@ class Workers(Alone):
     return self._arrival is not None or (self._joined_at is not None and
                                          wave < self._joined_at)
 
-  def worker_sync(self, runs, summed=()):
-    return runs.worker_sync(summed)
-
-  def commit_sum(self, wave):
-    return lambda arrays: self._summed(wave, self._reducer.sum, arrays,
-                                       f"wave {wave}")
-
-  def merge(self, make_run, session, wave):
-    spanning = make_run()
-    if spanning is None:
-      return False
-    self._apply_sum(spanning, session, wave)
-    return True
+  def reduce(self, wave, arrays):
+    """`arrays` summed over the workers during `wave` (an all-reduce)."""
+    return self._summed(wave, self._reducer.sum, arrays, f"wave {wave}")
 
   def sync(self, runs, session, wave, summed=(), fetched=()):
+    """After `wave`: sums every worker's move of the central model since
+    the wave's base (AlgorithmRuns.worker_sync; `summed`: the variables
+    merged as sums over rows) and applies it; returns `fetched` (arrays:
+    the wave's fetched sums over rows) summed over the workers, in the
+    same all-reduces."""
     sync = runs.worker_sync(summed)
     if not sync and not fetched:
       return []
-    return self._apply_sum(sync[1:] if sync else ([], [], None, {}),
-                           session, wave, fetched)
-
-  def _apply_sum(self, run, session, wave, fetched=()):
-    """Sums `run`'s added tensors and the arrays `fetched` over the
-    workers, in the same all-reduces, and applies the first sums; returns
-    the second."""
-    added, sums, apply, fed = run
-    totals = self._summed(wave, self._reducer.sum, (
-        session.run(added) if added else []) + list(fetched), f"wave {wave}")
+    added, sums, apply, fed = sync[1:] if sync else ([], [], None, {})
+    totals = self.reduce(wave, (session.run(added) if added else []) +
+                         list(fetched))
     if apply is not None:
       session.run(apply, {**fed, **dict(zip(sums, totals))})
     return totals[len(added):]
