@@ -501,6 +501,77 @@ def test_easgd_over_two_workers_is_easgd_of_four(tmp_path,
   _assert_centrals(centrals, expected)
 
 
+# An algorithm of one hook set that spans workers through its job's
+# reduce alone (issue 66): after every wave each worker sums its replicas'
+# variables, the job's reduce sums those sums and the replica counts over
+# the workers, and the central model becomes the mean of every replica of
+# the job (the replicas re-seeded from it). No other sum crosses.
+SPANNING = """\
+class MeanOverTheJob(tb.algorithms.Algorithm):
+  name = "mean_over_the_job"
+  spans_workers = True
+
+  def wave_hooks(self, setting):
+    return [MeanHook(setting)]
+
+
+class MeanHook(tb.hooks.WaveHook):
+
+  def __init__(self, setting):
+    self._setting = setting
+    self._ops = None
+
+  def after(self, opened, ran):
+    s = self._setting
+    if self._ops is None:
+      self._ops = self._make(s.builder, s.replica_state.replicated_variables())
+    sums, fed, assign = self._ops
+    mine = s.session.run(sums) + [
+        np.array([s.builder.num_replicas], np.float32)]
+    *total, count = s.job.reduce(opened.number, mine)
+    s.session.run(assign, dict(zip(fed, [t / count[0] for t in total])))
+    s.replica_state.reseed()
+
+  def _make(self, builder, names):
+    sums, fed, assigns = [], [], []
+    with builder.graph.as_default(), tf.name_scope("test_job_mean"):
+      for name in names:
+        var_op = builder.graph.get_operation_by_name(name)
+        sums.append(tf.reduce_sum(
+            builder.variable_replicas(var_op).stacked(), axis=0))
+        fed.append(tf.compat.v1.placeholder(sums[-1].dtype, sums[-1].shape))
+        assigns.append(
+            tf.raw_ops.AssignVariableOp(resource=var_op.outputs[0],
+                                        value=fed[-1])
+            if var_op.type == "VarHandleOp" else
+            tf.compat.v1.assign(var_op.outputs[0], fed[-1]).op)
+      return sums, fed, tf.group(assigns)
+
+
+algorithm = MeanOverTheJob()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resource", [False, True])
+def test_an_algorithm_that_spans_workers_through_reduce_alone_plugs_in(
+    tmp_path, tf_mode_statement, resource):
+  script, data = _worker_script(tmp_path, tf_mode_statement)
+  script.write_text(script.read_text().replace(
+      "saver = tf.compat.v1.train.Saver()",
+      SPANNING + "saver = tf.compat.v1.train.Saver()"))
+  _, centrals = _run_job(tmp_path, script, data, "sgd", resource, "sma")
+  # Each wave: the mean over the job's four replicas of one step each on
+  # its shard (3, 3, 2, 2 rows), from the central model.
+  w, b = W0.astype(np.float64), B0.astype(np.float64)
+  for x, y in zip(XS, YS):
+    steps = [references.least_squares([w, b], x[s], y[s])[0]
+             for s in np.array_split(np.arange(len(x)), 4)]
+    w = w - LR * np.mean([gw for gw, _ in steps], axis=0)
+    b = b - LR * np.mean([gb for _, gb in steps], axis=0)
+  _assert_centrals(centrals, [w, b])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("optimizer, resource, fast_kernels", [
     ("sgd", False, "1"), ("momentum", True, "0"), ("momentum", False, "0")])
