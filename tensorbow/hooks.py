@@ -160,29 +160,6 @@ class Joined(WaveHook):
       hook.undo()
 
 
-class Backup(WaveHook):
-  """With elasticity, the replicas' state kept before a wave and put back
-  if the wave lost a worker (rollback.Backup).
-
-  Args:
-    backup: the session's `rollback.Backup`.
-    replica_state: the setting's `replicas.ReplicaState`.
-  """
-
-  def __init__(self, backup, replica_state):
-    self._backup = backup
-    self._state = replica_state
-
-  def before(self, opened):
-    self._backup.save(self._state.replicated_parts())
-
-  def after(self, opened, ran):
-    self._backup.forget()
-
-  def undo(self):
-    self._backup.restore()
-
-
 class NoiseSample(WaveHook):
   """replicas="auto"'s noise scale, given the gradients the replicas of
   an atomic wave computed and the runtime kept (autotune.NoiseScale).

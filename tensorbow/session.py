@@ -17,12 +17,12 @@ from tensorbow import observe
 from tensorbow import options
 from tensorbow import plain_runs
 from tensorbow import preemption
-from tensorbow import recovery
 from tensorbow import routing
 from tensorbow import scaleout
 from tensorbow import session_base
 from tensorbow import session_lock
 from tensorbow import setting as tb_setting
+from tensorbow.rewrite import batch_sizes
 
 
 class TensorBowSession(session_base.SessionBase):
@@ -67,6 +67,8 @@ class TensorBowSession(session_base.SessionBase):
     self.counts = {"training_runs": 0}  # completed; outlives the session
     self._observer = observe.make(chosen.timeline, chosen.logdir,
                                   chosen.progress, self._scale)
+    # None in one process: its membership does not change.
+    self._recovery = self._scale.recovery(self._observer.membership)
     self._preemption = preemption.Preemption(self._scale)
     self._plain = plain_runs.PlainRuns(self._session, self._exec,
                                        self._graph, self._inputs,
@@ -207,21 +209,40 @@ class TensorBowSession(session_base.SessionBase):
     return result
 
   def _train(self, route, fed_values, options, run_metadata):
-    """A training run; with replicas="auto", timed for the auto-tuner,
-    which may change the setting for the next."""
-    if self._scale.catching_up(self._trainer.waves + 1):
-      return self._catching_up(route, fed_values, options, run_metadata)
+    """A training run: a wave; in a job of several processes, through
+    the changes of its membership (scaleout/recovery.py), a joiner's
+    first runs catching up."""
+    def wave():
+      return self._wave(route, fed_values, options, run_metadata)
+
+    if self._recovery is None:
+      return wave()
+    return self._recovery.train(
+        self._trainer.waves + 1, wave,
+        lambda: self._catching_up(route, fed_values, options, run_metadata),
+        self._reset)
+
+  def _wave(self, route, fed_values, options, run_metadata):
+    """A wave and what follows it; with replicas="auto", timed for the
+    auto-tuner, which may change the setting for the next."""
     if self._tuning is not None:
       self._follow(self._tuning.before_wave(route, self._setting()))
     start = time.monotonic()
-    # The trainer is looked up at each try: a change of the workers makes
-    # the setting anew.
-    trained = recovery.train(
-        lambda: self._trainer.train(route, fed_values, options,
-                                    run_metadata),
-        self._go_on_without, self._refused_split)
+    trained = self._split(route, fed_values, options, run_metadata)
     self._after_wave(trained, start, time.monotonic() - start)
     return trained.results
+
+  def _split(self, route, fed_values, options, run_metadata):
+    """The trainer's wave (waves.Trained); one whose batch could not be
+    split across the replicas is tried again at L = 1 under
+    replicas="auto", else raises (autotune.unsplittable)."""
+    while True:
+      try:
+        # Looked up at each try: the setting may change.
+        return self._trainer.train(route, fed_values, options, run_metadata)
+      except batch_sizes.UnsplittableBatch as refused:
+        self._follow(autotune.unsplittable(self._tuning, refused,
+                                           self._setting()))
 
   def _catching_up(self, route, fed_values, options, run_metadata):
     """A joiner's training run before the job's wave it joins at: counted,
@@ -248,12 +269,6 @@ class TensorBowSession(session_base.SessionBase):
       self._follow(self._tuning.after_wave(trained, seconds,
                                            self._setting()))
 
-  def _refused_split(self, refused):
-    """After a wave whose batch could not be split (`refused`): L = 1
-    under replicas="auto", else `refused` raised (autotune.unsplittable)."""
-    self._follow(autotune.unsplittable(self._tuning, refused,
-                                       self._setting()))
-
   def _setting(self):
     """(L, stream groups, inline) now (autotune.Tuning)."""
     return (self.replicas, self._runtime.num_stream_groups,
@@ -264,11 +279,11 @@ class TensorBowSession(session_base.SessionBase):
     if setting != self._setting():
       self.retune(*setting)
 
-  def _go_on_without(self, change):
-    """After `change` (a MembershipChanged): the setting made anew."""
+  def _reset(self):
+    """After a change of the workers: the setting made anew, training on
+    from the last one's replicas and count of waves."""
     with self._lock:
       previous = self._trainer
-      self._observer.membership(self._scale.reform(change))
       self.retune(self.replicas, self._runtime.num_stream_groups,
                   self._runtime.inline, anew=True)
       self._trainer.carry(previous)

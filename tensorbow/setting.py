@@ -16,7 +16,6 @@ from tensorbow import options
 from tensorbow import planner
 from tensorbow import prefetch
 from tensorbow import replicas as tb_replicas
-from tensorbow import rollback
 from tensorbow import runtime as tb_runtime
 from tensorbow import waves
 from tensorbow.rewrite import builder as tb_builder
@@ -38,7 +37,6 @@ Parts = collections.namedtuple("Parts", [
     "check_open",  # raises if the session was closed
     "inputs",  # the prefetch.Prefetcher kept across settings
     "noise",  # replicas="auto"'s autotune.NoiseScale, or None
-    "backup",  # with elasticity, the rollback.Backup, or None
 ])
 
 
@@ -66,12 +64,9 @@ def lasting_parts(session, execution, user_graph, chosen, scale, lock,
   devices = _named_devices(session, chosen.devices)
   # Kept across settings of L: what was taken or pulled ahead stays.
   inputs = prefetch.Prefetcher(session, ahead=chosen.prefetch)
-  # With elasticity, a wave that lost a worker puts back what it wrote.
-  backup = (rollback.Backup(session, execution.graph)
-            if scale.elastic else None)
   return Parts(session, execution, user_graph, chosen.algorithm_spec(),
                chosen.nonfinite, devices, scale, lock, check_open, inputs,
-               noise, backup)
+               noise)
 
 
 def _named_devices(session, devices):
@@ -136,8 +131,7 @@ def make(parts, replicas, stream_groups, inline):
   trainer = waves.Trainer(
       parts.session, settings, plans, runtime, builder, state,
       parts.user_graph, parts.lock, parts.check_open,
-      parts.scale.job(parts.session, state), parts.inputs, parts.noise,
-      parts.backup)
+      parts.scale.job(parts.session, state), parts.inputs, parts.noise)
   return Setting(settings, runtime, plans, trainer)
 
 

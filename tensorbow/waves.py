@@ -40,16 +40,14 @@ def _refuse_sparse(route, num_replicas):
         "batch dense, or train one replica")
 
 
-def _hooks(setting, algorithm, noise, backup):
+def _hooks(setting, algorithm, noise):
   """The hooks of a setting's waves (`setting`: its `hooks.Setting`) as
-  one `hooks.Joined`, in the order they are called: the backup first (it
-  keeps the replicas before the algorithm's runs change them, and puts
-  them back before its barriers restart), the noise sample, the job's
-  (what other processes hand this one), then the algorithm's own
-  (Algorithm.wave_hooks)."""
+  one `hooks.Joined`, in the order they are called: the noise sample, the
+  job's (what other processes hand this one, and with elasticity the
+  backup, which keeps the replicas before the algorithm's runs change
+  them and puts them back before its barriers restart), then the
+  algorithm's own (Algorithm.wave_hooks)."""
   joined = []
-  if backup is not None:
-    joined.append(hooks.Backup(backup, setting.replica_state))
   if noise is not None:
     joined.append(hooks.NoiseSample(noise, setting.runtime))
   return hooks.Joined(joined + list(setting.job.hooks) +
@@ -75,13 +73,11 @@ class Trainer(object):
       elements (None: one of its own that pulls only when a wave asks).
     noise: the session's `autotune.NoiseScale`, given the replicas'
       gradients of the waves it wants (replicas="auto"); None: no sample.
-    backup: with elasticity, the session's `rollback.Backup`: what a wave
-      that lost a worker puts back before it runs again.
   """
 
   def __init__(self, session, settings, plans, runtime, builder,
                replica_state, user_graph, lock, check_open, job=None,
-               inputs=None, noise=None, backup=None):
+               inputs=None, noise=None):
     self._session = session
     self._num_replicas = settings.replicas  # L
     self._plans = plans
@@ -106,7 +102,7 @@ class Trainer(object):
         session, runtime, replica_state, settings.algorithm,
         settings.nonfinite, self._job, self._seeding,
         _hooks(hooks.Setting(session, runtime, builder, replica_state,
-                             self._job), settings.algorithm, noise, backup))
+                             self._job), settings.algorithm, noise))
 
   @property
   def plans(self):

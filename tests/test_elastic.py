@@ -21,10 +21,13 @@ import tensorflow as tf
 import tensorbow
 from tensorbow import hooks
 from tensorbow import options
+from tensorbow import rollback
 from tensorbow import scaleout
 from tensorbow.cli import launch
 from tensorbow.scaleout import cluster as tb_cluster
+from tensorbow.scaleout import job as tb_job
 from tensorbow.scaleout import membership
+from tensorbow.scaleout import recovery as tb_recovery
 
 import references
 from tf_logs import OP_MUTATION, WARNINGS_LOGGED
@@ -169,12 +172,21 @@ class _LosesOnce(scaleout.Alone):
   """One process that sees a worker lost once, at wave `at`: before the
   wave (`take_model`: its job's hook, as the wave opens), in the sum
   before its commit (`commit_sum`: its job's reduce, which it has only
-  then) or after it (`sync`: its job's sums)."""
+  then) or after it (`sync`: its job's sums). As an elastic worker's, its
+  job keeps the replicas before each wave (job.Backup) and its training
+  runs go through the recovery loop."""
 
   elastic = True
 
   def __init__(self, at, where):
     self._at, self._where, self.reformed = at, where, []
+    self._backup = None
+
+  def recovery(self, record):
+    return tb_recovery.Recovery(self, record)
+
+  def catching_up(self, wave):
+    return False
 
   def _lose(self, wave, where):
     if wave == self._at and where == self._where and not self.reformed:
@@ -182,6 +194,8 @@ class _LosesOnce(scaleout.Alone):
 
   def job(self, session, replica_state):
     lose = self._lose
+    if self._backup is None:
+      self._backup = rollback.Backup(session, session.graph)
 
     class Opening(hooks.WaveHook):
 
@@ -197,7 +211,8 @@ class _LosesOnce(scaleout.Alone):
       return list(arrays)
 
     return hooks.ALONE._replace(
-        hooks=(Opening(),), sums=sums,
+        hooks=(tb_job.Backup(self._backup, replica_state), Opening()),
+        sums=sums,
         reduce=reduce if self._where == "commit_sum" else None)
 
   def reform(self, change):

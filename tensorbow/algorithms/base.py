@@ -112,14 +112,15 @@ class Algorithm(object):
   def wave_hooks(self, setting):
     """The hooks (`hooks.WaveHook`) by which this algorithm joins each
     wave of a setting: made once per setting, they are called after the
-    backup's, the noise sample's and the processes' common base's, in the
-    order returned.
+    noise sample's and the job's (the backup, what other processes hand
+    this one), in the order returned.
 
     Args:
       setting: the setting's `hooks.Setting`: the session, the runtime,
         the builder (see the module's docstring), the replica state
         (`runs`: the runs over the algorithm's states, made once;
-        `replicated_variables`; `reseed`) and what crosses processes.
+        `replicated_variables`; `reseed`) and the job (`hooks.Job`: its
+        `reduce` sums arrays over the processes, None in one).
 
     Returns:
       A sequence of `hooks.WaveHook`s (none by default).

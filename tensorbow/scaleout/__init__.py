@@ -36,10 +36,12 @@ import logging
 
 from tensorbow import feeds
 from tensorbow import hooks
+from tensorbow import rollback
 from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow.scaleout import job as tb_job
 from tensorbow.scaleout import joining
 from tensorbow.scaleout import membership
+from tensorbow.scaleout import recovery as tb_recovery
 
 
 def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
@@ -120,11 +122,12 @@ class Alone(object):
     del session, replica_state
     return hooks.ALONE
 
-  def catching_up(self, wave):
-    """Whether training run `wave` is to run as a plain run: a joiner's
-    before its first wave."""
-    del wave
-    return False
+  def recovery(self, record):
+    """The loop of this process's training runs through changes of the
+    job's membership (recovery.Recovery), `record` called with each
+    change; None: one process, whose membership does not change."""
+    del record
+    return None
 
   def leaves_save(self):
     """Whether a Saver's save is another process's to write: this one
@@ -148,11 +151,6 @@ class Alone(object):
     del wave
     return False
 
-  def reform(self, change):
-    """After `change` (a MembershipChanged, which only a cluster raises):
-    the workers that go on form their cluster; returns the change as the
-    membership log records it."""
-    raise change
 
   def close(self):
     pass
@@ -183,6 +181,7 @@ class Workers(Alone):
     self._min_workers = min_workers
     self._elastic_timeout = elastic_timeout or 0.0
     self._made = None  # the Reducer, made when first used
+    self._backup = None  # with elasticity, made with the first setting
     self._departing = None  # (wave, workers preempted that leave before it)
     self.membership = log or membership.Log()
     # Each one's first index; how many there were.
@@ -230,7 +229,11 @@ class Workers(Alone):
     return True
 
   def job(self, session, replica_state):
-    return tb_job.make(self, session, replica_state)
+    if self.elastic and self._backup is None:
+      # Kept across settings: a wave that lost a worker puts back what it
+      # wrote before it runs again.
+      self._backup = rollback.Backup(session, session.graph)
+    return tb_job.make(self, session, replica_state, self._backup)
 
   def checked(self, plan, fed_values, replicas):
     """A training run's fed values checked for `replicas` on every worker
@@ -271,7 +274,12 @@ class Workers(Alone):
     if taken:
       session.run(*state.set_shared_state_run(taken))
 
+  def recovery(self, record):
+    return tb_recovery.Recovery(self, record)
+
   def catching_up(self, wave):
+    """Whether training run `wave` is to run as a plain run: a joiner's
+    before its first wave."""
     if self._arrival is not None and self._arrival.due(wave):
       answer = self._arrival.ask(wave, self.cluster)
       if answer is not None:

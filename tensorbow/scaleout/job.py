@@ -6,23 +6,27 @@ seeded take the chief's values; after the seeding (`before`), the
 algorithm's state takes the chief's where a worker joined, and the base
 that the workers' central models start the wave from is kept, so that
 what is summed after the wave (`sums`) is each worker's move. An
-algorithm's merge across the workers goes through `reduce`.
+algorithm's merge across the workers goes through `reduce`. With
+elasticity the replicas' state is kept before each wave, first of the
+job's hooks, and put back if the wave is dropped (recovery.py).
 """
 from tensorbow import hooks
 
 
-def make(workers, session, replica_state):
+def make(workers, session, replica_state, backup):
   """The `hooks.Job` of `workers` (a `scaleout.Workers`) for a setting on
   `session` (the `tf.compat.v1.Session` on the execution graph) whose
-  replicas are `replica_state` (a `replicas.ReplicaState`)."""
+  replicas are `replica_state` (a `replicas.ReplicaState`); `backup`: with
+  elasticity, the session's `rollback.Backup` (else None)."""
   runs = replica_state.runs
 
   def sums(number, summed, arrays):
     return workers.sync(runs, session, number, summed, arrays)
 
+  kept = () if backup is None else (Backup(backup, replica_state),)
   return hooks.Job(
       workers=workers.workers,
-      hooks=(_FromChief(workers, session, replica_state),),
+      hooks=kept + (_FromChief(workers, session, replica_state),),
       reduce=workers.reduce, sums=sums, checked=workers.checked,
       seconds=lambda: workers.seconds,
       checkpoint_worker=lambda: workers.checkpoint_worker)
@@ -51,3 +55,26 @@ class _FromChief(hooks.WaveHook):
     base = self._state.runs.worker_sync(opened.plan.summed)
     if base:
       self._session.run(base[0])
+
+
+class Backup(hooks.WaveHook):
+  """With elasticity, the replicas' state kept before a wave and put back
+  if the wave was dropped (rollback.Backup).
+
+  Args:
+    backup: the session's `rollback.Backup`.
+    replica_state: the setting's `replicas.ReplicaState`.
+  """
+
+  def __init__(self, backup, replica_state):
+    self._backup = backup
+    self._state = replica_state
+
+  def before(self, opened):
+    self._backup.save(self._state.replicated_parts())
+
+  def after(self, opened, ran):
+    self._backup.forget()
+
+  def undo(self):
+    self._backup.restore()
