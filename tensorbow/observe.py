@@ -81,9 +81,6 @@ class Quiet(object):
   def wave(self, start, end, rows, replicas, runtime, sums, distances):
     del start, end, rows, replicas, runtime, sums, distances
 
-  def wants_distances(self):
-    return False
-
   def membership(self, change):
     """The workers changed: `change` as membership.Log records it."""
     del change
@@ -127,8 +124,8 @@ class Recorder(Quiet):
     self._said = self._read_distances = clock()
     self._said_rows = self._rows = 0
 
-  def wants_distances(self):
-    """Whether the next `wave` should be given the replicas' distances."""
+  def _wants_distances(self):
+    """Whether the replicas' distances are due."""
     return (self._logdir is not None and
             self._clock() - self._read_distances >= DISTANCE_EVERY)
 
@@ -136,8 +133,9 @@ class Recorder(Quiet):
     """A training run from `start` to `end` (clock seconds) of `rows` rows
     on `replicas` replicas, its tasks' timings in `runtime`'s
     (`Runtime.task_timings`); `sums`: the (start, end, what) of its sums
-    over the workers; `distances`: each replica's distance from the
-    central model, or None."""
+    over the workers; `distances`: () -> each replica's distance from the
+    central model, asked when due (every DISTANCE_EVERY seconds with a
+    logdir), or None."""
     if not self._opened:
       self._open()
     self._waves += 1
@@ -152,10 +150,10 @@ class Recorder(Quiet):
       if end - self._wrote >= SCALARS_EVERY:
         self._write_pending()
         self._wrote = end
-      if distances is not None:
+      if distances is not None and self._wants_distances():
         self._read_distances = self._clock()
         self._scalars({f"replica_distance/{r}": d
-                       for r, d in enumerate(distances)})
+                       for r, d in enumerate(distances())})
     if self._progress is not None and end - self._said >= self._progress:
       rate = (self._rows - self._said_rows) / max(end - self._said, 1e-9)
       self._out.write(

@@ -260,9 +260,7 @@ class TensorBowSession(session_base.SessionBase):
     observer's record, a preemption's save, the auto-tuner's step."""
     self._observer.wave(
         start, start + seconds, trained.rows, self.replicas, self._runtime,
-        self._scale.take_sums(),
-        self._trainer.replica_distances()
-        if self._observer.wants_distances() else None)
+        self._scale.take_sums(), self._trainer.replica_distances)
     self._preemption.after_wave(self.counts["training_runs"] + 1,
                                 lambda r, v: self._plain_run(r, v, None, None))
     if self._tuning is not None:

@@ -214,3 +214,27 @@ def test_scalars_between_writes_are_averaged_and_the_rest_written_at_close(
                              rtol=1e-6)
   np.testing.assert_allclose(written[1][1]["wave_ms"], 500.0, rtol=1e-6)
   assert written[1][1]["replicas"] == 2 and written[1][1]["workers"] == 1
+
+
+def test_distances_are_asked_only_when_due(tmp_path):
+  """The replicas' distances cost a run of their own: the recorder asks
+  for them once every DISTANCE_EVERY seconds, and never without a
+  logdir."""
+  now, asked = [100.0], []
+
+  def distances():
+    asked.append(now[0])
+    return [0.5, 0.25]
+
+  recorder = observe.Recorder(None, str(tmp_path), None,
+                              clock=lambda: now[0], wall=lambda: 5e8)
+  every = observe.DISTANCE_EVERY
+  # From the recorder's start: none before `every`, one at it, once.
+  for now[0] in (100.0, 100.0 + every / 2, 100.0 + every, 100.0 + every,
+                 100.0 + 2 * every):
+    recorder.wave(now[0], now[0] + 0.1, 10, 2, _Runtime([]), [], distances)
+  recorder.close()
+  assert asked == [100.0 + every, 100.0 + 2 * every]
+  quiet = observe.Recorder(None, None, None, clock=lambda: now[0])
+  quiet.wave(0.0, 0.1, 10, 2, _Runtime([]), [], distances)
+  assert len(asked) == 2  # without a logdir, never
