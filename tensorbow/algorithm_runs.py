@@ -86,15 +86,13 @@ class AlgorithmRuns(object):
   def worker_sync(self, summed=()):
     """(op run before a wave, [tensor each worker adds to the sum after
     it], [placeholder fed each sum], op applying the sums, its other feeds
-    (none)) keeping the central models of a cluster's workers equal, and
-    the variables named in `summed` (merged as sums over rows: counters,
-    metrics) the sum of every worker's move; or None."""
-    names, states = self._named_states()
+    (none)) keeping the variables named in `summed` (merged as sums over
+    rows: counters, metrics) the sum of every worker's move; or None."""
+    names, _ = self._named_states()
     summed = tuple(sorted(summed))
 
     def build():
-      parts = (self._parts(self._algorithm.worker_sync, states) +
-               [self._worker_sum(name) for name in summed])
+      parts = [self._worker_sum(name) for name in summed]
       if not parts:
         return None
       before, added, apply = zip(*parts)

@@ -51,7 +51,8 @@ class Algorithm(object):
   # replicated, and each task's step lands as soon as the task finishes.
   shares_model = False
   # The central models of several workers can be kept equal after each
-  # wave (worker_sync); an algorithm that cannot refuses a cluster.
+  # wave (by its hooks, through the job's reduce); an algorithm that
+  # cannot refuses a cluster.
   spans_workers = False
   # Replicas spread over several devices (devices=) can be kept together
   # (device_sync, or an exchange that reads every replica); an algorithm
@@ -196,14 +197,6 @@ class Algorithm(object):
     """With the replicas on several devices (builder.placement), the op
     that makes every device's copy of `state`'s variable, and the variable,
     the central model of all the replicas after a wave; or None."""
-    del builder, state
-    return None
-
-  def worker_sync(self, builder, state):
-    """What keeps the central models of a cluster's workers equal, for
-    the variable of `state`: (op run before each wave, the tensor each
-    worker adds to the sum after it, a function from a tensor of that sum
-    to the op applying it), or None."""
     del builder, state
     return None
 

@@ -366,7 +366,10 @@ class SMA(base.Algorithm):
              name=f"device_sum/{state.name}")
     return out if isinstance(out, tf.Operation) else out.op
 
-  def worker_sync(self, builder, state):
+  def worker_part(self, builder, state):
+    """Over a job's workers, the variable of `state`: (op run before each
+    wave, the tensor each worker adds to the sum after it, a function
+    from a tensor of that sum to the op applying it)."""
     # Every worker's wave moved its central model from the same `base`
     # (the central model and its momentum term) by the sum of its own
     # replicas' corrections; the sum over the workers of those moves is
@@ -429,7 +432,10 @@ class SMA(base.Algorithm):
     return [state.correction.set(tf.zeros_like(central), replicas)]
 
   def wave_hooks(self, setting):
-    return [sma_wave.Participants(setting, self.central_momentum)]
+    own = [sma_wave.Participants(setting, self.central_momentum)]
+    if setting.job.reduce is None:
+      return own
+    return own + [sma_wave.AcrossWorkers(setting, self.worker_part)]
 
   def state_parts(self, builder, state):
     name = state.name

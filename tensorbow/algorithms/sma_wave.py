@@ -1,6 +1,6 @@
 """SMA's side of a wave (hooks.py): the replicas that take part in a
-wave's central update, and the barriers restarted after a wave that did
-not finish.
+wave's central update, the barriers restarted after a wave that did not
+finish, and the workers' central models kept one.
 
 SMA's central update waits at a barrier for every replica's correction
 (sma.py). A replica that sits a wave out, or whose values were not
@@ -9,6 +9,12 @@ replicas arrive, those left out restart from the central model with no
 correction, and a device none of whose replicas train moves its copy by
 the central momentum alone. A wave whose writes failed leaves the
 barriers part-way: they restart.
+
+Over a job of several processes, every worker's wave moves its central
+model from the same base by its own replicas' corrections; after the
+wave the moves are summed over the workers (the job's reduce) and each
+worker's central model becomes the base plus that sum: one wave of all
+their replicas.
 """
 import numpy as np
 import tensorflow as tf
@@ -99,3 +105,52 @@ def _reset_ops(builder, states):
   return [tb_ops.library().tensor_bow_reset_sma_barriers(
       barriers=[b for s in states
                 for b in [s.barrier] + [c.barrier for c in s.devices]])]
+
+
+class AcrossWorkers(hooks.WaveHook):
+  """SMA's central models of a job's workers kept one: the base kept
+  before each wave, the moves summed over the workers by the job's
+  `reduce` when the replicas merge.
+
+  Args:
+    setting: the setting's `hooks.Setting` (its job's `reduce` not None).
+    part: (builder, state) -> (op run before each wave, the tensor each
+      worker adds to the sum, function from a tensor of that sum to the
+      op applying it), or None (SMA.worker_part).
+  """
+
+  def __init__(self, setting, part):
+    self._session = setting.session
+    self._runs = setting.replica_state.runs
+    self._reduce = setting.job.reduce
+    self._part = part
+
+  def before(self, opened):
+    made = self._made()
+    if made is not None:
+      self._session.run(made[0])
+
+  def merge(self, opened, ran):
+    made = self._made()
+    if made is None:
+      return
+    _, added, sums, apply = made
+    totals = self._reduce(opened.number, self._session.run(added))
+    self._session.run(apply, dict(zip(sums, totals)))
+
+  def _made(self):
+    """(base op, tensors added, placeholders of their sums, op applying
+    them) over the variables' states, made once per set of them; None if
+    no variable has a part."""
+    return self._runs.made("sma_across_workers", self._build)
+
+  def _build(self, builder, states):
+    parts = [p for p in (self._part(builder, s) for s in states)
+             if p is not None]
+    if not parts:
+      return None
+    before, added, apply = zip(*parts)
+    sums = [tf.compat.v1.placeholder(t.dtype, t.shape) for t in added]
+    return (tf.group(*before, name="worker_base"), list(added), sums,
+            tf.group(*[a(s) for a, s in zip(apply, sums)],
+                     name="worker_sum"))

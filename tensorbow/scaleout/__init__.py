@@ -295,9 +295,9 @@ class Workers(Alone):
     return self._summed(wave, self._reducer.sum, arrays, f"wave {wave}")
 
   def sync(self, runs, session, wave, summed=(), fetched=()):
-    """After `wave`: sums every worker's move of the central model since
-    the wave's base (AlgorithmRuns.worker_sync; `summed`: the variables
-    merged as sums over rows) and applies it; returns `fetched` (arrays:
+    """After `wave`: sums every worker's move of the variables `summed`
+    (merged as sums over rows) since the wave's base
+    (AlgorithmRuns.worker_sync) and applies it; returns `fetched` (arrays:
     the wave's fetched sums over rows) summed over the workers, in the
     same all-reduces."""
     sync = runs.worker_sync(summed)

@@ -4,9 +4,10 @@
 Before a wave's replicas are seeded (`opening`), the variables due to be
 seeded take the chief's values; after the seeding (`before`), the
 algorithm's state takes the chief's where a worker joined, and the base
-that the workers' central models start the wave from is kept, so that
-what is summed after the wave (`sums`) is each worker's move. An
-algorithm's merge across the workers goes through `reduce`. With
+of the variables merged as sums over rows (counters, metrics) is kept,
+so that what is summed after the wave (`sums`, with the fetched sums) is
+each worker's move. An algorithm keeps the workers' central models one
+through `reduce` (SMA's hooks, sma_wave.py). With
 elasticity the replicas' state is kept before each wave, first of the
 job's hooks, and put back if the wave is dropped (recovery.py).
 """
@@ -34,7 +35,7 @@ def make(workers, session, replica_state, backup):
 
 class _FromChief(hooks.WaveHook):
   """The chief's model and algorithm state taken before a wave, and the
-  base of the workers' common move kept.
+  base of the variables summed over the workers kept.
 
   Args:
     workers: the session's `scaleout.Workers`.
