@@ -92,17 +92,21 @@ class AlgorithmRuns(object):
     summed = tuple(sorted(summed))
 
     def build():
-      parts = [self._worker_sum(name) for name in summed]
-      if not parts:
-        return None
-      before, added, apply = zip(*parts)
-      sums = [tf.compat.v1.placeholder(t.dtype, t.shape) for t in added]
-      return (tf.group(*before, name="worker_base"), list(added), sums,
-              tf.group(*[a(s) for a, s in zip(apply, sums)],
-                       name="worker_sum"), {})
+      run = _summed_parts([self._worker_sum(name) for name in summed])
+      return None if run is None else run + ({},)
 
     return self._builder.once("worker_sync",
                               (self._state_signature(names), summed), build)
+
+  def summed_run(self, purpose, part):
+    """(op run before a wave, [tensor each process adds to the sum after
+    it], [placeholder fed each sum], op applying the sums) over the model
+    variables' states, made once per `purpose` and set of states from
+    `part(builder, state)`: (before op, tensor added, function from a
+    tensor of the sum to the op applying it), or None; None if no
+    variable has a part."""
+    return self.made(purpose, lambda builder, states: _summed_parts(
+        self._parts(part, states)))
 
   def _worker_sum(self, name):
     """worker_sync's part for variable `name`, merged as a sum over rows:
@@ -171,3 +175,16 @@ class AlgorithmRuns(object):
     """What per-variable `hook` gives for `states`, less the Nones."""
     parts = [hook(self._builder, s) for s in states]
     return [p for p in parts if p is not None]
+
+
+def _summed_parts(parts):
+  """(op running every part's before op, [tensor each part adds],
+  [placeholder fed each sum], op applying them) of `parts`, each a
+  (before op, tensor added, function from the sum to its apply op); None
+  if there are none."""
+  if not parts:
+    return None
+  before, added, apply = zip(*parts)
+  sums = [tf.compat.v1.placeholder(t.dtype, t.shape) for t in added]
+  return (tf.group(*before, name="worker_base"), list(added), sums,
+          tf.group(*[a(s) for a, s in zip(apply, sums)], name="worker_sum"))

@@ -140,17 +140,5 @@ class AcrossWorkers(hooks.WaveHook):
 
   def _made(self):
     """(base op, tensors added, placeholders of their sums, op applying
-    them) over the variables' states, made once per set of them; None if
-    no variable has a part."""
-    return self._runs.made("sma_across_workers", self._build)
-
-  def _build(self, builder, states):
-    parts = [p for p in (self._part(builder, s) for s in states)
-             if p is not None]
-    if not parts:
-      return None
-    before, added, apply = zip(*parts)
-    sums = [tf.compat.v1.placeholder(t.dtype, t.shape) for t in added]
-    return (tf.group(*before, name="worker_base"), list(added), sums,
-            tf.group(*[a(s) for a, s in zip(apply, sums)],
-                     name="worker_sum"))
+    them) over the variables' states (AlgorithmRuns.summed_run)."""
+    return self._runs.summed_run("sma_across_workers", self._part)
