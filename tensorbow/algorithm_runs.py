@@ -85,18 +85,15 @@ class AlgorithmRuns(object):
 
   def worker_sync(self, summed=()):
     """(op run before a wave, [tensor each worker adds to the sum after
-    it], [placeholder fed each sum], op applying the sums, its other feeds
-    (none)) keeping the variables named in `summed` (merged as sums over
-    rows: counters, metrics) the sum of every worker's move; or None."""
-    names, _ = self._named_states()
+    it], [placeholder fed each sum], op applying the sums) keeping the
+    variables named in `summed` (merged as sums over rows: counters,
+    metrics) the sum of every worker's move; None if there are none.
+    Made once per set of them: it does not depend on the model
+    variables' states."""
     summed = tuple(sorted(summed))
-
-    def build():
-      run = _summed_parts([self._worker_sum(name) for name in summed])
-      return None if run is None else run + ({},)
-
-    return self._builder.once("worker_sync",
-                              (self._state_signature(names), summed), build)
+    return self._builder.once(
+        "worker_sync", summed,
+        lambda: _summed_parts([self._worker_sum(name) for name in summed]))
 
   def summed_run(self, purpose, part):
     """(op run before a wave, [tensor each process adds to the sum after

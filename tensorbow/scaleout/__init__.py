@@ -5,11 +5,12 @@ life (docs/DESIGN.md, "Two levels").
 (`scaleout/cluster.py`), which sums over the workers with its `Reducer`.
 Each setting's waves are joined by its `job` (a `hooks.Job`): one
 process's is `hooks.ALONE`, with no hook; a worker's (job.py) takes the
-chief's model and state before a wave, sums the central models' moves and
-the fetched sums after it, and gives an algorithm's merge across the
-workers its `reduce`. `seconds` is the time spent summing, which the
-scaling model counts as synchronisation; `take_sums`: when each sum ran
-(for a timeline).
+chief's model and state before a wave, sums the counters' moves and the
+fetched sums after it, and gives an algorithm its `reduce`, through
+which it keeps the workers' central models one (SMA's moves, synchronous
+SGD's gradients, local SGD's exchange). `seconds` is the time spent
+summing, which the scaling model counts as synchronisation; `take_sums`:
+when each sum ran (for a timeline).
 
 Around the waves: `catching_up` says a joiner's training run is to run
 as a plain run; after a wave `preempting` says whether every worker saves
@@ -150,7 +151,6 @@ class Alone(object):
     too."""
     del wave
     return False
-
 
   def close(self):
     pass
@@ -301,13 +301,11 @@ class Workers(Alone):
     the wave's fetched sums over rows) summed over the workers, in the
     same all-reduces."""
     sync = runs.worker_sync(summed)
-    if not sync and not fetched:
-      return []
-    added, sums, apply, fed = sync[1:] if sync else ([], [], None, {})
-    totals = self.reduce(wave, (session.run(added) if added else []) +
-                         list(fetched))
-    if apply is not None:
-      session.run(apply, {**fed, **dict(zip(sums, totals))})
+    if sync is None:
+      return self.reduce(wave, list(fetched)) if fetched else []
+    _, added, sums, apply = sync
+    totals = self.reduce(wave, session.run(added) + list(fetched))
+    session.run(apply, dict(zip(sums, totals)))
     return totals[len(added):]
 
   def _summed(self, wave, how, values, what):

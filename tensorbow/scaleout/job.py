@@ -7,9 +7,9 @@ algorithm's state takes the chief's where a worker joined, and the base
 of the variables merged as sums over rows (counters, metrics) is kept,
 so that what is summed after the wave (`sums`, with the fetched sums) is
 each worker's move. An algorithm keeps the workers' central models one
-through `reduce` (SMA's hooks, sma_wave.py). With
-elasticity the replicas' state is kept before each wave, first of the
-job's hooks, and put back if the wave is dropped (recovery.py).
+through `reduce` (SMA's hooks, sma_wave.py). With elasticity the
+replicas' state is kept before each wave, first of the job's hooks, and
+put back if the wave is dropped (recovery.py).
 """
 from tensorbow import hooks
 

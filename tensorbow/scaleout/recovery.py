@@ -5,13 +5,13 @@ A joiner's training runs before the job's wave it joins at only catch up
 (`catch_up`: its script reaches the job's batch while the job trains on).
 Then each training run is tried until it trains: a wave that lost a
 worker, or before which others join, raises `MembershipChanged` (a
-`hooks.Dropped`) once the
-trainer has put back what it wrote and took (the job's hooks undo it:
-the backup, job.py); this worker agrees with the others on the cluster
-that goes on (`Workers.reform`, membership.py), the change is recorded,
-and the session's `reset` makes its setting anew for that cluster before
-the run is tried again. The session hands this loop what to run; the loop
-knows nothing of the session.
+`hooks.Dropped`) once the trainer has put back what it wrote and took
+(the job's hooks undo it: the backup, job.py); this worker agrees with
+the others on the cluster that goes on (`Workers.reform`,
+membership.py), the change is recorded, and the session's `reset` makes
+its setting anew for that cluster before the run is tried again. The
+session hands this loop what to run; the loop knows nothing of the
+session.
 """
 from tensorbow import hooks
 
