@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tensorbow import feeds
+from tensorbow import fetches
 from tensorbow import rollback
 
 # What one wave trains on. `number` counts training runs from 1; `plan` is
@@ -318,13 +319,13 @@ class WaveSteps(object):
     """{fetch position: value} of wave `opened` that `ran`, `fetched` the
     handler's fetches; with replicas, after the algorithm's merge and the
     sums over processes."""
-    merged = feeds.merge_fetches(
+    merged = fetches.merge_fetches(
         opened.plan, fetched, ran.outputs, ran.sizes,
         None if opened.pooled else (opened.trained, ran.committed))
     if opened.in_use:
       self._hooks.merge(opened, ran)
       merged.update(self._summed(opened.number, opened.plan.summed,
-                                 feeds.sums_over_rows(opened.plan, merged)))
+                                 fetches.sums_over_rows(opened.plan, merged)))
       self._hooks.after(opened, ran)
     return merged
 
@@ -341,7 +342,7 @@ class WaveSteps(object):
     totals = [np.asarray(sums[i], np.float64) for i in positions]
     if self._job.sums is not None:
       totals = self._job.sums(number, summed, totals)
-    return {i: feeds.in_dtype_of(sums[i], total)
+    return {i: fetches.in_dtype_of(sums[i], total)
             for i, total in zip(positions, totals)}
 
   def central(self, plan, values):
@@ -352,5 +353,5 @@ class WaveSteps(object):
       central.update(zip(plan.central_fetches, self._session.run(
           list(plan.central_fetches.values()))))
     for i, j in plan.echoed:
-      central[i] = feeds.echoed(values[j], plan.combine[i])
+      central[i] = fetches.echoed(values[j], plan.combine[i])
     return central

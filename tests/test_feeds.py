@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tensorbow import feeds
+from tensorbow import fetches
 from tensorbow.rewrite import reductions
 
 tf1 = tf.compat.v1
@@ -301,7 +302,7 @@ _FLOATS = [np.float16, np.float32, np.float64, tf.bfloat16.as_numpy_dtype]
 @pytest.mark.parametrize("dtype", _FLOATS)
 def test_a_float_scalar_is_the_shard_weighted_mean(dtype):
   values = [np.asarray(v, dtype) for v in (1.0, 2.0, 4.0)]
-  merged = feeds.merge(values, [3, 2, 2], None)
+  merged = fetches.merge(values, [3, 2, 2], None)
   assert merged.dtype == np.dtype(dtype)
   assert merged.shape == ()
   expected = np.average([1.0, 2.0, 4.0], weights=[3, 2, 2])  # 15 / 7
@@ -313,12 +314,12 @@ def test_a_float_scalar_is_the_shard_weighted_mean(dtype):
 def test_without_sizes_a_float_scalar_is_the_plain_mean():
   values = [np.float32(1.0), np.float32(2.0), np.float32(6.0)]
   values = [np.asarray(v) for v in values]
-  assert float(feeds.merge(values, None, None)) == pytest.approx(3.0)
-  assert float(feeds.merge(values, [], None)) == pytest.approx(3.0)
+  assert float(fetches.merge(values, None, None)) == pytest.approx(3.0)
+  assert float(fetches.merge(values, [], None)) == pytest.approx(3.0)
 
 
 def test_a_nonfinite_replica_propagates_into_the_mean():
-  merged = feeds.merge([np.asarray(1.0, np.float32),
+  merged = fetches.merge([np.asarray(1.0, np.float32),
                         np.asarray(np.nan, np.float32)], [2, 2], None)
   assert np.isnan(merged)
 
@@ -329,32 +330,32 @@ def test_a_nonfinite_replica_propagates_into_the_mean():
 def test_other_scalars_are_replica_zeros(value):
   other = np.asarray(value.dtype.type(0) if value.dtype != object
                      else b"other", dtype=value.dtype)
-  merged = feeds.merge([value, other, other], [1, 1, 1], None)
+  merged = fetches.merge([value, other, other], [1, 1, 1], None)
   assert merged == value[()]
   assert np.ndim(merged) == 0
 
 
 def test_one_replicas_value_is_its_value():
-  merged = feeds.merge([np.asarray(2.5, np.float32)], [4], None)
+  merged = fetches.merge([np.asarray(2.5, np.float32)], [4], None)
   assert merged == np.float32(2.5)
   assert merged.dtype == np.float32
   first = np.arange(4.0, dtype=np.float32).reshape(2, 2)
-  assert feeds.merge([first], [2], None) is first
-  assert feeds.merge([first], [2], reductions.ROWS) is first
+  assert fetches.merge([first], [2], None) is first
+  assert fetches.merge([first], [2], reductions.ROWS) is first
 
 
 def test_per_example_tensors_are_concatenated_in_replica_order():
   values = [np.arange(6).reshape(3, 2), np.arange(6, 10).reshape(2, 2),
             np.arange(10, 14).reshape(2, 2)]
-  merged = feeds.merge(values, [3, 2, 2], reductions.ROWS)
+  merged = fetches.merge(values, [3, 2, 2], reductions.ROWS)
   np.testing.assert_array_equal(merged, np.concatenate(values))
   assert merged.shape == (7, 2)
-  merged = feeds.merge([np.array([1.0, 2.0]), np.array([3.0])], [2, 1],
+  merged = fetches.merge([np.array([1.0, 2.0]), np.array([3.0])], [2, 1],
                        reductions.ROWS)
   np.testing.assert_array_equal(merged, [1.0, 2.0, 3.0])
   # Whatever their first dimension: a flattened [rows * k] tensor too.
   values = [np.arange(9.0), np.arange(6.0)]
-  np.testing.assert_array_equal(feeds.merge(values, [3, 2], reductions.ROWS),
+  np.testing.assert_array_equal(fetches.merge(values, [3, 2], reductions.ROWS),
                                 np.concatenate(values))
 
 
@@ -364,39 +365,39 @@ def test_a_float_tensor_not_per_example_is_the_shard_weighted_mean(dtype):
   # shard size by coincidence, it is not concatenated.
   rng = np.random.RandomState(0)
   values = [rng.randn(4, 3).astype(dtype) for _ in range(3)]
-  merged = feeds.merge(values, [4, 4, 2], None)
+  merged = fetches.merge(values, [4, 4, 2], None)
   assert merged.shape == (4, 3) and merged.dtype == np.dtype(dtype)
   expected = np.average(np.asarray(values, np.float64), axis=0,
                         weights=[4, 4, 2])
   np.testing.assert_array_equal(merged, expected.astype(dtype))
-  unweighted = feeds.merge(values, None, None)
+  unweighted = fetches.merge(values, None, None)
   np.testing.assert_array_equal(
       unweighted, np.mean(np.asarray(values, np.float64), 0).astype(dtype))
 
 
 def test_other_tensors_not_per_example_are_replica_zeros():
   first = np.arange(8, dtype=np.int64).reshape(4, 2)
-  assert feeds.merge([first, first + 1], [4, 4], None) is first
+  assert fetches.merge([first, first + 1], [4, 4], None) is first
   flags = np.array([True, False])
-  assert feeds.merge([flags, ~flags], [2, 2], None) is flags
+  assert fetches.merge([flags, ~flags], [2, 2], None) is flags
 
 
 def test_float_values_of_different_shapes_have_no_mean_and_are_replica_zeros():
   # Data-dependent shapes (tf.unique of a weight): no mean exists.
   first = np.array([1.0, 2.0, 3.0], np.float32)
-  assert feeds.merge([first, np.array([5.0], np.float32)], [2, 2],
+  assert fetches.merge([first, np.array([5.0], np.float32)], [2, 2],
                      None) is first
 
 
 def test_a_per_example_fetch_with_a_scalar_value_is_not_concatenated():
   # A py_func of unknown shape that returned scalars: there are no rows.
-  merged = feeds.merge([np.asarray(1.0, np.float32),
+  merged = fetches.merge([np.asarray(1.0, np.float32),
                         np.asarray(3.0, np.float32)], [1, 3], reductions.ROWS)
   assert merged == np.float32(2.5) and np.ndim(merged) == 0
 
 
 def test_replicas_without_rows_weigh_alike():
-  merged = feeds.merge([np.float32([1.0]), np.float32([3.0])], [0, 0], None)
+  merged = fetches.merge([np.float32([1.0]), np.float32([3.0])], [0, 0], None)
   np.testing.assert_array_equal(merged, [2.0])
 
 
@@ -416,20 +417,20 @@ def _summary(loss, accuracy, histogram_max):
 def test_summary_scalars_are_shard_weighted_means_the_rest_replica_zeros():
   values = [_summary(1.0, 0.5, 10.0), _summary(2.0, 0.25, 20.0),
             _summary(4.0, 1.0, 30.0)]
-  merged = tf1.Summary.FromString(feeds.merge_summaries(values, [2, 1, 1]))
+  merged = tf1.Summary.FromString(fetches.merge_summaries(values, [2, 1, 1]))
   assert [v.tag for v in merged.value] == ["loss", "weights", "accuracy"]
   assert merged.value[0].simple_value == pytest.approx(
       np.average([1.0, 2.0, 4.0], weights=[2, 1, 1]))  # 2.0
   assert merged.value[2].simple_value == pytest.approx(
       np.average([0.5, 0.25, 1.0], weights=[2, 1, 1]))  # 0.5625
   assert merged.value[1].histo.max == 10.0
-  unweighted = tf1.Summary.FromString(feeds.merge_summaries(values, None))
+  unweighted = tf1.Summary.FromString(fetches.merge_summaries(values, None))
   assert unweighted.value[0].simple_value == pytest.approx(7.0 / 3.0)
 
 
 def test_one_replicas_summary_is_its_bytes():
   value = _summary(1.5, 0.5, 1.0)
-  assert feeds.merge_summaries([value], [8]) == value[()]
+  assert fetches.merge_summaries([value], [8]) == value[()]
 
 
 def test_summary_ops_are_tensorflows_summary_op_types():
@@ -442,8 +443,8 @@ def test_summary_ops_are_tensorflows_summary_op_types():
            tf1.summary.tensor_summary("t", x)]
     ops.append(tf1.summary.merge(ops))
   for op in ops:
-    assert op.op.type in feeds.SUMMARY_OPS, op.op.type
-  assert "Identity" not in feeds.SUMMARY_OPS
+    assert op.op.type in fetches.SUMMARY_OPS, op.op.type
+  assert "Identity" not in fetches.SUMMARY_OPS
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32,
@@ -452,17 +453,17 @@ def test_a_sum_over_rows_is_the_replicas_sum(dtype):
   # A count of correct predictions, a confusion matrix: the batch's is
   # the sum of the shards', whatever their sizes (issue #60).
   values = [np.asarray(v, dtype) for v in (3, 7, 2)]
-  merged = feeds.merge(values, [4, 4, 2], reductions.SUM)
+  merged = fetches.merge(values, [4, 4, 2], reductions.SUM)
   assert merged == dtype(12) and merged.dtype == np.dtype(dtype)
   assert np.ndim(merged) == 0
   cells = [np.arange(4, dtype=dtype).reshape(2, 2) * k for k in (1, 2)]
   np.testing.assert_array_equal(
-      feeds.merge(cells, [3, 3], reductions.SUM), cells[0] * 3)
+      fetches.merge(cells, [3, 3], reductions.SUM), cells[0] * 3)
 
 
 def test_a_float32_sum_is_added_in_float64():
   values = [np.float32(1e8), np.float32(1.0), np.float32(-1e8)]
-  merged = feeds.merge([np.asarray(v) for v in values], [1, 1, 1],
+  merged = fetches.merge([np.asarray(v) for v in values], [1, 1, 1],
                        reductions.SUM)
   assert merged == np.float32(1.0) and merged.dtype == np.float32
 
@@ -471,7 +472,7 @@ def test_a_float32_sum_is_added_in_float64():
     (reductions.MAX, [5, 4]), (reductions.MIN, [-1, 2])])
 def test_a_maximum_or_minimum_over_rows_is_the_replicas(combine, expected):
   values = [np.array([5, 2], np.int64), np.array([-1, 4], np.int64)]
-  np.testing.assert_array_equal(feeds.merge(values, [2, 2], combine),
+  np.testing.assert_array_equal(fetches.merge(values, [2, 2], combine),
                                 expected)
 
 
@@ -479,14 +480,14 @@ def test_row_indices_are_concatenated_past_the_earlier_shards_rows():
   # tf.where of a per-example mask: [row in the shard, column] per replica.
   values = [np.array([[0, 1], [2, 0]], np.int64), np.array([[1, 1]], np.int64),
             np.zeros([0, 2], np.int64)]
-  merged = feeds.merge(values, [3, 3, 2], reductions.ROW_INDICES)
+  merged = fetches.merge(values, [3, 3, 2], reductions.ROW_INDICES)
   np.testing.assert_array_equal(merged, [[0, 1], [2, 0], [4, 1]])
   assert merged.dtype == np.int64
 
 
 def test_summary_scalars_follow_what_they_summarise():
   values = [_summary(1.0, 3.0, 10.0), _summary(2.0, 5.0, 20.0)]
-  merged = tf1.Summary.FromString(feeds.merge_summaries(
+  merged = tf1.Summary.FromString(fetches.merge_summaries(
       values, [3, 1], {"accuracy": reductions.SUM, "loss": None}))
   assert merged.value[0].simple_value == pytest.approx(1.25)  # the mean
   assert merged.value[2].simple_value == 8.0  # a count of correct rows

@@ -5,7 +5,7 @@ batch's value from the shards'."""
 import numpy as np
 import tensorflow as tf
 
-from tensorbow import feeds
+from tensorbow import fetches as tb_fetches
 from tensorbow.rewrite import reductions
 
 tf1 = tf.compat.v1
@@ -97,8 +97,8 @@ def test_the_kinds_regroup_the_whole_batchs_value_from_the_shards():
     parts = [sess.run(fetches, {x: rows[s], y: labels[s], lr: 0.5})
              for s in shards]
   for k, name in enumerate(names):
-    merged = feeds.merge([np.asarray(p[k]) for p in parts],
-                         [len(s) for s in shards], kinds[name])
+    merged = tb_fetches.merge([np.asarray(p[k]) for p in parts],
+                            [len(s) for s in shards], kinds[name])
     if np.issubdtype(np.asarray(whole[k]).dtype, np.floating):
       np.testing.assert_allclose(merged, whole[k], rtol=1e-5, err_msg=name)
     else:

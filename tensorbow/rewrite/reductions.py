@@ -23,7 +23,7 @@ replicas' partial results, never recomputed:
   follows;
 - None: anything else, a mean over the rows among them: the
   shard-weighted mean of floating-point values, replica 0's of others
-  (feeds.merge). So is every value computed from a gradient
+  (fetches.merge). So is every value computed from a gradient
   (`analysis.is_gradient_op`): the replicas' backward passes are never
   run again, and a gradient's sum over a shard's rows (a bias's) is
   already that shard's mean.

@@ -336,7 +336,7 @@ class Copier(object):
   def _first_replica_only(self, node, aux):
     """A HistogramSummary NodeDef taking its values from the first replica
     only, the others an empty tensor: a fetched summary keeps the first
-    replica's histograms (feeds.merge_summaries), and the others would
+    replica's histograms (fetches.merge_summaries), and the others would
     compute theirs for nothing."""
     if self._histogram_size is None:
       with self._builder.building():
