@@ -5,8 +5,20 @@ Fed values are checked as TensorFlow checks them, batch feeds split with
 handed one to each replica (DESIGN.md). What the replicas fetch is merged
 back by fetches.py.
 """
+import collections
+
 import numpy as np
 import tensorflow as tf
+
+
+# A wave's feeds, checked and cut. `values`: the checked values in plan
+# order; `shards`: per feed, one array per computing replica; `sizes`:
+# each replica's rows; replicas 0 .. `trained` - 1 train and `borrowed`
+# more compute on replica 0's shards (wave_shards); `rows` and `batch`:
+# the rows trained on and the batch the graph was built for (the fed
+# batch, or one replica's element of an input pipeline).
+Cut = collections.namedtuple("Cut", ["values", "shards", "sizes", "trained",
+                                     "borrowed", "rows", "batch"])
 
 
 class Elements(list):
@@ -41,6 +53,40 @@ def check(plan, fed, replicas):
           "TensorBow: all batch feeds of a training run must have the same "
           f"first dimension; got {_described(rows)}")
   return values
+
+
+def cut(plan, fed, replicas, checked, taken, replicas_equal=False):
+  """The `Cut` of a wave over `plan` fed `fed` (in plan order).
+
+  Args:
+    plan: the wave's `planner.Plan`.
+    fed: the fed values, in the order of the plan's feeds.
+    replicas: this process's L.
+    checked: (plan, fed, L) -> the checked values (a `hooks.Job`'s:
+      `check`, or a worker's part of every process's check).
+    taken: the input pipeline's elements taken for the wave (None: none).
+    replicas_equal: whether replicas that sit the wave out borrow replica
+      0's shards (Algorithm.replicas_equal).
+  """
+  values = checked(plan, fed, replicas)
+  rows, batch = _rows_and_batch(plan, values, taken)
+  shards, sizes, trained, borrowed = wave_shards(plan, values,
+                                                 replicas_equal)
+  return Cut(values, shards, sizes, trained, borrowed, rows, batch)
+
+
+def _rows_and_batch(plan, values, taken):
+  """(rows trained on, batch the graph was built for): the fed batch, or
+  one replica's element of an input pipeline."""
+  if plan.batch_feed < 0:
+    if taken is None:
+      return 0, 0
+    one = next((len(v) for v in taken.elements[0] if np.ndim(v)), 0)
+    return one, one
+  fed = values[plan.batch_feed]
+  if plan.elements[plan.batch_feed]:
+    return total_rows(fed), len(fed[0])
+  return total_rows(fed), len(fed)
 
 
 def participants(plan, values):

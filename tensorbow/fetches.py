@@ -17,6 +17,33 @@ from tensorbow.rewrite import reductions
 _BFLOAT16 = np.dtype(tf.bfloat16.as_numpy_dtype)
 
 
+def of_wave(plan, fetched, outputs, sizes, replicas, values, over=None):
+  """{fetch position: value} of what a wave's replicas computed and of
+  the fed values it echoes (the central fetches are read after it).
+
+  Args:
+    plan: the wave's `planner.Plan`.
+    fetched: the handler's fetches.
+    outputs, sizes, replicas: as `merge_fetches` takes them.
+    values: the wave's checked fed values (feeds.Cut.values).
+    over: (arrays in float64) -> them summed over the processes, for the
+      fetches that are sums over rows (what keeps the processes' central
+      models equal is made with them); None: no sum is taken (the
+      setting's replicas are not in use).
+  """
+  merged = merge_fetches(plan, fetched, outputs, sizes, replicas)
+  if over is not None:
+    sums = sums_over_rows(plan, merged)
+    positions = sorted(sums)
+    # In float64: exact for counts, one all-reduce for all.
+    totals = over([np.asarray(sums[i], np.float64) for i in positions])
+    merged.update((i, in_dtype_of(sums[i], total))
+                  for i, total in zip(positions, totals))
+  for i, j in plan.echoed:
+    merged[i] = echoed(values[j], plan.combine[i])
+  return merged
+
+
 def merge(values, sizes, combine):
   """Merges one fetch's per-replica values (DESIGN.md, "What leaves the
   replicas").

@@ -2,7 +2,8 @@
 processes adds to it.
 
 A wave (wave.py) calls each of its process's hooks, in the order the
-trainer gives them, at:
+trainer gives them, at these points, in this order (`Joined.run`, which
+runs the wave's steps between them):
 
 * `opening(opened)`: the wave is opened; its replicas are not seeded
   yet (the model other processes hand this one is taken here);
@@ -126,6 +127,28 @@ class Joined(WaveHook):
 
   def __init__(self, joined):
     self._joined = tuple(joined)
+
+  def run(self, opened, seed, tasks, merged):
+    """Wave `opened` (a `wave.Wave`) with the hooks at their points, in
+    this order: opening, `seed()` (the replicas seeded), before,
+    `tasks()` (its tasks, which call `leave_out` and, in an atomic wave,
+    `between`; a `wave.Ran`), merge, `merged(ran)` (its fetches merged and
+    its sums taken over the processes), after. While the setting's
+    replicas are not in use, only the tasks and the merged fetches.
+
+    Returns:
+      What `merged` returned.
+    """
+    if not opened.in_use:
+      return merged(tasks())
+    self.opening(opened)
+    seed()
+    self.before(opened)
+    ran = tasks()
+    self.merge(opened, ran)
+    results = merged(ran)
+    self.after(opened, ran)
+    return results
 
   def opening(self, opened):
     for hook in self._joined:

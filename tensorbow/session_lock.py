@@ -120,6 +120,11 @@ class SessionLock(object):
       finally:
         self._waits = False
 
+  def during_wave(self, waits, body):
+    """`body()` under `wave(waits)`: its result."""
+    with self.wave(waits):
+      return body()
+
   @contextlib.contextmanager
   def running(self):
     """Around a wave's tasks: the state lock is let go if its ops may wait

@@ -1,18 +1,21 @@
-"""One wave as data: what it trains on and what it gave back.
+"""One wave: what it trains on, its steps, and what it gave back.
 
-The trainer (waves.py) runs a training run as one wave, in this order:
-prepare (the runs before it), compute, between (what is decided once every
-replica has computed), commit, after (the algorithm's merge and the sums
-over processes) and merge (one result per fetch). This module holds the
-records it passes from one step to the next and the steps that need no
-session: how a wave's batch is cut into shards and sizes, which replicas
-commit after non-finite values, and each replica's outputs put back in
-fetch order.
+The trainer (waves.py) plans a training run and cuts its feeds
+(feeds.py), then runs it as one wave (`WaveSteps.train`), in this order:
+the wave is opened (the `Wave` record), its hooks' points run around its
+steps (hooks.Joined.run: opening, the seeding, before, the tasks, merge,
+the fetches merged and summed, after), and the central fetches are read.
+The tasks are a pooled algorithm's chunks, tasks that write as they go,
+or an atomic wave: compute, between (what is decided once every replica
+has computed: who commits, the hooks' `between`), commit, in one call of
+the runtime. Pure steps sit beside: which replicas commit after
+non-finite values, with what weights, and each replica's outputs put
+back in fetch order.
 """
 import collections
+import functools
 import logging
 
-import numpy as np
 import tensorflow as tf
 
 from tensorbow import feeds
@@ -40,14 +43,13 @@ Ran = collections.namedtuple("Ran",
                              ["outputs", "sizes", "committed", "updates"])
 
 
-def open_wave(number, plan, values, taken, algorithm, in_use, schedule):
-  """The `Wave` of training run `number` over `plan` fed `values`.
+def open_wave(number, plan, cut, algorithm, in_use, schedule):
+  """The `Wave` of training run `number` over `plan`.
 
   Args:
     number: the training run's number, from 1.
     plan: its `planner.Plan`.
-    values: the checked feeds, in the order of the plan's feeds.
-    taken: the input pipeline's elements taken for it (None: none).
+    cut: its feeds checked and cut (a `feeds.Cut`).
     algorithm: the setting's `algorithms.base.Algorithm`.
     in_use: whether the setting's replicas are in use.
     schedule: a pooled algorithm's schedule (None: not pooled); it is
@@ -56,37 +58,21 @@ def open_wave(number, plan, values, taken, algorithm, in_use, schedule):
   Returns:
     A `Wave`.
   """
-  rows, batch = _rows_and_batch(plan, values, taken)
+  rows = cut.rows
   # An empty batch is no pool's: replica 0 trains on it alone.
   pooled = (algorithm.pooled and in_use and plan.batch_feed >= 0 and
             not plan.elements[plan.batch_feed] and rows > 0)
-  shards, sizes, trained, borrowed = feeds.wave_shards(
-      plan, values, algorithm.replicas_equal)
-  sat_out = list(range(trained + borrowed, plan.replicas))
-  per_replica = None
+  computing = cut.trained + cut.borrowed
+  sat_out = list(range(computing, plan.replicas))
+  per_replica, sizes = None, cut.sizes
   if pooled:
     sizes = list(schedule.batch_sizes(rows))
   else:
-    per_replica = [[s[r] for s in shards]
-                   for r in range(trained + borrowed)]
+    per_replica = [[s[r] for s in cut.shards] for r in range(computing)]
     if schedule is not None:
       schedule.batch_sizes(sum(sizes))
-  return Wave(number, plan, values, per_replica, sizes, trained, sat_out,
-              pooled, rows, batch, schedule, in_use)
-
-
-def _rows_and_batch(plan, values, taken):
-  """(rows trained on, batch the graph was built for): the fed batch, or
-  one replica's element of an input pipeline."""
-  if plan.batch_feed < 0:
-    if taken is None:
-      return 0, 0
-    one = next((len(v) for v in taken.elements[0] if np.ndim(v)), 0)
-    return one, one
-  fed = values[plan.batch_feed]
-  if plan.elements[plan.batch_feed]:
-    return feeds.total_rows(fed), len(fed[0])
-  return feeds.total_rows(fed), len(fed)
+  return Wave(number, plan, cut.values, per_replica, sizes, cut.trained,
+              sat_out, pooled, rows, cut.batch, schedule, in_use)
 
 
 def commit_weights(opened):
@@ -144,12 +130,21 @@ def replica_outputs(split, computed, written):
   return outputs
 
 
+def _sync_call(plan, committed):
+  """The call that synchronises after an atomic wave's commit by the
+  replicas `committed` (per replica whether it commits)."""
+  if plan.sync_calls is not None and True in committed:
+    return plan.sync_calls[committed.index(True)]
+  return plan.sync_call
+
+
 class WaveSteps(object):
   """The steps of a wave that run against the session: prepare, run
   (compute, between, commit), merge. The trainer (waves.py) takes the
-  elements, holds the lock, opens the wave and calls them in that order;
-  what joins the wave (the algorithm, the backup, the noise sample) is
-  called at the hooks' points (hooks.py).
+  elements, holds the lock, plans the wave and cuts its feeds, then calls
+  `train`; what joins the wave (the algorithm, the backup, the noise
+  sample) is called at the hooks' points (hooks.Joined.run, which runs
+  these steps between them).
 
   Args:
     session: the `tf.compat.v1.Session` on the execution graph.
@@ -174,31 +169,51 @@ class WaveSteps(object):
     self._seeding = seeding
     self._hooks = hooks
     self._schedule = None  # a pooled algorithm's, made at its first wave
+    # Whether the replicas are in use, once they are: they stay so for the
+    # setting's life (ReplicaState.copied), and a wave then asks no more.
+    self._in_use = False
 
   def schedule_history(self):
     """A pooled algorithm's schedule's history (Algorithm.schedule)."""
     return list(self._schedule.history) if self._schedule else []
 
-  def open(self, number, plan, values, taken):
-    """The `Wave` of training run `number` over `plan` fed the checked
-    `values` (`taken`: the input pipeline's elements, None: none). A pooled
-    algorithm's schedule is made at its first wave."""
+  def train(self, number, plan, cut, fetched, running, options,
+            run_metadata):
+    """Training run `number` over `plan` as one wave: opened, then run
+    with its hooks at their points (hooks.Joined.run: the seeding, the
+    tasks, the fetches merged and summed over the processes), then the
+    central fetches read.
+
+    Args:
+      number: the training run's number, from 1.
+      plan: its `planner.Plan`.
+      cut: its feeds checked and cut (a `feeds.Cut`).
+      fetched: the handler's fetches.
+      running: (tasks) -> tasks(): runs the wave's tasks (the trainer's:
+        under the lock as the wave's ops need it).
+      options, run_metadata: the run's, as `tf.compat.v1.Session.run`'s.
+
+    Returns:
+      (the `Wave`, {fetch position: value}).
+    """
+    opened = self._open(number, plan, cut)
+    merged = self._hooks.run(
+        opened, self._seeding.seed,
+        lambda: running(lambda: self._tasks(opened, options, run_metadata)),
+        lambda ran: self._merged(opened, fetched, ran))
+    merged.update(self._central(plan))
+    return opened, merged
+
+  def _open(self, number, plan, cut):
+    """The `Wave` of training run `number` over `plan` and its `cut`. A
+    pooled algorithm's schedule is made at its first wave."""
     if self._algorithm.pooled and self._schedule is None:
       self._schedule = self._algorithm.schedule(plan.replicas)
-    return open_wave(number, plan, values, taken, self._algorithm,
-                     self._state.in_use, self._schedule)
+    self._in_use = self._in_use or self._state.in_use
+    return open_wave(number, plan, cut, self._algorithm, self._in_use,
+                     self._schedule)
 
-  def prepare(self, opened):
-    """The runs before wave `opened`: the hooks' `opening` (the model
-    other processes hand this one), the seeding, then the hooks' `before`
-    (the backup, the algorithm's state other processes hand this one, the
-    algorithm's run)."""
-    if opened.in_use:
-      self._hooks.opening(opened)
-      self._seeding.seed()
-      self._hooks.before(opened)
-
-  def run(self, opened, options, run_metadata):
+  def _tasks(self, opened, options, run_metadata):
     """The wave's tasks: a pooled algorithm's chunks, an atomic wave
     (compute, between, commit) or tasks that write as they go."""
     plan = opened.plan
@@ -235,24 +250,32 @@ class WaveSteps(object):
       raise
 
   def _atomic_wave(self, opened, options, run_metadata):
-    """A wave whose writes run only once every replica has computed; the
-    replicas sitting out and those with non-finite values are left out.
+    """A wave whose writes run only once every replica has computed (one
+    call of the runtime, `between` deciding who commits); the replicas
+    sitting out and those with non-finite values are left out.
 
     Returns:
       (per replica computed its fetches, whether it committed).
     """
     plan = opened.plan
-    try:
-      computed, nonfinite = self._runtime.compute(
-          plan.calls, opened.per_replica, plan.dtypes, plan.batch_feed,
-          len(plan.atomic.internal), self._nonfinite != "propagate",
-          options, run_metadata, by_group=plan.by_group)
+    decided = []  # (who commits, the snapshot) once `between` has run
+
+    def between(computed, nonfinite):
+      del computed
       committed = self._between(opened, nonfinite)
-    except BaseException:
-      # Nothing was written: the wave is dropped.
-      self._runtime.discard()
+      decided.append((committed, self._snapshot(plan)))
+      return plan.commit_calls, committed, _sync_call(plan, committed)
+
+    try:
+      computed, written = self._runtime.atomic(
+          plan.calls, opened.per_replica, plan.dtypes, plan.batch_feed,
+          len(plan.atomic.internal), between, self._nonfinite != "propagate",
+          options, run_metadata, by_group=plan.by_group)
+    except tf.errors.OpError:
+      if decided:  # the commit failed
+        self._after_failed_commit(plan, decided[0][1])
       raise
-    written = self._commit(plan, committed, options, run_metadata)
+    committed = decided[0][0]
     if not all(committed):
       self._state.reseed_replicas(
           [r for r, c in enumerate(committed) if not c])
@@ -281,27 +304,22 @@ class WaveSteps(object):
       return
     self._hooks.leave_out(skipped, remaining)
 
-  def _commit(self, plan, committed, options, run_metadata):
-    """An atomic wave's writes, by the replicas `committed`: per replica
-    its fetches. Where an op after a write may fail, what the commit may
-    write is kept first and put back if it does."""
-    snapshot = (rollback.snapshot(self._session, self._state, plan.snapshot)
-                if plan.snapshot else None)
-    try:
-      sync_call = plan.sync_call
-      if plan.sync_calls is not None and True in committed:
-        sync_call = plan.sync_calls[committed.index(True)]
-      return self._runtime.commit(plan.commit_calls, committed, sync_call,
-                                  options, run_metadata,
-                                  by_group=plan.by_group)
-    except tf.errors.OpError:
-      if snapshot is not None:
-        self._session.run(*self._state.restore_snapshot_run(plan.snapshot,
-                                                            snapshot))
-        self._hooks.failed()
-      else:
-        self._after_failed_writes()
-      raise
+  def _snapshot(self, plan):
+    """What an atomic wave's commit may write, kept where an op after a
+    write may fail (None: nothing to keep)."""
+    if not plan.snapshot:
+      return None
+    return rollback.snapshot(self._session, self._state, plan.snapshot)
+
+  def _after_failed_commit(self, plan, snapshot):
+    """After an atomic wave's commit failed: what it wrote is put back
+    from `snapshot`, or the replicas go back to the central model."""
+    if snapshot is None:
+      self._after_failed_writes()
+      return
+    self._session.run(*self._state.restore_snapshot_run(plan.snapshot,
+                                                        snapshot))
+    self._hooks.failed()
 
   def _after_failed_writes(self):
     """After a wave failed while writing: its replicas go back to the
@@ -315,43 +333,32 @@ class WaveSteps(object):
     back what they kept, in their order."""
     self._hooks.undo()
 
-  def merge(self, opened, fetched, ran):
+  def _merged(self, opened, fetched, ran):
     """{fetch position: value} of wave `opened` that `ran`, `fetched` the
-    handler's fetches; with replicas, after the algorithm's merge and the
-    sums over processes."""
-    merged = fetches.merge_fetches(
-        opened.plan, fetched, ran.outputs, ran.sizes,
-        None if opened.pooled else (opened.trained, ran.committed))
+    handler's fetches (fetches.of_wave); with replicas in use, its sums
+    over rows summed over the processes."""
+    over = None
     if opened.in_use:
-      self._hooks.merge(opened, ran)
-      merged.update(self._summed(opened.number, opened.plan.summed,
-                                 fetches.sums_over_rows(opened.plan, merged)))
-      self._hooks.after(opened, ran)
-    return merged
+      over = functools.partial(self._over_processes, opened.number,
+                               opened.plan.summed)
+    return fetches.of_wave(
+        opened.plan, fetched, ran.outputs, ran.sizes,
+        None if opened.pooled else (opened.trained, ran.committed),
+        opened.values, over)
 
-  def _summed(self, number, summed, sums):
+  def _over_processes(self, number, summed, totals):
     """After completed wave `number` merged: what keeps the processes'
-    central models, and the variables `summed`, equal.
+    central models, and the variables `summed`, equal; `totals` (float64
+    sums over rows) summed over every process (one process: as they
+    are)."""
+    if self._job.sums is None:
+      return totals
+    return self._job.sums(number, summed, totals)
 
-    Returns:
-      `sums` ({fetch position: this process's sum over rows}) summed over
-      every process.
-    """
-    positions = sorted(sums)
-    # In float64: exact for counts, one all-reduce for all.
-    totals = [np.asarray(sums[i], np.float64) for i in positions]
-    if self._job.sums is not None:
-      totals = self._job.sums(number, summed, totals)
-    return {i: fetches.in_dtype_of(sums[i], total)
-            for i, total in zip(positions, totals)}
-
-  def central(self, plan, values):
-    """{fetch position: value} of the fetches read after a wave: from the
-    central model (variables, twins of sums) and the fed `values` echoed."""
-    central = {}
-    if plan.central_fetches:
-      central.update(zip(plan.central_fetches, self._session.run(
-          list(plan.central_fetches.values()))))
-    for i, j in plan.echoed:
-      central[i] = fetches.echoed(values[j], plan.combine[i])
-    return central
+  def _central(self, plan):
+    """{fetch position: value} of the fetches read from the central model
+    after a wave (variables, twins of sums)."""
+    if not plan.central_fetches:
+      return {}
+    return dict(zip(plan.central_fetches, self._session.run(
+        list(plan.central_fetches.values()))))

@@ -2,12 +2,13 @@
 around the plain runs between them (DESIGN.md).
 
 A `Trainer` takes a training run's input-pipeline elements, holds the
-session's lock, plans the run once per signature (planner.py) and opens
-its wave (wave.py); the wave's steps prepare it, run it on the C++ runtime
-(atomic: every replica computes, then every replica commits) and merge
-the fetches. Around plain runs the trainer refreshes the user-named
-slots, marks written variables for re-seeding and has the replicas' own
-state saved or loaded beside a checkpoint.
+session's lock, plans the run once per signature (planner.py), has its
+feeds checked and cut (feeds.py) and trains its wave (wave.py), which
+prepares it, runs it on the C++ runtime (atomic: every replica computes,
+then every replica commits) and merges the fetches. Around plain runs
+the trainer refreshes the user-named slots, marks written variables for
+re-seeding and has the replicas' own state saved or loaded beside a
+checkpoint.
 """
 import collections
 import contextlib
@@ -15,6 +16,7 @@ import time
 
 import tensorflow as tf
 
+from tensorbow import feeds
 from tensorbow import hooks
 from tensorbow import options as tb_options
 from tensorbow import prefetch
@@ -89,6 +91,8 @@ class Trainer(object):
     self._user_graph = user_graph
     self._lock = lock
     self._check_open = check_open
+    # Whether replicas sitting a wave out borrow replica 0's shards.
+    self._replicas_equal = settings.algorithm.replicas_equal
     self._job = job or hooks.ALONE
     self._seeding = seeding.Seeding(
         session, replica_state, tb_options.checkpoint_config(settings),
@@ -190,9 +194,9 @@ class Trainer(object):
   def train(self, route, fed_values, options, run_metadata):
     """A wave over `route`'s plan; `fed_values` in the order of route.fed.
 
-    Reads top-down: the input pipeline's elements are taken, the wave is
-    opened (planned, checked, cut into shards), prepared, run (compute,
-    between, commit), then merged and timed.
+    Reads top-down: the input pipeline's elements are taken; then, under
+    the session's lock, the run is planned and its feeds checked and cut,
+    its wave trained (wave.WaveSteps.train) and timed.
 
     Returns:
       A `Trained`.
@@ -203,21 +207,21 @@ class Trainer(object):
     """
     _refuse_sparse(route, self._num_replicas)
     taken, first, fed_values = self._take(route, list(fed_values), options)
-    with self._lock.wave(route.closure.waits), self._dropped_on_loss(
-        route, taken):
+    return self._lock.during_wave(
+        route.closure.waits,
+        lambda: self._wave(route, fed_values, first, taken, options,
+                           run_metadata))
+
+  def _wave(self, route, fed_values, first, taken, options, run_metadata):
+    """The wave over `route`, under the session's lock: a `Trained`."""
+    with self._dropped_on_loss(route, taken):
       start, synced = time.perf_counter(), self._summing()
-      opened = self._open(route, fed_values, first, taken)
-      self._steps.prepare(opened)
-      # Before the wave: an interrupt after it must still leave the
-      # user-named slots to be refreshed.
-      self._needs_refresh = True
-      ran = self._run(opened, options, run_metadata)
-      self._waves += 1
+      plan, cut = self._open(route, fed_values, first, taken)
       fetched = route.handler.fetches()
-      merged = self._steps.merge(opened, fetched, ran)
-      self._time(opened.plan, start, self._summing() - synced)
-      # After the sums: the central model and the fed values echoed.
-      merged.update(self._steps.central(opened.plan, opened.values))
+      opened, merged = self._steps.train(self._waves + 1, plan, cut,
+                                         fetched, self._running, options,
+                                         run_metadata)
+      self._time(plan, start, self._summing() - synced)
     results = [merged[i] for i in range(len(fetched))]
     return Trained(route.handler.build_results(self, results), opened.rows,
                    opened.batch)
@@ -241,28 +245,39 @@ class Trainer(object):
     return taken, first, values
 
   def _open(self, route, fed_values, first, taken):
-    """The `wave.Wave` of the run over `route`: planned and checked (if
-    that fails, nothing ran and the elements `taken` go to the next wave),
-    its batch cut into shards."""
+    """(plan, `feeds.Cut`) of the run over `route` fed `fed_values`,
+    `first` the values of one replica's element: planned, its feeds
+    checked and cut. If that fails, nothing ran and the elements `taken`
+    go to the next wave."""
     try:
       self._check_open()
-      plan, values = self._checked(route, fed_values, first)
+      plan = self._plans.plan_for(route, first)
+      if route.closure.takes:
+        session_lock.refuse_per_process(
+            route.closure.takes, self._num_replicas * self._job.workers)
+      return plan, feeds.cut(plan, fed_values, self._num_replicas,
+                             self._job.checked, taken, self._replicas_equal)
     except BaseException:
       if taken is not None:
         self._inputs.put_back(route, taken)
       raise
-    return self._steps.open(self._waves + 1, plan, values, taken)
 
-  def _run(self, opened, options, run_metadata):
-    """Runs wave `opened` on the runtime: a `wave.Ran`. A failed op is
-    named as the user's (Builder.user_error)."""
+  def _running(self, tasks):
+    """Runs a wave's tasks (`tasks()`, a `wave.Ran`) and counts the wave.
+    From here the user-named slots are to be refreshed, even after an
+    interrupt; the state lock is let go while ops that may wait on other
+    runs run (session_lock.py); a failed op is named as the user's
+    (Builder.user_error)."""
+    self._needs_refresh = True
     with self._lock.running():
       try:
-        return self._steps.run(opened, options, run_metadata)
+        ran = tasks()
       except tf.errors.OpError as e:
         if not self._state.in_use:
           raise
         raise self._builder.user_error(e, self._user_graph) from None
+    self._waves += 1
+    return ran
 
   def _summing(self):
     """The seconds spent in sums over the processes so far."""
@@ -291,12 +306,3 @@ class Trainer(object):
       if taken:
         self._inputs.put_back(route, taken)
       raise
-
-  def _checked(self, route, fed_values, first):
-    """(plan, checked values) of a training run over `route` fed
-    `fed_values`, `first` the values of one replica's element."""
-    plan = self._plans.plan_for(route, first)
-    if route.closure.takes:
-      session_lock.refuse_per_process(
-          route.closure.takes, self._num_replicas * self._job.workers)
-    return plan, self._job.checked(plan, fed_values, self._num_replicas)

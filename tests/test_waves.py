@@ -11,6 +11,7 @@ from tensorbow import hooks
 from tensorbow import options
 from tensorbow import planner
 from tensorbow import routing
+from tensorbow import runtime
 from tensorbow import scaleout
 from tensorbow import session_lock
 from tensorbow import waves
@@ -44,6 +45,9 @@ class _Runtime(object):
     nonfinite = [[0] if check and r in self.nonfinite else []
                  for r in range(len(per_replica))]
     return computed, nonfinite
+
+  # The runtime's own: compute, between, commit over this fake's.
+  atomic = runtime.Runtime.atomic
 
   def average_kept(self, weights):
     self.weights = np.asarray(weights)

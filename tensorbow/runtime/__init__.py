@@ -203,6 +203,29 @@ class Runtime(object):
         calls, by_group, list(commit), sync_call, options, others,
         run_metadata is not None), run_metadata, merge=True)
 
+  def atomic(self, calls, feeds, dtypes, batch_feed, internal, between,
+             check_finite=False, run_options=None, run_metadata=None,
+             by_group=False):
+    """An atomic wave in one call: `compute` (arguments as its), then
+    `between(outputs, nonfinite)`, which says what to commit as (commit
+    calls, per replica whether it commits, sync call), then `commit`. If
+    the compute or `between` raises, what the compute kept is discarded
+    and nothing is written.
+
+    Returns:
+      (per replica its computed fetches, per replica its committed ones).
+    """
+    try:
+      computed, nonfinite = self.compute(
+          calls, feeds, dtypes, batch_feed, internal, check_finite,
+          run_options, run_metadata, by_group)
+      commit_calls, committed, sync_call = between(computed, nonfinite)
+    except BaseException:
+      self.discard()
+      raise
+    return computed, self.commit(commit_calls, committed, sync_call,
+                                 run_options, run_metadata, by_group)
+
   def average_kept(self, weights):
     """Between `compute` and `commit`: every floating-point tensor kept for
     the commit becomes, for every replica, the mean over the replicas
