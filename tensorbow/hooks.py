@@ -74,6 +74,10 @@ Job = collections.namedtuple("Job", [
     # process's place among them now (a joiner's changes when it is taken
     # in); None: one process, whose file is nobody's in particular.
     "checkpoint_worker",
+    # () -> (start, end, what) of each sum over the processes since the
+    # last call, in seconds of time.monotonic (for a timeline); None: one
+    # process.
+    "take_sums",
 ])
 
 
@@ -234,4 +238,5 @@ class Merge(WaveHook):
 
 # One process: a whole job.
 ALONE = Job(workers=1, hooks=(), reduce=None, sums=None,
-            checked=feeds.check, seconds=None, checkpoint_worker=None)
+            checked=feeds.check, seconds=None, checkpoint_worker=None,
+            take_sums=None)

@@ -25,18 +25,18 @@ class PlainRuns(object):
     user_graph: the user's `tf.Graph`.
     inputs: the session's `prefetch.Prefetcher`.
     preemption: the session's `preemption.Preemption`, told of Savers.
-    scale: the session's `scaleout.Alone` (or `Workers`): whether this
-      process leaves a checkpoint's writing to another.
+    leaves_save: () -> whether this process leaves a checkpoint's
+      writing to another (preemption.Agreement's).
   """
 
   def __init__(self, session, execution, user_graph, inputs, preemption,
-               scale):
+               leaves_save):
     self._session = session
     self._exec = execution
     self._user_graph = user_graph
     self._inputs = inputs
     self._preemption = preemption
-    self._scale = scale
+    self._leaves_save = leaves_save
     checkpoint.follow_saver_retention()
 
   def run(self, trainer, route, fed_values, options, run_metadata):
@@ -56,7 +56,7 @@ class PlainRuns(object):
     self._preemption.saw(saver, route, fed_values)
     if (saver is not None and saver[0] == "save" and
         [t.dtype for t in handler.fetches()] == [tf.string] and
-        self._scale.leaves_save()):
+        self._leaves_save()):
       # Another process writes the checkpoint; this one keeps its
       # replicas' state beside it, and returns what the save returns: its
       # path.

@@ -10,11 +10,14 @@ through the next sum over the workers, which carries each worker's note
 as it last saved (its save run again, at a prefix of that wave, the
 replicas' state beside it and the chief's checkpoint state file naming
 it), and raises `SystemExit(EXIT_CODE)`; with elasticity (`min_workers`),
-the workers not asked go on without those that were if enough remain
-(scaleout). A re-run of the same command that restores the latest
-checkpoint (as `MonitoredTrainingSession` does) goes on from that wave.
-A script that has not saved yet exits without a checkpoint, saying so.
+the workers not asked go on without those that were if enough remain.
+How the processes agree is an `Agreement` the session is given
+(scaleout's for a worker, `ALONE` for one process). A re-run of the same
+command that restores the latest checkpoint (as
+`MonitoredTrainingSession` does) goes on from that wave. A script that
+has not saved yet exits without a checkpoint, saying so.
 """
+import collections
 import logging
 import os
 import re
@@ -26,6 +29,30 @@ import tensorflow as tf
 # What a preempted job exits with: TensorFlow's PreemptionCheckpointHandler
 # uses the same for "restart me".
 EXIT_CODE = 42
+
+# How the processes of a job agree on a preemption. `preempting(requested)`:
+# after a wave, whether every process saves now (this one asked to stop
+# if `requested`); `go_on_after(wave)`: after preempted `wave` saved,
+# whether this one goes on without those asked to stop (they leave before
+# the next wave); `leaves_save()`: whether a Saver's save is another
+# process's to write (this one keeps its replicas' state beside it).
+Agreement = collections.namedtuple(
+    "Agreement", ["preempting", "go_on_after", "leaves_save"])
+
+
+def _as_asked(requested):
+  return requested
+
+
+def _never(*unused):
+  del unused
+  return False
+
+
+# One process: it saves when asked to stop, then stops, and writes its
+# checkpoints itself.
+ALONE = Agreement(preempting=_as_asked, go_on_after=_never,
+                  leaves_save=_never)
 
 
 class Notice(object):
@@ -77,14 +104,13 @@ class Preemption(object):
   do after each wave.
 
   Args:
-    scale: the session's scale-out object, which says when the workers
-      agree to stop (`preempting`) and whether a save is the chief's
-      (`leaves_save`).
+    agreement: how the job's processes agree on it (an `Agreement`;
+      `ALONE` for one process).
     given: the Notice (default: the process's).
   """
 
-  def __init__(self, scale, given=None):
-    self._scale = scale
+  def __init__(self, agreement, given=None):
+    self._agreement = agreement
     self._notice = given or _NOTICE
     self._last_save = None  # (route, fed values, index of the prefix)
 
@@ -102,13 +128,13 @@ class Preemption(object):
     """After training run `wave`: if the workers agree to stop, saves with
     `plain_run(route, fed values)`, then goes on without those asked if
     the scale-out can (elasticity), else raises SystemExit(EXIT_CODE)."""
-    if not self._scale.preempting(self._notice.requested()):
+    if not self._agreement.preempting(self._notice.requested()):
       return
     log = logging.getLogger("tensorbow")
     said = (self._save(wave, plain_run) if self._last_save is not None else
             f"after wave {wave}, the script has not saved with a Saver "
             "yet, so there is no checkpoint to resume from")
-    if self._scale.go_on_after(wave):
+    if self._agreement.go_on_after(wave):
       log.warning("TensorBow: preempted: %s; this worker goes on without "
                   "those asked to stop", said)
       return
@@ -125,7 +151,7 @@ class Preemption(object):
     prefix = f"{re.sub(r'-[0-9]+$', '', last)}-preempted-{wave}"
     values = values[:i] + [prefix] + values[i + 1:]
     plain_run(route, values)
-    if not self._scale.leaves_save():
+    if not self._agreement.leaves_save():
       directory = os.path.dirname(prefix) or "."
       state = tf.train.get_checkpoint_state(directory)
       tf.compat.v1.train.update_checkpoint_state(

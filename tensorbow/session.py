@@ -69,10 +69,12 @@ class TensorBowSession(session_base.SessionBase):
                                   chosen.progress, self._scale)
     # None in one process: its membership does not change.
     self._recovery = self._scale.recovery(self._observer.membership)
-    self._preemption = preemption.Preemption(self._scale)
+    agreement = self._scale.agreement()
+    self._preemption = preemption.Preemption(agreement)
     self._plain = plain_runs.PlainRuns(self._session, self._exec,
                                        self._graph, self._inputs,
-                                       self._preemption, self._scale)
+                                       self._preemption,
+                                       agreement.leaves_save)
     self._settings = self._runtime = self._planner = self._trainer = None
     self.retune(1 if self._tuning is not None else chosen.replicas)
 
@@ -260,7 +262,7 @@ class TensorBowSession(session_base.SessionBase):
     observer's record, a preemption's save, the auto-tuner's step."""
     self._observer.wave(
         start, start + seconds, trained.rows, self.replicas, self._runtime,
-        self._scale.take_sums(), self._trainer.replica_distances)
+        trained.sums, self._trainer.replica_distances)
     self._preemption.after_wave(self.counts["training_runs"] + 1,
                                 lambda r, v: self._plain_run(r, v, None, None))
     if self._tuning is not None:

@@ -26,8 +26,11 @@ from tensorbow import session_lock
 from tensorbow import wave
 
 # A training run's results, rows trained on and batch its graph was built
-# for (fed, or an input pipeline's element): the auto-tuner weighs by them.
-Trained = collections.namedtuple("Trained", ["results", "rows", "batch"])
+# for (fed, or an input pipeline's element): the auto-tuner weighs by them;
+# and (start, end, what) of each sum over the processes it made (for a
+# timeline; [] in one process).
+Trained = collections.namedtuple("Trained",
+                                 ["results", "rows", "batch", "sums"])
 
 
 def _refuse_sparse(route, num_replicas):
@@ -223,8 +226,9 @@ class Trainer(object):
                                          run_metadata)
       self._time(plan, start, self._summing() - synced)
     results = [merged[i] for i in range(len(fetched))]
+    sums = [] if self._job.take_sums is None else self._job.take_sums()
     return Trained(route.handler.build_results(self, results), opened.rows,
-                   opened.batch)
+                   opened.batch, sums)
 
   def _take(self, route, fed_values, options):
     """(elements taken, one replica's values, the wave's values): an input

@@ -9,14 +9,15 @@ chief's model and state before a wave, sums the counters' moves and the
 fetched sums after it, and gives an algorithm its `reduce`, through
 which it keeps the workers' central models one (SMA's moves, synchronous
 SGD's gradients, local SGD's exchange). `seconds` is the time spent
-summing, which the scaling model counts as synchronisation; `take_sums`:
-when each sum ran (for a timeline).
+summing, which the scaling model counts as synchronisation; the job's
+`take_sums`: when each sum ran (for a timeline).
 
 Around the waves: `catching_up` says a joiner's training run is to run
-as a plain run; after a wave `preempting` says whether every worker saves
-now (one was asked to stop) and `go_on_after` whether this one goes on
-without those asked; `leaves_save` says a Saver's save is worker 0's to
-write. Nothing else in a session or a trainer knows of other processes.
+as a plain run; the `agreement` (preemption.Agreement) says after a wave
+whether every worker saves now (one was asked to stop) and whether this
+one goes on without those asked, and that a Saver's save is worker 0's
+to write. Nothing else in a session or a trainer knows of other
+processes.
 
 With `min_workers`, a worker lost during a wave is a change of
 membership, not a failure: the sum raises `MembershipChanged`, the
@@ -37,6 +38,7 @@ import logging
 
 from tensorbow import feeds
 from tensorbow import hooks
+from tensorbow import preemption
 from tensorbow import rollback
 from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow.scaleout import job as tb_job
@@ -130,27 +132,10 @@ class Alone(object):
     del record
     return None
 
-  def leaves_save(self):
-    """Whether a Saver's save is another process's to write: this one
-    keeps its replicas' state beside the checkpoint."""
-    return False
-
-  def take_sums(self):
-    """(start, end, what) of each sum over the workers since the last call,
-    in seconds of time.monotonic."""
-    return []
-
-  def preempting(self, requested):
-    """After a wave: whether every process saves now, this one having been
-    asked to stop if `requested`."""
-    return requested
-
-  def go_on_after(self, wave):
-    """After preempted `wave` saved: whether this process goes on without
-    those asked to stop (they leave before the next wave), else it stops
-    too."""
-    del wave
-    return False
+  def agreement(self):
+    """How this process agrees with the others on a preemption (a
+    `preemption.Agreement`): one process on its own."""
+    return preemption.ALONE
 
   def close(self):
     pass
@@ -420,15 +405,25 @@ class Workers(Alone):
           f"{waited}: {change}", change.lost)
 
   def take_sums(self):
+    """(start, end, what) of each sum over the workers since the last call,
+    in seconds of time.monotonic."""
     return self._made.take_spans() if self._made is not None else []
 
+  def agreement(self):
+    return preemption.Agreement(self.preempting, self.go_on_after,
+                                self.leaves_save)
+
   def preempting(self, requested):
-    # Agreed through the sums: every worker learns of any worker's request
-    # in the same sum, so all save after the same wave.
+    """After a wave: whether every worker saves now. Agreed through the
+    sums: every worker learns of any worker's request in the same sum, so
+    all save after the same wave."""
     del requested
     return self._made is not None and self._made.stopping
 
   def go_on_after(self, wave):
+    """After preempted `wave` saved: whether this worker goes on without
+    those asked to stop (they leave before the next wave), else it stops
+    too."""
     asked = sorted(self._made.asked)
     if (not self.elastic or self.index in asked or
         self.workers - len(asked) < self._min_workers):
@@ -437,6 +432,8 @@ class Workers(Alone):
     return True
 
   def leaves_save(self):
+    """Whether a Saver's save is the chief's to write: this worker keeps
+    its replicas' state beside the checkpoint."""
     if self.cluster.is_chief:
       return False
     _log_once(f"TensorBow: worker {self.index} leaves checkpoint writes to "

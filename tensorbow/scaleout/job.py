@@ -30,7 +30,8 @@ def make(workers, session, replica_state, backup):
       hooks=kept + (_FromChief(workers, session, replica_state),),
       reduce=workers.reduce, sums=sums, checked=workers.checked,
       seconds=lambda: workers.seconds,
-      checkpoint_worker=lambda: workers.checkpoint_worker)
+      checkpoint_worker=lambda: workers.checkpoint_worker,
+      take_sums=workers.take_sums)
 
 
 class _FromChief(hooks.WaveHook):
