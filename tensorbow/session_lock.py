@@ -108,22 +108,16 @@ class SessionLock(object):
   def __exit__(self, *exc_info):
     self._state.release()
 
-  @contextlib.contextmanager
-  def wave(self, waits):
-    """Holds both locks for a wave; `waits`, the names of its ops that may
-    wait on other runs (waiting_ops), let `running` let go of the state
-    lock."""
+  def during_wave(self, waits, body):
+    """`body()` holding both locks for a wave: its result. `waits`, the
+    names of its ops that may wait on other runs (waiting_ops), let
+    `running` let go of the state lock."""
     with self._waves, self._state:
       self._waits = bool(waits)
       try:
-        yield
+        return body()
       finally:
         self._waits = False
-
-  def during_wave(self, waits, body):
-    """`body()` under `wave(waits)`: its result."""
-    with self.wave(waits):
-      return body()
 
   @contextlib.contextmanager
   def running(self):

@@ -199,8 +199,9 @@ class WaveSteps(object):
     opened = self._open(number, plan, cut)
     merged = self._hooks.run(
         opened, self._seeding.seed,
-        lambda: running(lambda: self._tasks(opened, options, run_metadata)),
-        lambda ran: self._merged(opened, fetched, ran))
+        functools.partial(running, functools.partial(
+            self._tasks, opened, options, run_metadata)),
+        functools.partial(self._merged, opened, fetched))
     merged.update(self._central(plan))
     return opened, merged
 
