@@ -38,12 +38,12 @@ WAVES_TRACK = 1000
 WORKERS_TRACK = 1001
 
 
-def make(timeline, logdir, progress, scale):
-  """The observer of a session with these options (None: off) in the
-  process `scale` (a `scaleout` object) says it is."""
+def make(timeline, logdir, progress, index, workers):
+  """The observer of a session with these options (None: off) in process
+  `index` of `workers` training together."""
   if timeline is None and logdir is None and progress is None:
     return Quiet()
-  return Recorder(timeline, logdir, progress, scale.index, scale.workers)
+  return Recorder(timeline, logdir, progress, index, workers)
 
 
 def worker_path(path, index, workers):

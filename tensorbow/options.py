@@ -19,7 +19,6 @@ import tensorflow as tf
 
 from tensorbow import algorithms
 from tensorbow import devices as tb_devices
-from tensorbow.scaleout import cluster as tb_cluster
 
 ALGORITHMS = algorithms.NAMES
 NONFINITE = ("propagate", "raise", "skip")
@@ -370,6 +369,12 @@ def _check_elastic_timeout(elastic_timeout, min_workers):
                      f">= 0, with min_workers, got {elastic_timeout!r}")
 
 
+def is_address(text):
+  """Whether `text` is a worker's "host:port" address."""
+  host, _, port = text.rpartition(":")
+  return bool(host) and port.isdigit()
+
+
 def _check_workers(replicas, algorithm, workers):
   """Raises ValueError if `replicas` replicas of `algorithm` cannot train
   on each of `workers` workers (two or more) together."""
@@ -395,7 +400,7 @@ def _check_joining(join, max_workers, min_workers, workers):
                        "takes workers in")
     return workers
   if (isinstance(join, (str, bytes)) or not isinstance(join, (list, tuple))
-      or not join or not all(isinstance(a, str) and tb_cluster.is_address(a)
+      or not join or not all(isinstance(a, str) and is_address(a)
                              for a in join)):
     raise ValueError(f"join must be the addresses (\"host:port\") a job's "
                      f"workers started at, got {join!r}")

@@ -51,25 +51,31 @@ class TensorBowSession(session_base.SessionBase):
     chosen = options.SessionOptions(**options_)
     # Checked before the scale-out object uses them (a log file is read).
     chosen.check(scaleout.workers_named())
-    self._scale = scaleout.from_environ(
+    # None: this process trains alone.
+    self._workers = scaleout.from_environ(
         chosen.cluster_timeout, chosen.heartbeat_timeout,
         preemption.notice().requested, **chosen.elastic())
+    alone = self._workers is None
     self._tuning = (autotune.Tuning() if chosen.replicas == options.AUTO
                     else None)
     super().__init__(target, graph, config)
     self._lock = session_lock.SessionLock()
     self._router = routing.Router(self._graph, self._exec, self._lock)
+    self._processes = (tb_setting.ALONE if alone else
+                       self._workers.processes())
     self._parts = tb_setting.lasting_parts(
-        self._session, self._exec, self._graph, chosen, self._scale,
+        self._session, self._exec, self._graph, chosen, self._processes,
         self._lock, self._check_open, self._tuning and self._tuning.noise)
     self._inputs = self._parts.inputs
     self._closed = False
     self.counts = {"training_runs": 0}  # completed; outlives the session
+    workers, index = self._processes.place()
     self._observer = observe.make(chosen.timeline, chosen.logdir,
-                                  chosen.progress, self._scale)
+                                  chosen.progress, index, workers)
     # None in one process: its membership does not change.
-    self._recovery = self._scale.recovery(self._observer.membership)
-    agreement = self._scale.agreement()
+    self._recovery = (None if alone else
+                      self._workers.recovery(self._observer.membership))
+    agreement = preemption.ALONE if alone else self._workers.agreement()
     self._preemption = preemption.Preemption(agreement)
     self._plain = plain_runs.PlainRuns(self._session, self._exec,
                                        self._graph, self._inputs,
@@ -107,9 +113,10 @@ class TensorBowSession(session_base.SessionBase):
 
   @property
   def scale_out(self):
-    """This process's `scaleout.Alone` (or `Workers`): how many processes
-    train together (`workers`), which this is (`index`)."""
-    return self._scale
+    """This process's `scaleout.Workers`: how many processes train
+    together (`workers`), which this is (`index`); None: it trains
+    alone."""
+    return self._workers
 
   @property
   def replicas(self):
@@ -157,7 +164,8 @@ class TensorBowSession(session_base.SessionBase):
       self._runtime.close()
       self._session.close()  # cancels a pull waiting on an empty queue
       self._inputs.join()
-      self._scale.close()
+      if self._workers is not None:
+        self._workers.close()
       self._observer.close()
 
   def _check_open(self):
@@ -308,7 +316,8 @@ class TensorBowSession(session_base.SessionBase):
     bandwidth GaDei's rule asks of them and the efficiency Lemma 3.1
     predicts for each number of devices or workers in `predicted` (None:
     scaling.PREDICTED)."""
-    members = self._scale.workers * len(self._parts.devices or [None])
+    members = (self._processes.place()[0] *
+               len(self._parts.devices or [None]))
     return self._trainer.scaling_report(members, predicted)
 
   def task_timings(self):

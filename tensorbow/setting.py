@@ -6,12 +6,13 @@ setting's runtime (runtime/), builder (rewrite/builder.py), replica state
 (replicas.py), planner (planner.py) and trainer (waves.py) are made
 together here, from the parts that outlive every setting (the TensorFlow
 session, the execution graph, the lock, the input pipelines' elements,
-what crosses processes); `retune` makes a new setting when L or the
-stream groups change.
+the processes training together); `retune` makes a new setting when L
+or the stream groups change.
 """
 import collections
 
 from tensorbow import devices as tb_devices
+from tensorbow import hooks
 from tensorbow import options
 from tensorbow import planner
 from tensorbow import prefetch
@@ -24,6 +25,33 @@ from tensorbow.rewrite import builder as tb_builder
 Setting = collections.namedtuple(
     "Setting", ["settings", "runtime", "planner", "trainer"])
 
+# The processes training together, as a session's settings see them.
+Processes = collections.namedtuple("Processes", [
+    # () -> (how many processes train together, this one's place among
+    # them), now: a worker's change when the job is formed anew.
+    "place",
+    # Whether one replica trains copies, not the user's own variables
+    # (its central model is one of several processes' to be summed).
+    "replicates_one",
+    # (session, replica_state) -> the `hooks.Job` of a setting on the
+    # `tf.compat.v1.Session` whose replicas are `replica_state`.
+    "job",
+])
+
+
+def _one_place():
+  return 1, 0
+
+
+def _one_job(session, replica_state):
+  del session, replica_state
+  return hooks.ALONE
+
+
+# One process: it alone trains, its one replica trains the user's own
+# variables, and its job adds nothing to a wave.
+ALONE = Processes(place=_one_place, replicates_one=False, job=_one_job)
+
 # What outlives every setting of a session, and each setting is made from.
 Parts = collections.namedtuple("Parts", [
     "session",  # the tf.compat.v1.Session on the execution graph
@@ -32,7 +60,7 @@ Parts = collections.namedtuple("Parts", [
     "algorithm_spec",  # algorithms.resolve's, resolved for each L
     "nonfinite",  # the session's `nonfinite` option
     "devices",  # the devices named (two or more), or None
-    "scale",  # the scaleout object: what crosses processes
+    "processes",  # the processes training together (a `Processes`)
     "lock",  # the session's session_lock.SessionLock
     "check_open",  # raises if the session was closed
     "inputs",  # the prefetch.Prefetcher kept across settings
@@ -40,7 +68,7 @@ Parts = collections.namedtuple("Parts", [
 ])
 
 
-def lasting_parts(session, execution, user_graph, chosen, scale, lock,
+def lasting_parts(session, execution, user_graph, chosen, processes, lock,
                   check_open, noise):
   """The `Parts` a session's settings are made from.
 
@@ -49,7 +77,7 @@ def lasting_parts(session, execution, user_graph, chosen, scale, lock,
     execution: the session's `execution.ExecutionGraph`.
     user_graph: the user's `tf.Graph`.
     chosen: the session's `options.SessionOptions`, checked.
-    scale: the session's `scaleout.Alone` (or `Workers`).
+    processes: the processes training together (a `Processes`).
     lock: the session's `session_lock.SessionLock`.
     check_open: raises if the session was closed.
     noise: replicas="auto"'s `autotune.NoiseScale`, or None.
@@ -65,7 +93,7 @@ def lasting_parts(session, execution, user_graph, chosen, scale, lock,
   # Kept across settings of L: what was taken or pulled ahead stays.
   inputs = prefetch.Prefetcher(session, ahead=chosen.prefetch)
   return Parts(session, execution, user_graph, chosen.algorithm_spec(),
-               chosen.nonfinite, devices, scale, lock, check_open, inputs,
+               chosen.nonfinite, devices, processes, lock, check_open, inputs,
                noise)
 
 
@@ -106,7 +134,8 @@ def make(parts, replicas, stream_groups, inline):
   Returns:
     A `Setting`.
   """
-  algorithm = parts.algorithm_spec.resolved(replicas * parts.scale.workers)
+  workers, index = parts.processes.place()
+  algorithm = parts.algorithm_spec.resolved(replicas * workers)
   groups = stream_groups or tb_runtime.default_stream_groups(replicas)
   placement = (tb_devices.place(parts.devices, replicas, groups)
                if parts.devices else None)
@@ -118,20 +147,20 @@ def make(parts, replicas, stream_groups, inline):
       parts.session, groups, replicas, inline,
       placement and (placement.group_device, placement.replica_device))
   # One replica trains the user's own variables, unless its central model
-  # is one of several processes' (scaleout.py).
-  share = ((replicas == 1 and not parts.scale.replicates_one()) or
+  # is one of several processes'.
+  share = ((replicas == 1 and not parts.processes.replicates_one) or
            algorithm.shares_model)
   builder = tb_builder.Builder(
       parts.execution.graph, replicas, groups, share,
       _group_devices(parts.session, placement, groups, share), placement,
-      parts.scale.index * replicas)
+      index * replicas)
   state = tb_replicas.ReplicaState(builder, algorithm, share)
   plans = planner.Planner(parts.session, parts.execution, settings, runtime,
                           builder, state)
   trainer = waves.Trainer(
       parts.session, settings, plans, runtime, builder, state,
       parts.user_graph, parts.lock, parts.check_open,
-      parts.scale.job(parts.session, state), parts.inputs, parts.noise)
+      parts.processes.job(parts.session, state), parts.inputs, parts.noise)
   return Setting(settings, runtime, plans, trainer)
 
 

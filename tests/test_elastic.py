@@ -21,8 +21,10 @@ import tensorflow as tf
 import tensorbow
 from tensorbow import hooks
 from tensorbow import options
+from tensorbow import preemption
 from tensorbow import rollback
 from tensorbow import scaleout
+from tensorbow import setting
 from tensorbow.cli import launch
 from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow.scaleout import job as tb_job
@@ -168,19 +170,30 @@ def test_a_membership_log_is_written_by_the_chief_and_replayed(tmp_path):
 # ---- A wave put back and run again, in one process -------------------------
 
 
-class _LosesOnce(scaleout.Alone):
+class _LosesOnce(object):
   """One process that sees a worker lost once, at wave `at`: before the
   wave (`take_model`: its job's hook, as the wave opens), in the sum
   before its commit (`commit_sum`: its job's reduce, which it has only
   then) or after it (`sync`: its job's sums). As an elastic worker's, its
   job keeps the replicas before each wave (job.Backup) and its training
-  runs go through the recovery loop."""
+  runs go through the recovery loop; otherwise it is one process (its
+  settings' parts and its preemption are one process's)."""
 
   elastic = True
+  workers, index = 1, 0
 
   def __init__(self, at, where):
     self._at, self._where, self.reformed = at, where, []
     self._backup = None
+
+  def processes(self):
+    return setting.ALONE._replace(job=self.job)
+
+  def agreement(self):
+    return preemption.ALONE
+
+  def close(self):
+    pass
 
   def recovery(self, record):
     return tb_recovery.Recovery(self, record)
@@ -258,7 +271,7 @@ def test_a_wave_that_lost_a_worker_runs_again_as_if_it_had_not_failed(
   scale = _LosesOnce(3, where)
   got = _train(algorithm, scale, monkeypatch, resource)
   assert scale.reformed == [3]
-  plain = _train(algorithm, scaleout.Alone(), monkeypatch, resource)
+  plain = _train(algorithm, None, monkeypatch, resource)  # alone
   for g, p in zip(got, plain):
     np.testing.assert_array_equal(g, p)
   assert got[2] == len(XS)  # the global step counts the dropped wave once

@@ -357,6 +357,56 @@ def test_a_wave_and_the_algorithms_import_nothing_of_the_processes():
   assert not any(found.values()), found
 
 
+# The processes behind one package (issue 66): outside tensorbow/scaleout,
+# only the command line and the facade that composes a session from its
+# parts (session.py, as the command line composes a job) import it, and
+# no function outside it takes a cluster, a membership, a reducer or the
+# scale-out object: the others are given what they need of it as values
+# and callables (setting.Processes, preemption.Agreement, hooks.Job).
+_COMPOSE_PROCESSES = ("tensorbow.session",)
+_PROCESS_PARAMETERS = frozenset(["cluster", "membership", "reducer",
+                                 "scale_out", "workers_object"])
+
+
+def _outside_the_processes(module):
+  return (module.startswith("tensorbow") and
+          not module.startswith(("tensorbow.scaleout", "tensorbow.cli")))
+
+
+def test_only_the_facade_and_the_command_line_import_the_processes():
+  graph = _import_graph()
+  found = {m: _imports_scale_out(graph, m) for m in graph
+           if _outside_the_processes(m) and m not in _COMPOSE_PROCESSES}
+  assert not any(found.values()), {m: i for m, i in found.items() if i}
+
+
+def _process_parameters(source):
+  """(function, parameter) of the functions in `source` that take a
+  parameter named as a cluster object is (_PROCESS_PARAMETERS)."""
+  return sorted(
+      (node.name, a.arg) for node in ast.walk(ast.parse(source))
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+      for a in node.args.args + node.args.kwonlyargs
+      if a.arg in _PROCESS_PARAMETERS)
+
+
+def test_no_function_outside_the_processes_takes_a_cluster_object():
+  found = {}
+  for path, text in _python_files():
+    module = path[:-len(".py")].replace(os.sep, ".")
+    if _outside_the_processes(module):
+      taken = _process_parameters(text)
+      if taken:
+        found[module] = taken
+  assert not found, found
+
+
+def test_the_process_parameter_check_sees_one():
+  assert _process_parameters(
+      "class P:\n  def __init__(self, session, cluster):\n    pass\n") == [
+          ("__init__", "cluster")]
+
+
 def test_the_process_import_check_sees_one():
   graph = {"tensorbow.wave": {"tensorbow.scaleout", "tensorbow.hooks"}}
   assert _imports_scale_out(graph, "tensorbow.wave") == ["tensorbow.scaleout"]

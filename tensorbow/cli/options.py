@@ -21,7 +21,6 @@ import os
 import tensorflow as tf
 
 from tensorbow import options as tb_options
-from tensorbow.scaleout import cluster as tb_cluster
 
 
 # The session's options, with their defaults, as tensorbow/options.py
@@ -84,7 +83,7 @@ def count(text):
 def addresses(text):
   """`text` read as comma-separated "host:port" addresses, as a tuple."""
   found = tuple(a.strip() for a in text.split(",") if a.strip())
-  if not found or not all(tb_cluster.is_address(a) for a in found):
+  if not found or not all(tb_options.is_address(a) for a in found):
     raise argparse.ArgumentTypeError(
         f"must be HOST:PORT,HOST:PORT,..., got {text!r}")
   return found

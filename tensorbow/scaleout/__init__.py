@@ -1,9 +1,13 @@
 """What crosses processes, behind one object the session holds for its
 life (docs/DESIGN.md, "Two levels").
 
-`Alone` for one process, `Workers` for a worker of a `TF_CONFIG` cluster
-(`scaleout/cluster.py`), which sums over the workers with its `Reducer`.
-Each setting's waves are joined by its `job` (a `hooks.Job`): one
+`Workers` is a worker of a `TF_CONFIG` cluster (`scaleout/cluster.py`),
+which sums over the workers with its `Reducer`; a process that trains
+alone has none (`from_environ` gives None), and the session takes one
+process's parts instead (setting.ALONE, hooks.ALONE, preemption.ALONE).
+The session's settings see a worker as a `setting.Processes`
+(`processes`), its preemption as a `preemption.Agreement`. Each
+setting's waves are joined by its `job` (a `hooks.Job`): one
 process's is `hooks.ALONE`, with no hook; a worker's (job.py) takes the
 chief's model and state before a wave, sums the counters' moves and the
 fetched sums after it, and gives an algorithm its `reduce`, through
@@ -40,6 +44,7 @@ from tensorbow import feeds
 from tensorbow import hooks
 from tensorbow import preemption
 from tensorbow import rollback
+from tensorbow import setting as tb_setting
 from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow.scaleout import job as tb_job
 from tensorbow.scaleout import joining
@@ -50,9 +55,9 @@ from tensorbow.scaleout import recovery as tb_recovery
 def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
                  min_workers=None, membership_log=None, join=None,
                  max_workers=None, elastic_timeout=None):
-  """The scale-out object of this process: `Workers` if `TF_CONFIG` (in
-  `environ`, default os.environ) names a cluster or it joins one, else
-  `Alone`.
+  """This process's `Workers` if `TF_CONFIG` (in `environ`, default
+  os.environ) names a cluster or it joins one; None: it trains alone, and
+  nothing crosses processes.
 
   Args:
     timeout: seconds a sum waits for the other workers.
@@ -85,7 +90,7 @@ def from_environ(timeout, heartbeat_timeout, requested=None, environ=None,
                    arrival=joining.Arrival(joiner, job["wave"], timeout),
                    **elastic)
   found = tb_cluster.from_environ(environ)
-  return (Alone() if found is None else
+  return (None if found is None else
           Workers(found, timeout, heartbeat_timeout, requested, min_workers,
                   membership.Log(membership_log), **elastic))
 
@@ -107,41 +112,7 @@ class MembershipChanged(hooks.Dropped):
     self.wave, self.lost, self.joining = wave, tuple(lost), joining
 
 
-class Alone(object):
-  """One process: nothing crosses."""
-
-  workers = 1  # processes training together
-  index = 0  # this one's place among them
-  elastic = False  # whether a lost worker is a change of membership
-
-  def replicates_one(self):
-    """Whether one replica trains copies (not the user's own variables)."""
-    return False
-
-  def job(self, session, replica_state):
-    """What the processes add to each wave of a setting on `session` whose
-    replicas are `replica_state` (a `hooks.Job`): one process adds
-    nothing."""
-    del session, replica_state
-    return hooks.ALONE
-
-  def recovery(self, record):
-    """The loop of this process's training runs through changes of the
-    job's membership (recovery.Recovery), `record` called with each
-    change; None: one process, whose membership does not change."""
-    del record
-    return None
-
-  def agreement(self):
-    """How this process agrees with the others on a preemption (a
-    `preemption.Agreement`): one process on its own."""
-    return preemption.ALONE
-
-  def close(self):
-    pass
-
-
-class Workers(Alone):
+class Workers(object):
   """A worker of a cluster: sums over the workers with its `Reducer`.
 
   Args:
@@ -182,14 +153,17 @@ class Workers(Alone):
 
   @property
   def elastic(self):
+    """Whether a lost worker is a change of membership (min_workers)."""
     return self._min_workers is not None
 
   @property
   def workers(self):
+    """How many processes train together now."""
     return self.cluster.num_workers
 
   @property
   def index(self):
+    """This one's place among them now."""
     return self.cluster.index
 
   @property
@@ -209,11 +183,17 @@ class Workers(Alone):
   def seconds(self):
     return self._made.seconds if self._made is not None else 0.0
 
-  def replicates_one(self):
-    # Its central model is one of the workers' to be summed.
-    return True
+  def processes(self):
+    """This worker as its session's settings see it (a
+    `setting.Processes`): one replica trains copies, its central model
+    being one of the workers' to be summed."""
+    return tb_setting.Processes(
+        place=lambda: (self.workers, self.index), replicates_one=True,
+        job=self.job)
 
   def job(self, session, replica_state):
+    """What the workers add to each wave of a setting on `session` whose
+    replicas are `replica_state` (a `hooks.Job`, job.py)."""
     if self.elastic and self._backup is None:
       # Kept across settings: a wave that lost a worker puts back what it
       # wrote before it runs again.
@@ -260,6 +240,9 @@ class Workers(Alone):
       session.run(*state.set_shared_state_run(taken))
 
   def recovery(self, record):
+    """The loop of this worker's training runs through changes of the
+    job's membership (recovery.Recovery), `record` called with each
+    change."""
     return tb_recovery.Recovery(self, record)
 
   def catching_up(self, wave):
@@ -410,6 +393,8 @@ class Workers(Alone):
     return self._made.take_spans() if self._made is not None else []
 
   def agreement(self):
+    """How this worker agrees with the others on a preemption (a
+    `preemption.Agreement`)."""
     return preemption.Agreement(self.preempting, self.go_on_after,
                                 self.leaves_save)
 
@@ -441,6 +426,7 @@ class Workers(Alone):
     return True
 
   def close(self):
+    """Stops the sums' server side (the Reducer), if one was made."""
     if self._made is not None:
       self._made.close()
 

@@ -22,6 +22,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tensorbow import options as tb_options
 from tensorbow.scaleout import heartbeat as tb_heartbeat
 
 DEFAULT_TIMEOUT = 60.0  # seconds a reduction waits for the other workers
@@ -51,7 +52,7 @@ class Cluster(object):
       raise ValueError(f"worker index must be an int in [0, {len(workers)}), "
                        f"got {index!r}")
     for w in workers:
-      if not is_address(w):
+      if not tb_options.is_address(w):
         raise ValueError(f"a worker's address must be host:port, got {w!r}")
     self.workers = workers
     self.index = index
@@ -111,12 +112,6 @@ class Cluster(object):
           f"order, one each, and every worker needs one, so a batch needs "
           f"at least {needed}; batch the input pipeline with "
           "drop_remainder=True (or feed whole batches) to avoid it")
-
-
-def is_address(text):
-  """Whether `text` is a worker's "host:port" address."""
-  host, _, port = text.rpartition(":")
-  return bool(host) and port.isdigit()
 
 
 def from_environ(environ=None):

@@ -33,7 +33,7 @@ import uuid
 
 import tensorflow as tf
 
-from tensorbow.scaleout import cluster as tb_cluster
+from tensorbow import options as tb_options
 from tensorbow.scaleout import heartbeat as tb_heartbeat
 
 
@@ -285,7 +285,7 @@ def request_of(text):
     address, probe = str(request["address"]), request.get("probe")
   except (ValueError, TypeError, KeyError, AttributeError):
     return None
-  if not tb_cluster.is_address(address) or not (
+  if not tb_options.is_address(address) or not (
       probe is None or isinstance(probe, int)):
     return None
   return address, probe
