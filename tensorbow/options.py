@@ -109,7 +109,10 @@ OPTIONS = (
            "over the shared model), 'adaptive' (Adaptive SGD), 'local_sgd' "
            "(each replica trains alone and every `period` runs the central "
            "model takes an outer step on their average move: DiLoCo, "
-           "post-local SGD) or 'none' (independent replicas; the central "
+           "post-local SGD), 'lookahead' (local SGD's outer step as "
+           "Lookahead takes it: every 5 runs the slow weights move half "
+           "way to the fast ones, at any L, one included) or 'none' "
+           "(independent replicas; the central "
            "model is replica 0's, for measuring the cost of "
            "synchronisation)", None),
     Option("alpha", None, "the SMA correction factor (None: 1 / replicas; "

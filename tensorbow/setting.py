@@ -146,10 +146,7 @@ def make(parts, replicas, stream_groups, inline):
   runtime = tb_runtime.Runtime(
       parts.session, groups, replicas, inline,
       placement and (placement.group_device, placement.replica_device))
-  # One replica trains the user's own variables, unless its central model
-  # is one of several processes'.
-  share = ((replicas == 1 and not parts.processes.replicates_one) or
-           algorithm.shares_model)
+  share = _shares(parts, replicas, algorithm)
   builder = tb_builder.Builder(
       parts.execution.graph, replicas, groups, share,
       _group_devices(parts.session, placement, groups, share), placement,
@@ -162,6 +159,14 @@ def make(parts, replicas, stream_groups, inline):
       parts.user_graph, parts.lock, parts.check_open,
       parts.processes.job(parts.session, state), parts.inputs, parts.noise)
   return Setting(settings, runtime, plans, trainer)
+
+
+def _shares(parts, replicas, algorithm):
+  """Whether the replicas train the user's own variables: one replica
+  does, unless its central model is one of several processes' or takes
+  an outer step of its own; so do an algorithm's that share the model."""
+  return ((replicas == 1 and not parts.processes.replicates_one and
+           not algorithm.steps_central) or algorithm.shares_model)
 
 
 def _group_devices(session, placement, groups, share):

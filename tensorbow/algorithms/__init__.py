@@ -17,12 +17,14 @@ from tensorbow.algorithms.base import Algorithm
 from tensorbow.algorithms.easgd import EASGD
 from tensorbow.algorithms.independent import Independent
 from tensorbow.algorithms.local_sgd import LocalSGD
+from tensorbow.algorithms.lookahead import Lookahead
 from tensorbow.algorithms.sma import SMA
 from tensorbow.algorithms.ssgd import SSGD
 
 
 _BY_NAME = {"sma": SMA, "easgd": EASGD, "asgd": ASGD, "ssgd": SSGD,
-            "adaptive": Adaptive, "local_sgd": LocalSGD, "none": Independent}
+            "adaptive": Adaptive, "local_sgd": LocalSGD,
+            "lookahead": Lookahead, "none": Independent}
 NAMES = tuple(_BY_NAME)
 
 

@@ -68,6 +68,11 @@ class Algorithm(object):
   # still computes one, on another's shard, weighted 0 (the commit weights),
   # and commits the common step; otherwise it sits the wave out.
   replicas_equal = False
+  # The central model takes a step of its own that the replicas' moves only
+  # feed (an outer step, as Lookahead's): one replica then trains a copy
+  # of the user's variables, and L = 1 is not plain training (DESIGN.md,
+  # "L = 1 is plain training").
+  steps_central = False
 
   def __eq__(self, other):
     return type(self) is type(other) and vars(self) == vars(other)

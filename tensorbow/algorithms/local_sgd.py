@@ -5,7 +5,10 @@ After every `period`-th training run the replicas' moves since the last
 exchange are averaged into a pseudo-gradient, the central model takes one
 step of an outer SGD (with momentum or Nesterov's) on it, and every
 replica restarts from the new central model; its own optimizer slots are
-kept. During the first `warmup_waves` training runs the replicas are
+kept. An outer step (a rate other than 1, or momentum) is taken with one
+replica too, as Lookahead takes it (period k, rate alpha, no momentum):
+the replica trains a copy and plain runs read the central (slow)
+weights. During the first `warmup_waves` training runs the replicas are
 averaged after every run instead (post-local SGD's synchronous start).
 DESIGN.md, "Local SGD", has the update rule.
 """
@@ -86,6 +89,13 @@ class LocalSGD(base.Algorithm):
     self.outer_momentum = float(outer_momentum)
     self.nesterov = bool(nesterov)
     self.warmup_waves = int(warmup_waves)
+
+  @property
+  def steps_central(self):
+    """Whether the exchange is an outer step, not plain averaging (a rate
+    other than 1, or momentum): then it is taken at any L, one included,
+    the one replica stepping alone between exchanges."""
+    return self.outer_learning_rate != 1.0 or self.outer_momentum > 0
 
   def variable_state(self, builder, var_op):
     dtype, shape = graph_util.dtype_and_shape(var_op)
