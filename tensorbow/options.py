@@ -173,6 +173,10 @@ def describe():
   return "\n".join(lines)
 
 
+# The options that only keep several replicas together: with one replica
+# training the user's own variables they have no effect.
+_KEEPING_REPLICAS = ("algorithm", "alpha", "central_momentum")
+
 # The options of an elastic job of workers (scaleout.from_environ's).
 _ELASTIC = ("min_workers", "membership_log", "join", "max_workers",
             "elastic_timeout")
@@ -226,6 +230,24 @@ class SessionOptions(collections.namedtuple(
     """
     return algorithms.resolve(self.algorithm, self.alpha,
                               self.central_momentum)
+
+  def without_effect_alone(self, given):
+    """The options among `given` (the names of those passed) that have no
+    effect while one replica trains the user's own variables, as
+    tf.compat.v1.Session does (DESIGN.md, "L = 1 is plain training"),
+    each written as passed: the algorithm and SMA's settings, unless at
+    their defaults (an algorithm that means the default's)."""
+    default = SessionOptions()
+    named = []
+    for name in _KEEPING_REPLICAS:
+      value = getattr(self, name)
+      if name not in given or value == getattr(default, name):
+        continue
+      if name == "algorithm" and algorithms.resolve(value) == (
+          algorithms.resolve(default.algorithm)):
+        continue
+      named.append(f"{name}={value!r}")
+    return named
 
   def elastic(self):
     """{option: value} of the options of an elastic job of workers, as

@@ -11,7 +11,6 @@ replicas' fetches merged.
 """
 import time
 
-
 from tensorbow import autotune
 from tensorbow import observe
 from tensorbow import options
@@ -81,6 +80,9 @@ class TensorBowSession(session_base.SessionBase):
                                        self._graph, self._inputs,
                                        self._preemption,
                                        agreement.leaves_save)
+    # Named once, when a setting first trains one replica plainly.
+    self._unused = ([] if self._tuning is not None else
+                    chosen.without_effect_alone(options_))
     self._settings = self._runtime = self._planner = self._trainer = None
     self.retune(1 if self._tuning is not None else chosen.replicas)
 
@@ -103,6 +105,8 @@ class TensorBowSession(session_base.SessionBase):
       (self._settings, self._runtime, self._planner,
        self._trainer) = tb_setting.make(self._parts, replicas,
                                         stream_groups, inline)
+      self._unused = tb_setting.name_unused(self._parts, self._settings,
+                                            self._unused)
 
   # ---- SessionInterface ----------------------------------------------------
 

@@ -10,6 +10,7 @@ the processes training together); `retune` makes a new setting when L
 or the stream groups change.
 """
 import collections
+import logging
 
 from tensorbow import devices as tb_devices
 from tensorbow import hooks
@@ -167,6 +168,22 @@ def _shares(parts, replicas, algorithm):
   an outer step of its own; so do an algorithm's that share the model."""
   return ((replicas == 1 and not parts.processes.replicates_one and
            not algorithm.steps_central) or algorithm.shares_model)
+
+
+def name_unused(parts, settings, unused):
+  """Warns, naming the options passed `unused`
+  (SessionOptions.without_effect_alone), if the setting of `settings`
+  trains one replica on the user's own variables, as tf.compat.v1.Session
+  does: they have no effect. Returns those still to be named ([] once
+  named, or if there were none)."""
+  if not unused or settings.replicas != 1 or not _shares(
+      parts, 1, settings.algorithm):
+    return unused
+  logging.getLogger("tensorbow").warning(
+      "TensorBow: one replica trains as tf.compat.v1.Session does, so %s "
+      "ha%s no effect (an outer step of local SGD or Lookahead would)",
+      ", ".join(unused), "s" if len(unused) == 1 else "ve")
+  return []
 
 
 def _group_devices(session, placement, groups, share):

@@ -5,8 +5,12 @@ momentum), an outer step with momentum, DiLoCo's and SNOO's Nesterov
 step -- against its NumPy reference at L = 1 and L = 3, on TensorBow's
 fast kernels and on TensorFlow's; plain runs reading the central (slow)
 weights between exchanges; resumed bit-equal from a checkpoint in the
-middle of a period; bit-identical across two runs.
+middle of a period; bit-identical across two runs. And a setting passed
+explicitly that has no effect because one replica trains plainly is
+named once in a warning; defaults are not.
 """
+import logging
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -186,3 +190,42 @@ def test_lookahead_rejects_arguments_out_of_range(kwargs, message):
   with pytest.raises(ValueError, match=message):
     tb.algorithms.Lookahead(**kwargs)
 
+
+def _no_effect(caplog):
+  return [r.getMessage() for r in caplog.records
+          if r.name == "tensorbow" and "no effect" in r.getMessage()]
+
+
+def _three_runs(caplog, replicas, options):
+  model = graphs.build(OPTIMIZERS["sgd"][0])
+  with caplog.at_level(logging.WARNING, logger="tensorbow"):
+    with tb.TensorBowSession(graph=model.graph, replicas=replicas,
+                             **options) as sess:
+      sess.run(model.init)
+      _runs(sess, model, BATCHES[:3])
+  return _no_effect(caplog)
+
+
+@pytest.mark.parametrize("options, named", [
+    (dict(algorithm="easgd"), "algorithm='easgd'"),
+    (dict(algorithm="local_sgd"), "algorithm='local_sgd'"),
+    (dict(alpha=0.1), "alpha=0.1"),
+    (dict(algorithm="sma", central_momentum=0.5), "central_momentum=0.5"),
+    (dict(algorithm=tb.algorithms.SMA(alpha=0.2)),
+     "algorithm=SMA(alpha=0.2, central_momentum=0.9)")])
+def test_an_explicit_setting_without_effect_at_one_replica_warns_once(
+    caplog, options, named):
+  found = _three_runs(caplog, 1, options)
+  assert len(found) == 1, found
+  assert named in found[0] and "one replica" in found[0], found
+
+
+@pytest.mark.parametrize("replicas, options", [
+    (1, {}), (1, dict(algorithm="sma")),
+    (1, dict(algorithm=tb.algorithms.SMA())),
+    (2, dict(algorithm="easgd", alpha=0.1)),
+    (1, dict(algorithm=tb.algorithms.LocalSGD(outer_learning_rate=0.5))),
+    (1, dict(algorithm="lookahead"))])
+def test_defaults_and_settings_with_an_effect_warn_nothing(caplog, replicas,
+                                                            options):
+  assert not _three_runs(caplog, replicas, options)
