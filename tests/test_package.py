@@ -11,6 +11,7 @@ import pytest
 import setuptools
 
 import tensorbow
+from tensorbow import options as tb_options
 from tensorbow import ops as tb_ops
 
 # The README and the import-time checks, in child processes that choose
@@ -137,8 +138,9 @@ def test_the_wheel_holds_tensorbow_alone():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("module, says", [
-    ("models.lenet", "--algorithm {sma,easgd,asgd,ssgd,adaptive,local_sgd,"
-     "none}"),
+    # Every algorithm the session takes, by name (its registry).
+    ("models.lenet", "--algorithm {" + ",".join(tb_options.ALGORITHMS) +
+     "}"),
     ("benchmarks.suite", "usage: python -m benchmarks.suite"),
     ("examples.demo", "--seeds SEEDS"),
 ])
