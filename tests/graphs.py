@@ -35,6 +35,24 @@ def build(optimizer, use_resource=True, global_step=False,
   return Model(graph, x, y, w, b, pred, loss, train, init, step)
 
 
+def batches(seed, count, rows=18):
+  """`count` (x, y) float32 batches of `rows` rows for least squares,
+  drawn from np.random.RandomState(seed)."""
+  rng = np.random.RandomState(seed)
+  return [(rng.randn(rows, 3).astype(np.float32),
+           rng.randn(rows, 1).astype(np.float32)) for _ in range(count)]
+
+
+def optimizers(lr, momentum):
+  """{"sgd", "momentum"}: (a maker of the TF1 optimizer at rate `lr`, its
+  momentum or None), for the NumPy references' sgd_step."""
+  return {
+      "sgd": (lambda: tf.compat.v1.train.GradientDescentOptimizer(lr), None),
+      "momentum": (lambda: tf.compat.v1.train.MomentumOptimizer(
+          lr, momentum), momentum),
+  }
+
+
 def variable_input(kind, name, value):
   """A new variable of `kind` ("ref" or "resource") holding `value`, and
   what an op takes for it: (variable, ref tensor or resource handle)."""

@@ -18,14 +18,8 @@ import references
 
 tf1 = tf.compat.v1
 LR, MOMENTUM, REPLICAS, WAVES = 0.1, 0.9, 4, 9
-RNG = np.random.RandomState(5)
-BATCHES = [(RNG.randn(18, 3).astype(np.float32),
-            RNG.randn(18, 1).astype(np.float32)) for _ in range(WAVES)]
-OPTIMIZERS = {
-    "sgd": (lambda: tf1.train.GradientDescentOptimizer(LR), None),
-    "momentum": (lambda: tf1.train.MomentumOptimizer(LR, MOMENTUM),
-                 MOMENTUM),
-}
+BATCHES = graphs.batches(5, WAVES)
+OPTIMIZERS = graphs.optimizers(LR, MOMENTUM)
 
 
 def _train(model, algorithm, batches=BATCHES):

@@ -24,14 +24,8 @@ import references
 
 tf1 = tf.compat.v1
 LR, MOMENTUM, WAVES = 0.1, 0.9, 9
-RNG = np.random.RandomState(11)
-BATCHES = [(RNG.randn(18, 3).astype(np.float32),
-            RNG.randn(18, 1).astype(np.float32)) for _ in range(WAVES)]
-OPTIMIZERS = {
-    "sgd": (lambda: tf1.train.GradientDescentOptimizer(LR), None),
-    "momentum": (lambda: tf1.train.MomentumOptimizer(LR, MOMENTUM),
-                 MOMENTUM),
-}
+BATCHES = graphs.batches(11, WAVES)
+OPTIMIZERS = graphs.optimizers(LR, MOMENTUM)
 OUTER = {
     "lookahead": dict(period=4, outer_learning_rate=0.5),
     "momentum": dict(period=3, outer_learning_rate=0.6, outer_momentum=0.5),
