@@ -81,6 +81,32 @@ def test_a_worker_whose_port_refuses_is_gone_at_the_first_probe():
     beats[0].close()
 
 
+def test_a_killed_worker_is_gone_when_its_probe_falls_due_not_a_beat_later():
+  # Beats 0.8 s apart: a worker last heard just after a beat would be
+  # probed at the second beat after, 1.6 s on, if probes waited for beats.
+  addresses = launch.free_addresses(2)
+  lone = tb_heartbeat.Heartbeat(tb_cluster.Cluster(addresses, 0),
+                                interval=0.8, listening=lambda a: False)
+  beats = []
+  lone.watch(lambda silent: beats.append(time.monotonic()))
+  lone.start()
+  host, port = addresses[0].split(":")
+  beat = tb_heartbeat.tag(addresses) + b" 1"
+  with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+    try:
+      sender.sendto(beat, (host, int(port)))
+      lone.expect()
+      assert _wait_for(lambda: len(beats) >= 2)  # just after a beat
+      sender.sendto(beat, (host, int(port)))
+      last = time.monotonic()
+      assert _wait_for(lambda: lone.silent()[1] == float("inf"))
+      gone = time.monotonic()
+      assert gone - last < tb_heartbeat.PROBE_AFTER + 0.3, gone - last
+      assert gone - last > tb_heartbeat.PROBE_AFTER - 0.05, gone - last
+    finally:
+      lone.close()
+
+
 def _lone(addresses, listening):
   """Worker 0's heartbeat, started, with no worker 1 beating."""
   lone = tb_heartbeat.Heartbeat(tb_cluster.Cluster(addresses, 0),

@@ -148,8 +148,9 @@ class Heartbeat(object):
         pass  # it asks again
 
   def watch(self, watcher):
-    """Calls `watcher(silent)` after every heartbeat, on the heartbeat's
-    thread (keep it short); returns a function that stops it."""
+    """Calls `watcher(silent)` after every heartbeat and every probe, on
+    the heartbeat's thread (keep it short); returns a function that stops
+    it."""
     with self._lock:
       self._watchers.append(watcher)
 
@@ -167,29 +168,51 @@ class Heartbeat(object):
       self._socket.close()
 
   def _beat(self):
+    """Beats every interval; probes, and tells the watchers, at each beat
+    and as soon as a worker's probe falls due (not at the next beat: a
+    killed worker is lost PROBE_AFTER seconds after it was last heard)."""
     head = self._tag + b" %d" % self._cluster.index
     peers = {i: socket_address(self._cluster.workers[i])
              for i in self._cluster.others}
     next_beat = self._clock()
     while not self._closed.is_set():
       now = self._clock()
-      if now >= next_beat:
+      beat = now >= next_beat
+      if beat:
         next_beat = now + self._interval
-        with self._lock:
-          message = head + (b"|" + self._proposal if self._proposal else b"")
-        if self._socket is not None:
-          for address in peers.values():
-            try:
-              self._socket.sendto(message, address)
-            except OSError:
-              pass  # an unresolved or unreachable peer stays silent
+        self._send(head, peers)
+      if beat or now >= self._next_probe():
         self._probe(now)
-        silent = self.silent()
-        with self._lock:
-          watchers = list(self._watchers)
-        for watcher in watchers:
-          watcher(silent)
-      self._receive(max(next_beat - self._clock(), 0.0))
+        self._tell_watchers()
+      until = min(next_beat, self._next_probe())
+      self._receive(max(until - self._clock(), 0.0))
+
+  def _send(self, head, peers):
+    """One heartbeat to each of `peers` ({index: socket address})."""
+    with self._lock:
+      message = head + (b"|" + self._proposal if self._proposal else b"")
+    if self._socket is not None:
+      for address in peers.values():
+        try:
+          self._socket.sendto(message, address)
+        except OSError:
+          pass  # an unresolved or unreachable peer stays silent
+
+  def _tell_watchers(self):
+    silent = self.silent()
+    with self._lock:
+      watchers = list(self._watchers)
+    for watcher in watchers:
+      watcher(silent)
+
+  def _next_probe(self):
+    """When the next probe falls due (inf: no worker can be probed): a
+    worker's PROBE_AFTER seconds after it was last heard, and as long
+    after its last probe."""
+    with self._lock:
+      return min((max(t, self._probed.get(i, t)) + PROBE_AFTER
+                  for i, t in self._heard.items() if i not in self._gone),
+                 default=float("inf"))
 
   def _receive(self, seconds):
     if self._socket is None:
