@@ -228,6 +228,13 @@ class AutoTuner(object):
                    f"kept at L=1: {reason}", run=self._runs + 1)
     return following
 
+  def note(self, setting, reason):
+    """Records `reason` at the next training run, at `setting` (L, stream
+    groups, inline), which it keeps: something of the setting the user
+    should know (an option it leaves without effect)."""
+    self._decide(setting, self._rows or 0, None, tuple(setting), reason,
+                 run=self._runs + 1)
+
   def observe(self, replicas, groups, rows, seconds, inline=False,
               batch=None, efficiency=None, noise_scale=None):
     """Records a training run of `rows` rows at `replicas` replicas on

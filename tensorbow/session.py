@@ -81,8 +81,7 @@ class TensorBowSession(session_base.SessionBase):
                                        self._preemption,
                                        agreement.leaves_save)
     # Named once, when a setting first trains one replica plainly.
-    self._unused = ([] if self._tuning is not None else
-                    chosen.without_effect_alone(options_))
+    self._unused = chosen.without_effect_alone(options_)
     self._settings = self._runtime = self._planner = self._trainer = None
     self.retune(1 if self._tuning is not None else chosen.replicas)
 
@@ -105,8 +104,9 @@ class TensorBowSession(session_base.SessionBase):
       (self._settings, self._runtime, self._planner,
        self._trainer) = tb_setting.make(self._parts, replicas,
                                         stream_groups, inline)
-      self._unused = tb_setting.name_unused(self._parts, self._settings,
-                                            self._unused)
+      self._unused = tb_setting.name_unused(
+          self._parts, self._settings, self._unused,
+          self._tuning and self._tuning.tuner)
 
   # ---- SessionInterface ----------------------------------------------------
 

@@ -170,19 +170,25 @@ def _shares(parts, replicas, algorithm):
            not algorithm.steps_central) or algorithm.shares_model)
 
 
-def name_unused(parts, settings, unused):
-  """Warns, naming the options passed `unused`
-  (SessionOptions.without_effect_alone), if the setting of `settings`
-  trains one replica on the user's own variables, as tf.compat.v1.Session
-  does: they have no effect. Returns those still to be named ([] once
-  named, or if there were none)."""
+def name_unused(parts, settings, unused, tuner=None):
+  """Names the options passed `unused` (SessionOptions.without_effect_alone)
+  once the setting of `settings` trains one replica on the user's own
+  variables, as tf.compat.v1.Session does: they have no effect. Warned,
+  or under replicas="auto" recorded in `tuner`'s decisions (an
+  autotune.AutoTuner; L = 1 is then one setting of several). Returns those
+  still to be named ([] once named, or if there were none)."""
   if not unused or settings.replicas != 1 or not _shares(
       parts, 1, settings.algorithm):
     return unused
-  logging.getLogger("tensorbow").warning(
-      "TensorBow: one replica trains as tf.compat.v1.Session does, so %s "
-      "ha%s no effect (an outer step of local SGD or Lookahead would)",
-      ", ".join(unused), "s" if len(unused) == 1 else "ve")
+  named = (f"{', '.join(unused)} ha{'s' if len(unused) == 1 else 've'} "
+           "no effect (an outer step of local SGD or Lookahead would)")
+  if tuner is not None:
+    tuner.note((1, settings.stream_groups, settings.inline),
+                f"at L=1, which trains as tf.compat.v1.Session does, {named}")
+  else:
+    logging.getLogger("tensorbow").warning(
+        "TensorBow: one replica trains as tf.compat.v1.Session does, so %s",
+        named)
   return []
 
 

@@ -7,7 +7,8 @@ fast kernels and on TensorFlow's; plain runs reading the central (slow)
 weights between exchanges; resumed bit-equal from a checkpoint in the
 middle of a period; bit-identical across two runs. And a setting passed
 explicitly that has no effect because one replica trains plainly is
-named once in a warning; defaults are not.
+named once: in a warning, or under replicas="auto" in the tuner's
+decisions; defaults are not.
 """
 import logging
 
@@ -223,3 +224,24 @@ def test_an_explicit_setting_without_effect_at_one_replica_warns_once(
 def test_defaults_and_settings_with_an_effect_warn_nothing(caplog, replicas,
                                                             options):
   assert not _three_runs(caplog, replicas, options)
+
+
+@pytest.mark.parametrize("options, named", [
+    (dict(algorithm="easgd"), "algorithm='easgd'"), ({}, None)])
+def test_under_auto_a_setting_without_effect_is_a_decision_not_a_warning(
+    caplog, options, named):
+  model = graphs.build(OPTIMIZERS["sgd"][0])
+  with caplog.at_level(logging.WARNING, logger="tensorbow"):
+    with tb.TensorBowSession(graph=model.graph, replicas="auto",
+                             **options) as sess:
+      sess.run(model.init)
+      _runs(sess, model, BATCHES[:3])
+      decisions = sess.tuning_decisions()
+  assert not _no_effect(caplog)
+  found = [d for d in decisions if "no effect" in d.reason]
+  if named is None:
+    assert not found, found
+    return
+  assert len(found) == 1, decisions
+  assert named in found[0].reason and "L=1" in found[0].reason
+  assert (found[0].run, found[0].replicas, found[0].next[0]) == (1, 1, 1)
