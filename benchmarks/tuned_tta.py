@@ -21,6 +21,10 @@ Protocol (the defaults are #16's grid):
    configuration whose epochs are slow is scored on the epochs it gets
    through in that time: accuracy after a fixed fraction of an epoch
    favours the smallest shards, whose epochs take longest.
+   `--tensorbow_grid` screens a list of TensorBow configurations in
+   place of its grid (their algorithms' own parameters given, e.g. local
+   SGD's outer step at L = 1: `local_sgd:1:32:0.005:period=5:
+   outer_learning_rate=0.5`, one spec without the line break).
 3. Finals: the best `--finalists` of each side after the last rung train
    to `--target` test accuracy (evaluated four times an epoch, at most
    `--max_epochs`), once per seed (`--seeds`, default 0, 1, 2). A
@@ -83,6 +87,10 @@ def parse_args(argv):
   p.add_argument("--out", default="benchmarks/results/tuned_tta")
   p.add_argument("--screen_only", action="store_true",
                  help="stop after screening both sides")
+  p.add_argument("--tensorbow_grid", type=_list(str), default=[],
+                 help="screen these TensorBow configurations in place of "
+                 "the grid of batch sizes, L, algorithms and learning "
+                 "rates: ALGORITHM:L:BATCH:LR[:PARAM=VALUE...] each")
   p.add_argument("--tensorbow_extra", type=_list(str), default=[],
                  help="after the protocol, more TensorBow finals: "
                  "ALGORITHM:L:BATCH:LR[:PARAM=VALUE...]")
@@ -99,7 +107,8 @@ def parse_args(argv):
 # The settings a resumed run must share with the one it continues.
 _SETTINGS = ("model", "target", "tf_batch_sizes", "tensorbow_batch_sizes",
              "replicas", "algorithms", "learning_rates", "rungs",
-             "rung_seconds", "finalists", "seeds", "max_epochs", "tf_mode")
+             "rung_seconds", "finalists", "seeds", "max_epochs", "tf_mode",
+             "tensorbow_grid")
 
 
 def grids(args):
@@ -111,6 +120,8 @@ def grids(args):
                   learning_rate=lr)
              for b in args.tensorbow_batch_sizes for r in args.replicas
              for a in args.algorithms for lr in args.learning_rates]
+  if args.tensorbow_grid:
+    tb_grid = [extra_config(spec) for spec in args.tensorbow_grid]
   return tf_grid, tb_grid
 
 
@@ -323,7 +334,8 @@ def main(argv=None):
     return result
   best = {}
   for side in ("tf", "tensorbow"):
-    chosen = [{k: c[k] for k in grids(args)[0][0]}
+    # A screened configuration without its score: its keys and params.
+    chosen = [{k: c[k] for k in (*grids(args)[0][0], "params") if k in c}
               for c in result[f"screening_{side}"][-1][:args.finalists]]
     if f"finals_{side}" not in result:
       log(f"{side}: finals of {[name(c) for c in chosen]}")

@@ -318,6 +318,23 @@ def test_tuned_tta_grids_and_medians():
   assert summary["median_epochs"] == 3.0 and summary["median_log"] == "c"
 
 
+def test_tuned_tta_screens_a_list_of_configurations_with_their_params():
+  from benchmarks import tuned_tta  # pylint: disable=g-import-not-at-top
+  args = tuned_tta.parse_args([
+      "--tensorbow_grid",
+      "local_sgd:1:32:0.01:period=5:outer_learning_rate=0.5,none:1:32:0.005"])
+  _, tb_grid = tuned_tta.grids(args)
+  assert [(c["algorithm"], c["replicas"], c["batch_size"], c["learning_rate"],
+           c["params"]) for c in tb_grid] == [
+               ("local_sgd", 1, 32, 0.01,
+                {"period": 5, "outer_learning_rate": 0.5}),
+               ("none", 1, 32, 0.005, {})]
+  chosen = tuned_tta.algorithm(tb_grid[0])
+  assert (chosen.name, chosen.period, chosen.outer_learning_rate) == (
+      "local_sgd", 5, 0.5)
+  assert tuned_tta.algorithm(tb_grid[1]) == "none"
+
+
 def test_tuned_tta_screens_on_seconds_when_asked(monkeypatch):
   """--rung_seconds: each rung trains on a budget of wall seconds (within
   max_epochs), the best third going on, scored by accuracy then."""
