@@ -181,11 +181,12 @@ class Heartbeat(object):
       if beat:
         next_beat = now + self._interval
         self._send(head, peers)
-      if beat or now >= self._next_probe():
+      due = self._next_probe()
+      if beat or now >= due:
         self._probe(now)
         self._tell_watchers()
-      until = min(next_beat, self._next_probe())
-      self._receive(max(until - self._clock(), 0.0))
+        due = self._next_probe()
+      self._receive(max(min(next_beat, due) - self._clock(), 0.0))
 
   def _send(self, head, peers):
     """One heartbeat to each of `peers` ({index: socket address})."""
@@ -206,13 +207,16 @@ class Heartbeat(object):
       watcher(silent)
 
   def _next_probe(self):
-    """When the next probe falls due (inf: no worker can be probed): a
-    worker's PROBE_AFTER seconds after it was last heard, and as long
-    after its last probe."""
+    """When the next probe falls due (inf: no worker can be probed)."""
     with self._lock:
-      return min((max(t, self._probed.get(i, t)) + PROBE_AFTER
-                  for i, t in self._heard.items() if i not in self._gone),
-                 default=float("inf"))
+      return min(self._due().values(), default=float("inf"))
+
+  def _due(self):
+    """{worker index: when its port is next probed}, for the workers not
+    gone: PROBE_AFTER seconds after it was last heard (or expected from),
+    and as long after its last probe. Called holding the lock."""
+    return {i: max(t, self._probed.get(i, t)) + PROBE_AFTER
+            for i, t in self._heard.items() if i not in self._gone}
 
   def _receive(self, seconds):
     if self._socket is None:
@@ -251,6 +255,7 @@ class Heartbeat(object):
       since = {i: now - t for i, t in self._heard.items()
                if i not in self._gone}
       never = {i for i in since if i not in self._ever}
+      due = self._due()
     for i, seconds in since.items():
       if i in never and seconds >= NEVER_HEARD and i not in self._told:
         self._told.add(i)
@@ -259,8 +264,7 @@ class Heartbeat(object):
             "in %g s: is UDP to its port blocked? A worker that stops "
             "answering is then found only by the cluster timeout",
             self._cluster.index, i, self._cluster.workers[i], NEVER_HEARD)
-      if (seconds < PROBE_AFTER or
-          now - self._probed.get(i, -PROBE_AFTER) < PROBE_AFTER):
+      if now < due[i]:
         continue
       self._probed[i] = now
       if not self._listening(self._cluster.workers[i]):
