@@ -203,6 +203,14 @@ def screen(model, configs, rungs, finalists, dataset, log, seconds=False,
   return history, alive[:finalists]
 
 
+def finalists(history, count):
+  """The `count` best configurations of the last rung of `history`
+  (screen's), each as it was screened: without its score, with its
+  algorithm's params if it had any."""
+  return [{k: v for k, v in scored.items() if k != "accuracy"}
+          for scored in history[-1][:count]]
+
+
 def finals(model, configs, seeds, target, max_epochs, dataset, log):
   rows = []
   for config in configs:
@@ -334,9 +342,7 @@ def main(argv=None):
     return result
   best = {}
   for side in ("tf", "tensorbow"):
-    # A screened configuration without its score: its keys and params.
-    chosen = [{k: c[k] for k in (*grids(args)[0][0], "params") if k in c}
-              for c in result[f"screening_{side}"][-1][:args.finalists]]
+    chosen = finalists(result[f"screening_{side}"], args.finalists)
     if f"finals_{side}" not in result:
       log(f"{side}: finals of {[name(c) for c in chosen]}")
       result[f"finals_{side}"] = finals(args.model, chosen, args.seeds,

@@ -333,6 +333,10 @@ def test_tuned_tta_screens_a_list_of_configurations_with_their_params():
   assert (chosen.name, chosen.period, chosen.outer_learning_rate) == (
       "local_sgd", 5, 0.5)
   assert tuned_tta.algorithm(tb_grid[1]) == "none"
+  # Screened, scored, then the finals: each finalist keeps its params.
+  history = [[dict(tb_grid[1], accuracy=0.9), dict(tb_grid[0], accuracy=0.8)]]
+  assert tuned_tta.finalists(history, 1) == [tb_grid[1]]
+  assert tuned_tta.finalists(history, 2) == [tb_grid[1], tb_grid[0]]
 
 
 def test_tuned_tta_screens_on_seconds_when_asked(monkeypatch):
