@@ -31,7 +31,9 @@ Protocol (the defaults are #16's grid):
    configuration's time is the median over its seeds (a run that misses
    the target counts as infinitely slow); each side's best is its
    finalist with the least median time; the ratio is TensorBow's best
-   over TensorFlow's.
+   over TensorFlow's. `--lower_targets` reads the same runs' logs for the
+   time and epochs to each lower accuracy too (their first evaluation at
+   or above it), reported beside the target's.
 
 4. After the protocol, `--tensorbow_extra` runs more TensorBow
    configurations as finals (the same seeds and target), each
@@ -84,6 +86,9 @@ def parse_args(argv):
   p.add_argument("--finalists", type=int, default=3)
   p.add_argument("--seeds", type=_list(int), default=[0, 1, 2])
   p.add_argument("--max_epochs", type=float, default=10)
+  p.add_argument("--lower_targets", type=_list(float), default=[],
+                 help="also report each final run's time to these "
+                 "accuracies, below --target, from its log")
   p.add_argument("--out", default="benchmarks/results/tuned_tta")
   p.add_argument("--screen_only", action="store_true",
                  help="stop after screening both sides")
@@ -108,7 +113,7 @@ def parse_args(argv):
 _SETTINGS = ("model", "target", "tf_batch_sizes", "tensorbow_batch_sizes",
              "replicas", "algorithms", "learning_rates", "rungs",
              "rung_seconds", "finalists", "seeds", "max_epochs", "tf_mode",
-             "tensorbow_grid")
+             "tensorbow_grid", "lower_targets")
 
 
 def grids(args):
@@ -211,7 +216,8 @@ def finalists(history, count):
           for scored in history[-1][:count]]
 
 
-def finals(model, configs, seeds, target, max_epochs, dataset, log):
+def finals(model, configs, seeds, target, max_epochs, dataset, log,
+           lower_targets=()):
   rows = []
   for config in configs:
     for seed in seeds:
@@ -221,11 +227,23 @@ def finals(model, configs, seeds, target, max_epochs, dataset, log):
                        epochs=result["epochs"],
                        wall_time=result["wall_time"],
                        test_accuracy=result["test_accuracy"],
-                       log_path=result["log_path"]))
+                       log_path=result["log_path"],
+                       lower=reached_in_log(result["log_path"],
+                                            lower_targets)))
       log(f"  final: {name(config)} seed {seed}: "
           f"{result['test_accuracy']:.4f} after {result['epochs']:.2f} "
           f"epochs, {result['wall_time']:.1f} s ({result['stop_reason']})")
   return rows
+
+
+def reached_in_log(path, targets):
+  """{target: [wall seconds, epochs] of the first evaluation in the log at
+  `path` at or above it, or None where none is} for each of `targets`."""
+  _, series = plot.read_log(path)
+  points = list(zip(series.test_accuracy, series.wall_time, series.epoch))
+  return {str(target): next(([t, e] for a, t, e in points if a >= target),
+                            None)
+          for target in targets}
 
 
 def _time_to_target(run):
@@ -253,8 +271,20 @@ def summarize(rows):
                     reached=sum(r["reached"] for r in runs), runs=len(runs),
                     median_time=median_time(runs),
                     median_epochs=statistics.median(r["epochs"] for r in runs),
-                    median_log=median_run(runs)["log_path"]))
+                    median_log=median_run(runs)["log_path"],
+                    lower=_lower_medians(runs)))
   return sorted(out, key=lambda s: s["median_time"])
+
+
+def _lower_medians(runs):
+  """{lower target: [median seconds, median epochs] to it over `runs`}, a
+  run that never reached it counting as infinitely slow (its epochs too)."""
+  medians = {}
+  for target in runs[0].get("lower", {}):
+    points = [r["lower"][target] or [math.inf, math.inf] for r in runs]
+    medians[target] = [statistics.median(p[0] for p in points),
+                       statistics.median(p[1] for p in points)]
+  return medians
 
 
 def _ratio(tensorbow, tf_best):
@@ -264,8 +294,10 @@ def _ratio(tensorbow, tf_best):
   return tensorbow["median_time"] / tf_best["median_time"]
 
 
-_TABLE_HEAD = ["| configuration | reached | median time (s) | median epochs |",
-               "| --- | --- | --- | --- |"]
+def _table_head(lower_targets):
+  lower = "".join(f" to {t}: s / epochs |" for t in lower_targets)
+  return ["| configuration | reached | median time (s) | median epochs |" +
+          lower, "| --- | --- | --- | --- |" + " --- |" * len(lower_targets)]
 
 
 def markdown(result):
@@ -274,14 +306,14 @@ def markdown(result):
   lines = [f"Target {result['target']} on Fashion-MNIST, "
            f"{result['model']}, {result.get('tf_mode', 'graph')} mode; "
            f"screening rungs {rungs}.",
-           ""] + _TABLE_HEAD
+           ""] + _table_head(result.get("lower_targets", []))
   lines += [_row(s) for s in result["summary"]]
   ratio = result["ratio"]
   lines += ["", "TensorBow best / TensorFlow best (median time): " +
             (f"{ratio:.2f}" if ratio is not None else "n/a")]
   if result.get("summary_extra"):
     lines += ["", "Beyond the protocol (extra tuning for TensorBow):",
-              ""] + _TABLE_HEAD
+              ""] + _table_head(result.get("lower_targets", []))
     lines += [_row(s) for s in result["summary_extra"]]
     ratio = result["ratio_extra"]
     lines += ["", "Its best / TensorFlow best (median time): " +
@@ -292,8 +324,11 @@ def markdown(result):
 def _row(s):
   time_text = ("missed" if math.isinf(s["median_time"])
                else f"{s['median_time']:.1f}")
+  lower = "".join(" missed |" if math.isinf(seconds) else
+                  f" {seconds:.1f} / {epochs:.2f} |"
+                  for seconds, epochs in s.get("lower", {}).values())
   return (f"| {s['name']} | {s['reached']}/{s['runs']} | {time_text} | "
-          f"{s['median_epochs']:.2f} |")
+          f"{s['median_epochs']:.2f} |" + lower)
 
 
 def main(argv=None):
@@ -347,7 +382,7 @@ def main(argv=None):
       log(f"{side}: finals of {[name(c) for c in chosen]}")
       result[f"finals_{side}"] = finals(args.model, chosen, args.seeds,
                                         args.target, args.max_epochs,
-                                        dataset, log)
+                                        dataset, log, args.lower_targets)
       save()
     best[side] = summarize(result[f"finals_{side}"])[0]
   result["summary"] = (summarize(result["finals_tf"]) +
@@ -360,7 +395,7 @@ def main(argv=None):
       continue
     log(f"tensorbow, beyond the protocol: {name(config)}")
     extra += finals(args.model, [config], args.seeds, args.target,
-                    args.max_epochs, dataset, log)
+                    args.max_epochs, dataset, log, args.lower_targets)
     save()
   if extra:
     result["summary_extra"] = summarize(extra)

@@ -6,6 +6,7 @@ medians, the cost of SMA, the best runs of time-to-accuracy, and that the
 JSON, Markdown and PNG outputs hold them.
 """
 import json
+import math
 import os
 import sys
 
@@ -337,6 +338,37 @@ def test_tuned_tta_screens_a_list_of_configurations_with_their_params():
   history = [[dict(tb_grid[1], accuracy=0.9), dict(tb_grid[0], accuracy=0.8)]]
   assert tuned_tta.finalists(history, 1) == [tb_grid[1]]
   assert tuned_tta.finalists(history, 2) == [tb_grid[1], tb_grid[0]]
+
+
+def test_tuned_tta_times_lower_targets_from_the_finals_logs(tmp_path):
+  """--lower_targets: each final run's first evaluation at or above each
+  lower accuracy, read from its log; medians over seeds, a run that never
+  got there counting as infinitely slow."""
+  from benchmarks import tuned_tta  # pylint: disable=g-import-not-at-top
+  paths = []
+  for k, accuracies in enumerate([(0.5, 0.9, 0.91), (0.895, 0.905, 0.91),
+                                  (0.7, 0.8, 0.85)]):
+    path = tmp_path / f"run{k}.jsonl"
+    path.write_text("".join(
+        json.dumps(dict(epoch=0.25 * (i + 1), wall_time=10.0 * (i + 1) + k,
+                        test_accuracy=a)) + "\n"
+        for i, a in enumerate(accuracies)))
+    paths.append(str(path))
+  lower = [tuned_tta.reached_in_log(p, [0.9, 0.91]) for p in paths]
+  assert lower == [{"0.9": [20.0, 0.5], "0.91": [30.0, 0.75]},
+                   {"0.9": [21.0, 0.5], "0.91": [31.0, 0.75]},
+                   {"0.9": None, "0.91": None}]
+  config = dict(session="tf", replicas=1, algorithm=None, batch_size=32,
+                learning_rate=0.005)
+  runs = [dict(config, reached=True, wall_time=30.0 + k, epochs=0.75,
+               log_path=p, lower={"0.9": low["0.9"]})
+          for k, (p, low) in enumerate(zip(paths, lower))]
+  (summary,) = tuned_tta.summarize(runs)
+  assert summary["lower"] == {"0.9": [21.0, 0.5]}
+  runs[0]["lower"]["0.9"] = None
+  (summary,) = tuned_tta.summarize(runs)
+  assert summary["lower"] == {"0.9": [math.inf, math.inf]}
+  assert tuned_tta._row(summary).endswith("| missed |")  # pylint: disable=protected-access
 
 
 def test_tuned_tta_screens_on_seconds_when_asked(monkeypatch):
