@@ -15,6 +15,11 @@ median wall time of each, its ratio to TensorFlow's (and auto's to
 L = 1's when both are run), the final test accuracy and loss each printed
 (TensorFlow's first) and the L each run's last tuning decision chose
 ("none" where it made none, as at a fixed L).
+
+With `--aa`, each repeat ends with TensorFlow again: its median over the
+first TensorFlow's is the A/A ratio, the spread a ratio needs to exceed
+to say anything, and the accuracy and loss columns add the range of
+TensorFlow's over both (its A/A spread).
 """
 import argparse
 import os
@@ -51,42 +56,77 @@ def run(command):
   return seconds, float(match.group(1)), float(match.group(2)), replicas
 
 
+AA = "tf A/A"
+
+
+def sessions_for(settings, aa):
+  """{session: script -> command}, in the order each repeat runs them:
+  TensorFlow, `tensorbow-run --replicas R` for each R of `settings`, and
+  with `aa` TensorFlow again."""
+  sessions = {"tf": lambda script: [sys.executable, script]}
+  for r in settings:
+    sessions[r] = (lambda r: lambda script: [
+        sys.executable, "-m", "tensorbow.run", "--replicas", r, script])(r)
+  if aa:
+    sessions[AA] = sessions["tf"]
+  return sessions
+
+
+def header(settings, aa):
+  """The table's two header lines."""
+  both = {"auto", "1"} <= set(settings)
+  columns = (["script", "tf.Session (s)"] +
+             [c for r in settings
+              for c in (f"--replicas {r} (s)", "ratio to tf")] +
+             (["auto / 1"] if both else []) + (["A/A"] if aa else []) +
+             ["accuracy", "loss", "last tuned L"])
+  return ["| " + " | ".join(columns) + " |",
+          "|" + " --- |" * len(columns)]
+
+
+def row(script, results, settings):
+  """The table line of `script` from `results`: {session: [run()'s
+  tuple per repeat]}, with an AA session if A/A was run."""
+  median = {name: [statistics.median(r[i] for r in runs)
+                   for i in range(3)] for name, runs in results.items()}
+  cells = [script, f"{median['tf'][0]:.1f}"]
+  for r in settings:
+    cells += [f"{median[r][0]:.1f}", f"{median[r][0] / median['tf'][0]:.2f}"]
+  if {"auto", "1"} <= set(settings):
+    cells.append(f"{median['auto'][0] / median['1'][0]:.2f}")
+  if AA in results:
+    cells.append(f"{median[AA][0] / median['tf'][0]:.2f}")
+  for i in (1, 2):
+    text = " / ".join(f"{median[n][i]:.4f}" for n in results)
+    if AA in results:
+      tf_values = [r[i] for n in ("tf", AA) for r in results[n]]
+      text += f" (tf {min(tf_values):.4f}-{max(tf_values):.4f})"
+    cells.append(text)
+  cells.append("; ".join(
+      f"{r}: " + ", ".join("none" if x[3] is None else str(x[3])
+                           for x in results[r]) for r in settings))
+  return "| " + " | ".join(cells) + " |"
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--replicas", default="auto",
                       help="comma list: each is run, e.g. auto,1")
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--aa", action="store_true",
+                      help="run TensorFlow again last in each repeat (A/A)")
   parser.add_argument("scripts", nargs="*", default=list(DEFAULT))
   args = parser.parse_args(argv)
   settings = args.replicas.split(",")
-  sessions = {"tf": lambda script: [sys.executable, script]}
-  for r in settings:
-    sessions[r] = (lambda r: lambda script: [
-        sys.executable, "-m", "tensorbow.run", "--replicas", r, script])(r)
-  print("| script | tf.Session (s) | " + " | ".join(
-      f"--replicas {r} (s) | ratio to tf" for r in settings) +
-        (" | auto / 1" if {"auto", "1"} <= set(settings) else "") +
-        " | accuracy | loss | last tuned L |")
-  print("|" + " --- |" * (5 + 2 * len(settings) +
-                         ({"auto", "1"} <= set(settings))))
+  sessions = sessions_for(settings, args.aa)
+  print("\n".join(header(settings, args.aa)))
   for script in args.scripts:
     results = {name: [] for name in sessions}
     for _ in range(args.repeats):
       for name, command in sessions.items():
         results[name].append(run(command(script)))
-    median = {name: [statistics.median(r[i] for r in runs)
-                     for i in range(3)] for name, runs in results.items()}
-    row = [script, f"{median['tf'][0]:.1f}"]
-    for r in settings:
-      row += [f"{median[r][0]:.1f}", f"{median[r][0] / median['tf'][0]:.2f}"]
-    if {"auto", "1"} <= set(settings):
-      row.append(f"{median['auto'][0] / median['1'][0]:.2f}")
-    row.append(" / ".join(f"{median[n][1]:.4f}" for n in sessions))
-    row.append(" / ".join(f"{median[n][2]:.4f}" for n in sessions))
-    row.append("; ".join(
-        f"{r}: " + ", ".join("none" if x[3] is None else str(x[3])
-                             for x in results[r]) for r in settings))
-    print("| " + " | ".join(row) + " |", flush=True)
+    print(row(script, results, settings), flush=True)
+
 
 if __name__ == "__main__":
   main()

@@ -467,6 +467,33 @@ def test_tuned_tta_reports_the_extra_configurations_apart():
   assert "Its best / TensorFlow best (median time): n/a" in beyond
 
 
+def test_real_scripts_reports_tensorflow_against_itself_with_aa():
+  """--aa: TensorFlow runs again last in each repeat; the row gives its
+  median over the first's and the range of its accuracy and loss."""
+  sessions = real_scripts.sessions_for(["1"], aa=True)
+  assert list(sessions) == ["tf", "1", real_scripts.AA]
+  assert sessions[real_scripts.AA]("s.py") == [sys.executable, "s.py"]
+  assert sessions["1"]("s.py")[-3:] == ["--replicas", "1", "s.py"]
+  assert list(real_scripts.sessions_for(["1"], aa=False)) == ["tf", "1"]
+  head, rule = real_scripts.header(["1"], aa=True)
+  results = {"tf": [(10.0, 0.80, 0.5, None), (12.0, 0.82, 0.4, None),
+                    (11.0, 0.81, 0.6, None)],
+             "1": [(11.0, 0.81, 0.5, None)] * 3,
+             real_scripts.AA: [(13.0, 0.79, 0.5, None),
+                               (10.0, 0.83, 0.3, None),
+                               (12.0, 0.80, 0.5, None)]}
+  line = real_scripts.row("s.py", results, ["1"])
+  cells = [c.strip() for c in line.strip("|").split("|")]
+  assert len(cells) == len(head.strip("|").split("|")) == rule.count("---")
+  assert cells[:5] == ["s.py", "11.0", "11.0", "1.00", "1.09"]
+  assert cells[5] == "0.8100 / 0.8100 / 0.8000 (tf 0.7900-0.8300)"
+  assert cells[6] == "0.5000 / 0.5000 / 0.5000 (tf 0.3000-0.6000)"
+  # Without it, no A/A column and no range.
+  del results[real_scripts.AA]
+  cells = real_scripts.row("s.py", results, ["1"]).strip("|").split("|")
+  assert len(cells) == 7 and cells[4].strip() == "0.8100 / 0.8100"
+
+
 @pytest.mark.slow
 def test_real_scripts_reads_the_result_and_the_last_tuned_l():
   # The decision lines as tensorbow-run prints them, from the tuner itself:
