@@ -72,13 +72,18 @@ def sessions_for(settings, aa):
   return sessions
 
 
+def _auto_and_one(settings):
+  """Whether `settings` has both auto and L = 1 (an "auto / 1" column)."""
+  return {"auto", "1"} <= set(settings)
+
+
 def header(settings, aa):
   """The table's two header lines."""
-  both = {"auto", "1"} <= set(settings)
   columns = (["script", "tf.Session (s)"] +
              [c for r in settings
               for c in (f"--replicas {r} (s)", "ratio to tf")] +
-             (["auto / 1"] if both else []) + (["A/A"] if aa else []) +
+             (["auto / 1"] if _auto_and_one(settings) else []) +
+             (["A/A"] if aa else []) +
              ["accuracy", "loss", "last tuned L"])
   return ["| " + " | ".join(columns) + " |",
           "|" + " --- |" * len(columns)]
@@ -92,7 +97,7 @@ def row(script, results, settings):
   cells = [script, f"{median['tf'][0]:.1f}"]
   for r in settings:
     cells += [f"{median[r][0]:.1f}", f"{median[r][0] / median['tf'][0]:.2f}"]
-  if {"auto", "1"} <= set(settings):
+  if _auto_and_one(settings):
     cells.append(f"{median['auto'][0] / median['1'][0]:.2f}")
   if AA in results:
     cells.append(f"{median[AA][0] / median['tf'][0]:.2f}")

@@ -228,8 +228,9 @@ def finals(model, configs, seeds, target, max_epochs, dataset, log,
                        wall_time=result["wall_time"],
                        test_accuracy=result["test_accuracy"],
                        log_path=result["log_path"],
-                       lower=reached_in_log(result["log_path"],
-                                            lower_targets)))
+                       lower=(reached_in_log(result["log_path"],
+                                             lower_targets)
+                              if lower_targets else {})))
       log(f"  final: {name(config)} seed {seed}: "
           f"{result['test_accuracy']:.4f} after {result['epochs']:.2f} "
           f"epochs, {result['wall_time']:.1f} s ({result['stop_reason']})")
@@ -348,8 +349,10 @@ def main(argv=None):
   if args.resume and os.path.exists(base + ".json"):
     with open(base + ".json") as f:
       result = json.load(f)
-    differ = {k: (result.get(k), v) for k, v in settings.items()
-              if result.get(k) != v}
+    # A setting added since that run was made has its default there.
+    defaults = vars(parse_args([]))
+    differ = {k: (result.get(k, defaults[k]), v)
+              for k, v in settings.items() if result.get(k, defaults[k]) != v}
     if differ:
       raise SystemExit(f"{base}.json was run with other settings "
                        f"(there, here): {differ}")

@@ -368,7 +368,43 @@ def test_tuned_tta_times_lower_targets_from_the_finals_logs(tmp_path):
   runs[0]["lower"]["0.9"] = None
   (summary,) = tuned_tta.summarize(runs)
   assert summary["lower"] == {"0.9": [math.inf, math.inf]}
-  assert tuned_tta._row(summary).endswith("| missed |")  # pylint: disable=protected-access
+  row = tuned_tta._row(summary)  # pylint: disable=protected-access
+  assert row.endswith("| missed |")
+  head, rule = tuned_tta._table_head(["0.9"])  # pylint: disable=protected-access
+  assert head.endswith("| to 0.9: s / epochs |")
+  assert head.count("|") == rule.count("|") == row.count("|")
+
+
+def test_tuned_tta_finals_read_no_log_without_lower_targets(monkeypatch):
+  from benchmarks import tuned_tta  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(tuned_tta, "train", lambda *a, **k: dict(
+      stop_reason="target_accuracy", epochs=1.0, wall_time=2.0,
+      test_accuracy=0.9, log_path="/nonexistent/run.jsonl"))
+  config = dict(session="tf", replicas=1, algorithm=None, batch_size=32,
+                learning_rate=0.005)
+  (row,) = tuned_tta.finals("lenet", [config], [0], 0.9, 1, None,
+                            lambda _: None)
+  assert row["lower"] == {} and row["wall_time"] == 2.0
+  with pytest.raises(FileNotFoundError):
+    tuned_tta.finals("lenet", [config], [0], 0.9, 1, None, lambda _: None,
+                     [0.8])
+
+
+def test_tuned_tta_resumes_a_run_made_before_a_setting_was_added(
+    monkeypatch, tmp_path):
+  """A run saved without a setting added since (lower_targets) resumes
+  when that setting is left at its default, and is refused otherwise."""
+  from benchmarks import tuned_tta  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(tuned_tta.tb_data, "load_dataset", lambda name: None)
+  argv = ["--out", str(tmp_path), "--resume", "--screen_only"]
+  args = tuned_tta.parse_args(argv)
+  saved = {k: getattr(args, k) for k in tuned_tta._SETTINGS  # pylint: disable=protected-access
+           if k != "lower_targets"}
+  (tmp_path / "tuned_tta.json").write_text(json.dumps(dict(
+      saved, commands=[], screening_tf=[], screening_tensorbow=[])))
+  assert tuned_tta.main(argv)["screening_tf"] == []
+  with pytest.raises(SystemExit, match=r"'lower_targets': \(\[\], \[0.9\]\)"):
+    tuned_tta.main(argv + ["--lower_targets", "0.9"])
 
 
 def test_tuned_tta_screens_on_seconds_when_asked(monkeypatch):
