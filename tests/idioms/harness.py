@@ -34,6 +34,7 @@ import pytest
 import tensorflow as tf
 
 import tensorbow as tb
+from idioms import races
 
 SEED = 42
 BATCH = 8  # rows of a batch feed: 2 per replica at L = 4
@@ -309,7 +310,9 @@ def train(idiom, make_session):
 
 
 def tf_session(graph):
-  return tf.compat.v1.Session(graph=graph)
+  """The reference: `tf.compat.v1.Session`, refusing a run whose result it
+  does not determine (races.py)."""
+  return races.CheckedSession(graph=graph)
 
 
 def tb_session(replicas):

@@ -23,7 +23,9 @@ def leading_underscore_scope():
   # A name part with a leading "_" (a top-level name cannot have one).
   with tf.compat.v1.variable_scope("model/_private"):
     w = tf.compat.v1.get_variable("_w", [], initializer=tf.ones_initializer())
-  loss = loss * w
+  # Through a Square: a `loss * w` fetched beside the update of `w` races
+  # with it (tests/idioms/races.py).
+  loss = loss * tf.square(w)
   op = train.MomentumOptimizer(0.1, 0.9).minimize(loss)
   return Case([loss, op], feed)
 
@@ -55,7 +57,7 @@ def angle_bracket_beside_slash():
   with tf.compat.v1.variable_scope("a"):
     slash = tf.compat.v1.get_variable("b", [],
                                       initializer=tf.constant_initializer(2.))
-  loss = loss * gt + 0.1 * tf.square(slash - gt)
+  loss = loss * tf.square(gt) + 0.1 * tf.square(slash - gt)
   op = train.MomentumOptimizer(0.1, 0.9).minimize(loss)
   return Case([loss, op], feed)
 
