@@ -47,11 +47,13 @@ class ExecutionGraph(object):
     version = self.user_graph.version
     if version == self.version:
       return
-    library = self._new_functions()
-    if library is not None:
-      self._import(library)
-      self._functions.update(f.signature.name
-                             for f in library.library.function)
+    functions = compat.function_names(self.user_graph) - self._functions
+    if functions:
+      # Each function once: importing one again compares it whole, seconds
+      # a sync for a one-shot iterator's, which holds the arrays given to
+      # Dataset.from_tensor_slices.
+      compat.copy_functions(self.user_graph, self.graph, functions)
+      self._functions |= functions
     # Only the new ops: as_graph_def would copy the whole graph each sync,
     # a data set held in it as constants included.
     graph_def = tf.compat.v1.GraphDef()
@@ -87,27 +89,6 @@ class ExecutionGraph(object):
     self._imported.update(new)
     self.version = version
     self._keep_static_shapes(new)
-
-  def _new_functions(self):
-    """A GraphDef of the user's functions not imported yet, with their
-    gradients and no node; None if there is none."""
-    # Importing a function again compares it whole: seconds a sync for a
-    # one-shot iterator's, which holds the arrays given to
-    # Dataset.from_tensor_slices.
-    if compat.function_names(self.user_graph) <= self._functions:
-      return None
-    graph_def = self.user_graph.as_graph_def()
-    del graph_def.node[:]
-    library = graph_def.library
-    functions = [f for f in library.function
-                 if f.signature.name not in self._functions]
-    gradients = [g for g in library.gradient
-                 if g.function_name not in self._functions]
-    del library.function[:]
-    del library.gradient[:]
-    library.function.extend(functions)
-    library.gradient.extend(gradients)
-    return graph_def
 
   def _has(self, inp):
     try:

@@ -16,7 +16,6 @@ import tensorflow as tf
 
 import tensorbow as tb
 from tensorbow import compat
-from tensorbow import execution
 
 import graphs
 import references
@@ -126,13 +125,13 @@ def test_each_function_is_imported_once_new_ones_later(monkeypatch):
     first = _dataset_one_shot()
     sess = tb.TensorBowSession(replicas=2)
   imported = []
-  original = execution.ExecutionGraph._import
+  original = compat.copy_functions
 
-  def spy(self, graph_def):
-    imported.extend(f.signature.name for f in graph_def.library.function)
-    original(self, graph_def)
+  def spy(source, target, names):
+    imported.extend(names)
+    original(source, target, names)
 
-  monkeypatch.setattr(execution.ExecutionGraph, "_import", spy)
+  monkeypatch.setattr(compat, "copy_functions", spy)
   before = compat.function_names(graph)
   with graph.as_default():
     tripled = first * 3
