@@ -77,14 +77,16 @@ def unordered_reads(graph, fetches, feed=None):
       readers.setdefault(variable, []).append(op)
     for variable in _variables_written(op):
       writers.setdefault(variable, []).append(op)
-  races = []
-  for variable, updates in writers.items():
-    for update in updates:
-      before = _ancestors([update], fed)
-      for reader in readers.get(variable, ()):
-        if reader not in before and update not in _ancestors([reader], fed):
-          races.append((reader.name, update.name))
-  return sorted(races)
+  if not writers:
+    return []
+  after = {op: _ancestors([op], fed)
+           for ops in list(readers.values()) + list(writers.values())
+           for op in ops}
+  return sorted((reader.name, update.name)
+                for variable, updates in writers.items()
+                for update in updates
+                for reader in readers.get(variable, ())
+                if reader not in after[update] and update not in after[reader])
 
 
 def _ancestors(ops, fed):
