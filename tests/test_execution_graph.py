@@ -378,3 +378,43 @@ def test_an_op_named_as_a_scope_run_before_runs(make):
   got = sess.run([s, t, "s:0"], {x: [3.0, 4.0]})
   sess.close()
   np.testing.assert_array_equal(got, [[4.0, 6.0]] * 3)
+
+
+def test_a_function_with_its_own_gradient_trains_as_tensorflow():
+  """A Defun whose gradient is a function of its own (not the true one, so
+  TensorFlow's autodiff would differ): both functions are copied into the
+  execution graph, and L = 1 trains as tf.compat.v1.Session does."""
+  from tensorflow.python.framework import function  # pylint: disable=g-import-not-at-top
+
+  def build():
+    graph = tf.Graph()
+    with graph.as_default():
+      tf.compat.v1.set_random_seed(1)
+
+      @function.Defun(tf.float32, tf.float32)
+      def half_gradient(x, dy):
+        return dy * 1.5 * x * x
+
+      @function.Defun(tf.float32, grad_func=half_gradient)
+      def cube(x):
+        return x * x * x
+
+      x = tf.compat.v1.placeholder(tf.float32, [None, 2])
+      w = tf.compat.v1.get_variable("w", [2, 2])
+      loss = tf.reduce_sum(cube(tf.matmul(x, w)))
+      step = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss)
+      init = tf.compat.v1.global_variables_initializer()
+    return graph, x, w, step, init
+
+  trained = []
+  for make in (lambda graph: tf.compat.v1.Session(graph=graph),
+               lambda graph: tb.TensorBowSession(graph=graph, replicas=1)):
+    graph, x, w, step, init = build()
+    with make(graph) as sess:
+      sess.run(init)
+      start = sess.run(w)
+      for i in range(3):
+        sess.run(step, {x: np.full([4, 2], 0.1 * (i + 1), np.float32)})
+      trained.append(sess.run(w))
+  assert not np.allclose(trained[0], start)
+  np.testing.assert_allclose(trained[1], trained[0], rtol=1e-6)
