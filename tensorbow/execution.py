@@ -8,6 +8,8 @@ tensors and ops as they are, and
 variables, being named alike, are the same resources in the session. A
 finalized user graph trains; closing the session leaves nothing behind.
 """
+import threading
+
 import tensorflow as tf
 
 from tensorbow import compat
@@ -28,24 +30,30 @@ class ExecutionGraph(object):
     self._imported = set()  # names of the user's ops imported
     self._functions = set()  # names of the user's functions imported
     self._stubs = {}  # op name -> tensor carrying a control dependency on it
+    self._lock = threading.RLock()  # syncs, and imports a run asks for
     self.sync()
 
   def sync(self):
-    """Imports the user's ops added since the last call.
+    """Imports the user's ops added since the last call, but for datasets
+    no op reads (`_unread_datasets`), which wait until a run names them.
 
-    The caller serialises syncs; the user's graph may grow meanwhile, on
-    other threads.
+    The user's graph may grow meanwhile, on other threads.
     """
+    self._sync_with(())
+
+  def _sync_with(self, wanted):
+    """Imports the user's new ops, and `wanted` (names of user ops) with
+    what they read even where `_unread_datasets` keeps them out."""
     # A graph def read while another thread builds holds ops TensorFlow
     # has made but not finished (not yet known to the Python graph, a
     # loop's inputs not yet set): wait for whole ops, as TensorFlow's
     # Session waits before it extends its graph.
-    with compat.graph_read_lock(self.user_graph):
-      self._sync_locked()
+    with self._lock, compat.graph_read_lock(self.user_graph):
+      self._sync_locked(wanted)
 
-  def _sync_locked(self):
+  def _sync_locked(self, wanted):
     version = self.user_graph.version
-    if version == self.version:
+    if version == self.version and not wanted:
       return
     functions = compat.function_names(self.user_graph) - self._functions
     if functions:
@@ -58,9 +66,11 @@ class ExecutionGraph(object):
     # a data set held in it as constants included.
     graph_def = tf.compat.v1.GraphDef()
     graph_def.versions.CopyFrom(self.user_graph.graph_def_versions)
+    fresh = [op for op in self.user_graph.get_operations()
+             if op.name not in self._imported]
+    held = _unread_datasets(fresh) - _ancestry(self.user_graph, wanted)
     pending = [graph_util.without_colocation(op.node_def)
-               for op in self.user_graph.get_operations()
-               if op.name not in self._imported]
+               for op in fresh if op.name not in held]
     new = set(node.name for node in pending)
     # An op whose name is a scope of ops imported already (`x + 1`
     # makes "add/y" before "add": a sync between the two sees "add/y"
@@ -150,11 +160,18 @@ class ExecutionGraph(object):
             pass  # not compatible: the imported op's own inference rules
 
   def tensor(self, tensor):
-    """This graph's tensor named as the user's `tensor`."""
+    """This graph's tensor named as the user's `tensor`, imported now if
+    it waited (`sync`)."""
+    self.op(tensor.op)
     return self.graph.get_tensor_by_name(tensor.name)
 
   def op(self, op):
-    """This graph's op named as the user's `op`."""
+    """This graph's op named as the user's `op`, imported now if it
+    waited (`sync`)."""
+    try:
+      return self.graph.get_operation_by_name(op.name)
+    except KeyError:
+      self._sync_with((op.name,))
     return self.graph.get_operation_by_name(op.name)
 
   def user_error(self, error):
@@ -168,6 +185,43 @@ class ExecutionGraph(object):
     except KeyError:
       return error
     return graph_util.error_at(error, user_op)
+
+
+def _unread_datasets(ops):
+  """The names of `ops` that wait to be imported until a run names them:
+  each dataset of `ops` that no op reads, and what only such ops read.
+
+  A one-shot iterator builds its dataset again inside its own function, so
+  the dataset the user made it from, and the arrays given to
+  `from_tensor_slices` as constants, are left in the graph unread: copied,
+  they cost their size at every sync and at each extension of the
+  TensorFlow session, which sends the whole graph. Runs that name them
+  import them then (`op`), with what they read.
+  """
+  held = set()
+  for op in reversed(ops):  # readers are made after what they read
+    readers = [c for t in op.outputs for c in t.consumers()]
+    readers += compat.control_outputs(op)
+    if readers:
+      if all(r.name in held for r in readers):
+        held.add(op.name)
+    elif op.outputs and all(t.dtype == tf.variant for t in op.outputs):
+      held.add(op.name)
+  return held
+
+
+def _ancestry(graph, names):
+  """`names` and the names of every op of `graph` they read, directly or
+  not, through data or control inputs."""
+  found, stack = set(), list(names)
+  while stack:
+    name = stack.pop()
+    if name not in found:
+      found.add(name)
+      op = graph.get_operation_by_name(name)
+      stack.extend(t.op.name for t in op.inputs)
+      stack.extend(c.name for c in op.control_inputs)
+  return found
 
 
 def _scopes(names):

@@ -184,6 +184,8 @@ class Router(object):
       closure = self._closures.get(signature)
       if closure is None:
         fed_names = frozenset(signature[2])
+        for t, _ in feeds:
+          self._exec.tensor(t)  # imported, if it waited (ExecutionGraph.sync)
         roots = ([self._exec.tensor(t).op for t in handler.fetches()] +
                  [self._exec.op(op) for op in handler.targets()])
         ops = graph_util.closure(roots, fed_names)

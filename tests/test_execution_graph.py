@@ -418,3 +418,47 @@ def test_a_function_with_its_own_gradient_trains_as_tensorflow():
       trained.append(sess.run(w))
   assert not np.allclose(trained[0], start)
   np.testing.assert_allclose(trained[1], trained[0], rtol=1e-6)
+
+
+def test_a_dataset_no_op_reads_waits_until_a_run_names_it():
+  """A one-shot iterator builds its dataset again inside its function: the
+  dataset it was made of, and the array given to `from_tensor_slices`, are
+  left unread in the user's graph. They stay out of the execution graph
+  until a run names them (fetched, fed) or an op made later reads them,
+  and every run returns what tf.compat.v1.Session's does."""
+  rows = np.arange(24, dtype=np.float32).reshape(6, 4)
+
+  def build():
+    graph = tf.Graph()
+    with graph.as_default():
+      batches = tf.data.Dataset.from_tensor_slices(rows).batch(2)
+      total = tf.reduce_sum(
+          tf.compat.v1.data.make_one_shot_iterator(batches).get_next())
+    array = [op for op in graph.get_operations() if op.type == "Const" and
+             op.outputs[0].shape.as_list() == [6, 4]][0].outputs[0]
+    unread = [op.name for op in graph.get_operations()
+              if op.type.endswith("Dataset") or op.type.endswith("DatasetV2")]
+    return graph, batches, total, array, unread
+
+  def runs(sess, graph, batches, total, array):
+    got = [sess.run(total)]
+    got.append(sess.run(total, {array: rows * 0}))  # fed, not read
+    got.append(sess.run(array))
+    with graph.as_default():
+      later = tf.compat.v1.data.make_initializable_iterator(batches)
+      again = tf.reduce_sum(later.get_next())
+    sess.run(later.initializer)
+    got += [sess.run([again, total]), sess.run(again)]
+    return got
+
+  graph, batches, total, array, unread = build()
+  with tf.compat.v1.Session(graph=graph) as plain:
+    expected = runs(plain, graph, batches, total, array)
+  graph, batches, total, array, unread = build()
+  with tb.TensorBowSession(graph=graph, replicas=1) as sess:
+    copied = set(op.name for op in sess.execution_graph.get_operations())
+    assert unread and not copied & set(unread + [array.op.name])
+    got = runs(sess, graph, batches, total, array)
+    copied = set(op.name for op in sess.execution_graph.get_operations())
+    assert copied >= set(unread + [array.op.name])
+  np.testing.assert_equal(got, expected)
