@@ -234,6 +234,28 @@ def test_leaves_the_first_setting_once_training_took_patience_trials():
   assert tuner.decisions[0].rows_per_second == pytest.approx(1600)
 
 
+def test_leaves_the_first_setting_by_the_median_of_the_runs_so_far():
+  # Runs of uneven length: a trial is expected to take the first run and
+  # 7 more at the median (np.median's, two middle runs averaged) of the
+  # runs after the first, read again at every run until the search leaves.
+  # The alternating runs leave at an even count, where the average of the
+  # two middle runs decides.
+  alternating = [0.5] + [0.1, 0.01] * 1000
+  for seconds in [alternating] + [
+      [0.5] + list(np.random.RandomState(seed).lognormal(-3.0, 1.0, 2000))
+      for seed in range(6)]:
+    expected = next(
+        n for n in range(7, len(seconds)) if sum(seconds[:n]) >=
+        5 * (seconds[0] + 7 * np.median(seconds[1:n])))
+    tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=0,
+                               patience=5)
+    runs = 0
+    while not tuner.decisions:
+      tuner.observe(1, 1, 100, seconds[runs])
+      runs += 1
+    assert runs == expected
+
+
 def test_drops_a_clearly_slower_setting_without_waiting():
   tuner = autotune.AutoTuner(warmup=2, measure=5, cores=1, min_seconds=1.0,
                              patience=0)
