@@ -146,3 +146,44 @@ def test_without_batch_sources_nothing_is_per_example():
     _, logits, loss, grad = _classifier(x, y)
   assert per_example.per_example(graph, [logits, loss, grad], []) == (
       False, False, False)
+
+
+def test_an_import_takes_the_functions_its_ops_run_and_no_others(
+    monkeypatch):
+  """Fetches computed through a function that calls another are decided
+  by their shapes; the scratch import is given the functions the kept ops
+  run, nested calls included, and none of the rest of the graph's library
+  (a one-shot iterator's, which holds the arrays of its data set)."""
+  from tensorflow.python.framework import function  # pylint: disable=g-import-not-at-top
+  graph = tf.Graph()
+  with graph.as_default():
+
+    @function.Defun(tf.float32)
+    def inner(v):
+      return v * 2.0
+
+    @function.Defun(tf.float32)
+    def outer(v):
+      return inner(v) + 1.0
+
+    tf1.data.make_one_shot_iterator(tf.data.Dataset.from_tensor_slices(
+        np.zeros([64, 4], np.float32)).map(lambda v: v + 1.0)).get_next()
+    x = tf1.placeholder(tf.float32, [None, 4], name="x")
+    y = tf1.placeholder(tf.int64, [None], name="y")
+    through = tf.reshape(outer(x), [-1, 4])
+    w, logits, loss, grad = _classifier(through, y)
+    fetches = {"logits": logits, "loss": loss, "grad": grad,
+               "through": through}
+  given = []
+  imported = per_example._imported  # pylint: disable=protected-access
+
+  def spy(full, kept, cut, wanted):
+    given.append(set(f.signature.name for f in full.library.function))
+    return imported(full, kept, cut, wanted)
+
+  monkeypatch.setattr(per_example, "_imported", spy)
+  got = _decided(graph, fetches, [x, y])
+  assert got == {"logits": True, "loss": False, "grad": False,
+                 "through": True}
+  assert given and all(
+      names == {outer.name, inner.name} for names in given), given

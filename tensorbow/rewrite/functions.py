@@ -59,6 +59,35 @@ def called_op_types(op):
   return types
 
 
+def add_library(graph, node_defs, library):
+  """Adds to `library` (a FunctionDefLibrary) the functions of `graph`
+  that `node_defs` run, nested calls included, with the gradient
+  functions they name: what an import of those nodes alone needs of a
+  library that may hold far more (a one-shot iterator's function holding
+  the arrays of a data set)."""
+  names = []
+  for node in node_defs:
+    names += function_names(node)
+    if compat.graph_function(graph, node.op) is not None:
+      names.append(node.op)
+  seen = set()
+  while names:
+    name = names.pop()
+    function = compat.graph_function(graph, name)
+    if name in seen or function is None:
+      continue
+    seen.add(name)
+    definition = function.definition
+    library.function.add().CopyFrom(definition)
+    gradient = getattr(function, "grad_func_name", None)
+    if gradient:
+      library.gradient.add(function_name=name, gradient_func=gradient)
+      names.append(gradient)
+    for node in definition.node_def:
+      names += function_names(node)
+      names.append(node.op)
+
+
 def function_names(node_def):
   """The names of the functions a NodeDef's attributes name."""
   for attr in node_def.attr.values():

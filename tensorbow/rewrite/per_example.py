@@ -34,6 +34,7 @@ import re
 import tensorflow as tf
 
 from tensorbow import compat
+from tensorbow.rewrite import functions
 from tensorbow.rewrite import graph_util
 
 # Prime: a product of a model's sizes is a multiple of it only if one of
@@ -210,21 +211,24 @@ def sentinel_import(graph, kept, cut):
 
 
 def _unpinned(graph, kept, cut=None):
-  """`graph`'s GraphDef, its v2 conditionals and loops among `kept`
-  without their outputs' shapes, and, given the `cut` of an import, its
-  noted folds among `kept` of a tensor the import has as the ops they
-  stand for: as the user's graph states them, they would pin the batch's
-  size the sentinel stands for (a partitioned embedding lookup reshapes
-  its rows to the folded shape of a fixed-size batch of ids)."""
-  full = graph.as_graph_def()
+  """A GraphDef of `graph`'s `kept` ops and the functions they run, its
+  v2 conditionals and loops without their outputs' shapes, and, given the
+  `cut` of an import, its noted folds of a tensor the import has as the
+  ops they stand for: as the user's graph states them, they would pin the
+  batch's size the sentinel stands for (a partitioned embedding lookup
+  reshapes its rows to the folded shape of a fixed-size batch of ids)."""
+  # The kept ops alone: the graph's own GraphDef would copy all of it and
+  # its library, a data set held in either included.
+  full = tf.compat.v1.GraphDef()
+  full.versions.CopyFrom(graph.graph_def_versions)
+  full.node.extend(op.node_def for op in kept.values())
+  functions.add_library(graph, full.node, full.library)
   folds = {} if cut is None else {
       name: (kind, source)
       for name, (kind, source) in compat.shape_folds(graph).items()
       if kind in _FOLDED_OPS and (source in cut or
                                   source.rpartition(":")[0] in kept)}
   for node in full.node:
-    if node.name not in kept:
-      continue
     if node.op in FUNCTIONAL_CONTROL_FLOW:
       node.attr.pop("output_shapes", None)
     elif node.name in folds:
