@@ -125,6 +125,13 @@ class ReplicaState(object):
     self._pending_seed.update(op.name for op in made.variables)
     self._pending_seed.update(made.reseeded)
     self._before_training += list(made.before_training)
+    # Made with the copies, not at the first wave or plain run after them:
+    # each would extend TensorFlow's session once more, which sends its
+    # whole graph and library (a second for a data set held in a one-shot
+    # iterator's function).
+    if self._pending_seed:
+      self._seed_group(tuple(sorted(self._pending_seed)))
+    self.refresh_op()
 
   def is_seeded(self, name):
     """Whether variable `name`'s replicas have a seed op already."""
@@ -163,14 +170,18 @@ class ReplicaState(object):
     if self._pending_seed:
       names = tuple(sorted(self._pending_seed))
       self._pending_seed.clear()
-      ops.append(self._builder.once("seed", names, lambda: graph_util.after(
-          [self._seeds[n] for n in names], "seed/group")))
+      ops.append(self._seed_group(names))
     if self._pending_replicas:
       replicas, op = self._replica_seed()
       ops.append(op)
       feeds[replicas] = np.array(sorted(self._pending_replicas), np.int32)
       self._pending_replicas.clear()
     return (ops, feeds) if ops else None
+
+  def _seed_group(self, names):
+    """The op running the seed ops of variables `names`, made once."""
+    return self._builder.once("seed", names, lambda: graph_util.after(
+        [self._seeds[n] for n in names], "seed/group"))
 
   def _replica_seed(self):
     """(replicas placeholder, op) setting the replicas fed alone from the

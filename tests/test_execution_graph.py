@@ -462,3 +462,35 @@ def test_a_dataset_no_op_reads_waits_until_a_run_names_it():
     copied = set(op.name for op in sess.execution_graph.get_operations())
     assert copied >= set(unread + [array.op.name])
   np.testing.assert_equal(got, expected)
+
+
+@pytest.mark.parametrize("use_resource", [True, False], ids=["resource", "ref"])
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_settings_first_runs_make_no_ops_after_its_plan(replicas,
+                                                          use_resource):
+  """The op seeding a setting's replicas at its first wave and the one
+  refreshing the user's slots before a plain run reads them are made with
+  the training run's copies: made later, each would extend TensorFlow's
+  session once more, which sends its whole graph and library. At L = 1
+  the session trains as tf.compat.v1.Session does."""
+  def run(make):
+    m = graphs.build(
+        lambda: tf.compat.v1.train.MomentumOptimizer(LR, MU), use_resource)
+    with make(m.graph) as sess:
+      sess.run(m.init)
+      sess.run(m.train, {m.x: X, m.y: Y})
+      made = len(getattr(sess, "execution_graph", m.graph).get_operations())
+      sess.run(m.train, {m.x: X, m.y: Y})
+      values = sess.run([m.w, m.b])
+      sess.run(m.train, {m.x: X[:4], m.y: Y[:4]})
+      values += sess.run([m.w, m.b])
+      grown = len(getattr(sess, "execution_graph", m.graph).get_operations())
+    return values, grown - made
+
+  got, grown = run(
+      lambda g: tb.TensorBowSession(graph=g, replicas=replicas))
+  assert grown == 0
+  if replicas == 1:
+    expected, _ = run(lambda g: tf.compat.v1.Session(graph=g))
+    for value, reference in zip(got, expected):
+      np.testing.assert_allclose(value, reference, rtol=1e-5, atol=1e-6)
