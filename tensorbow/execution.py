@@ -68,7 +68,8 @@ class ExecutionGraph(object):
     graph_def.versions.CopyFrom(self.user_graph.graph_def_versions)
     fresh = [op for op in self.user_graph.get_operations()
              if op.name not in self._imported]
-    held = _unread_datasets(fresh) - _ancestry(self.user_graph, wanted)
+    held = _unread_datasets(fresh) - set(op.name for op in graph_util.closure(
+        [self.user_graph.get_operation_by_name(n) for n in wanted], ()))
     pending = [graph_util.without_colocation(op.node_def)
                for op in fresh if op.name not in held]
     new = set(node.name for node in pending)
@@ -208,20 +209,6 @@ def _unread_datasets(ops):
     elif op.outputs and all(t.dtype == tf.variant for t in op.outputs):
       held.add(op.name)
   return held
-
-
-def _ancestry(graph, names):
-  """`names` and the names of every op of `graph` they read, directly or
-  not, through data or control inputs."""
-  found, stack = set(), list(names)
-  while stack:
-    name = stack.pop()
-    if name not in found:
-      found.add(name)
-      op = graph.get_operation_by_name(name)
-      stack.extend(t.op.name for t in op.inputs)
-      stack.extend(c.name for c in op.control_inputs)
-  return found
 
 
 def _scopes(names):

@@ -40,22 +40,9 @@ def called_op_types(op):
   own = compat.graph_function(graph, op.type) is not None
   if op.type not in FUNCTION_CALLS and not own:
     return set()
-  names = [op.type] if own else []
-  names += function_names(op.node_def)
-  types, seen = set(), set()
-  while names:
-    name = names.pop()
-    if name in seen:
-      continue
-    seen.add(name)
-    function = compat.graph_function(graph, name)
-    if function is None:
-      continue
-    for node in function.definition.node_def:
-      types.add(node.op)
-      names += function_names(node)
-      if compat.graph_function(graph, node.op) is not None:
-        names.append(node.op)
+  types = set()
+  for _, _, definition in _reached(graph, _called(graph, op.node_def)):
+    types.update(node.op for node in definition.node_def)
   return types
 
 
@@ -65,12 +52,28 @@ def add_library(graph, node_defs, library):
   functions they name: what an import of those nodes alone needs of a
   library that may hold far more (a one-shot iterator's function holding
   the arrays of a data set)."""
-  names = []
-  for node in node_defs:
-    names += function_names(node)
-    if compat.graph_function(graph, node.op) is not None:
-      names.append(node.op)
-  seen = set()
+  names = [name for node in node_defs for name in _called(graph, node)]
+  for name, function, definition in _reached(graph, names, gradients=True):
+    library.function.add().CopyFrom(definition)
+    gradient = getattr(function, "grad_func_name", None)
+    if gradient:
+      library.gradient.add(function_name=name, gradient_func=gradient)
+
+
+def _called(graph, node_def):
+  """The names of the functions a NodeDef runs: those its attributes
+  name, and its op type where that is a function of `graph`."""
+  names = list(function_names(node_def))
+  if compat.graph_function(graph, node_def.op) is not None:
+    names.append(node_def.op)
+  return names
+
+
+def _reached(graph, names, gradients=False):
+  """(name, function, FunctionDef) of each function of `graph` that
+  running functions `names` runs, nested calls included (and, with
+  `gradients`, the gradient functions they name), each once."""
+  seen, names = set(), list(names)
   while names:
     name = names.pop()
     function = compat.graph_function(graph, name)
@@ -78,14 +81,12 @@ def add_library(graph, node_defs, library):
       continue
     seen.add(name)
     definition = function.definition
-    library.function.add().CopyFrom(definition)
-    gradient = getattr(function, "grad_func_name", None)
-    if gradient:
-      library.gradient.add(function_name=name, gradient_func=gradient)
-      names.append(gradient)
+    yield name, function, definition
     for node in definition.node_def:
-      names += function_names(node)
-      names.append(node.op)
+      names += _called(graph, node)
+    gradient = getattr(function, "grad_func_name", None)
+    if gradients and gradient:
+      names.append(gradient)
 
 
 def function_names(node_def):
