@@ -17,9 +17,10 @@ L = 1's when both are run), the final test accuracy and loss each printed
 ("none" where it made none, as at a fixed L).
 
 With `--aa`, each repeat ends with TensorFlow again: its median over the
-first TensorFlow's is the A/A ratio, the spread a ratio needs to exceed
-to say anything, and the accuracy and loss columns add the range of
-TensorFlow's over both (its A/A spread).
+first TensorFlow's is the A/A ratio, and the range of that ratio over the
+repeats (each repeat's second TensorFlow run over its first) the spread a
+ratio needs to exceed to say anything; the accuracy and loss columns add
+the range of TensorFlow's over both (its A/A spread).
 """
 import argparse
 import os
@@ -83,7 +84,7 @@ def header(settings, aa):
              [c for r in settings
               for c in (f"--replicas {r} (s)", "ratio to tf")] +
              (["auto / 1"] if _auto_and_one(settings) else []) +
-             (["A/A"] if aa else []) +
+             (["A/A", "A/A range"] if aa else []) +
              ["accuracy", "loss", "last tuned L"])
   return ["| " + " | ".join(columns) + " |",
           "|" + " --- |" * len(columns)]
@@ -100,7 +101,10 @@ def row(script, results, settings):
   if _auto_and_one(settings):
     cells.append(f"{median['auto'][0] / median['1'][0]:.2f}")
   if AA in results:
-    cells.append(f"{median[AA][0] / median['tf'][0]:.2f}")
+    paired = [again[0] / first[0]
+              for first, again in zip(results["tf"], results[AA])]
+    cells += [f"{median[AA][0] / median['tf'][0]:.2f}",
+              f"{min(paired):.2f}-{max(paired):.2f}"]
   for i in (1, 2):
     text = " / ".join(f"{median[n][i]:.4f}" for n in results)
     if AA in results:

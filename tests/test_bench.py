@@ -505,7 +505,8 @@ def test_tuned_tta_reports_the_extra_configurations_apart():
 
 def test_real_scripts_reports_tensorflow_against_itself_with_aa():
   """--aa: TensorFlow runs again last in each repeat; the row gives its
-  median over the first's and the range of its accuracy and loss."""
+  median over the first's, the range of each repeat's second run over its
+  first, and the range of its accuracy and loss."""
   sessions = real_scripts.sessions_for(["1"], aa=True)
   assert list(sessions) == ["tf", "1", real_scripts.AA]
   assert sessions[real_scripts.AA]("s.py") == [sys.executable, "s.py"]
@@ -521,9 +522,10 @@ def test_real_scripts_reports_tensorflow_against_itself_with_aa():
   line = real_scripts.row("s.py", results, ["1"])
   cells = [c.strip() for c in line.strip("|").split("|")]
   assert len(cells) == len(head.strip("|").split("|")) == rule.count("---")
-  assert cells[:5] == ["s.py", "11.0", "11.0", "1.00", "1.09"]
-  assert cells[5] == "0.8100 / 0.8100 / 0.8000 (tf 0.7900-0.8300)"
-  assert cells[6] == "0.5000 / 0.5000 / 0.5000 (tf 0.3000-0.6000)"
+  # Each repeat's A/A: 13 / 10, 10 / 12, 12 / 11.
+  assert cells[:6] == ["s.py", "11.0", "11.0", "1.00", "1.09", "0.83-1.30"]
+  assert cells[6] == "0.8100 / 0.8100 / 0.8000 (tf 0.7900-0.8300)"
+  assert cells[7] == "0.5000 / 0.5000 / 0.5000 (tf 0.3000-0.6000)"
   # Without it, no A/A column and no range.
   del results[real_scripts.AA]
   cells = real_scripts.row("s.py", results, ["1"]).strip("|").split("|")
