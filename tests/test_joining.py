@@ -470,6 +470,11 @@ class _Lines(object):
 
 
 BOUND = 60.0  # seconds a test's processes may run in all
+# ... where a worker is lost and the launcher starts another in its place:
+# three processes importing TensorFlow one after another. It ran 17 s
+# alone and 31 s beside a copy of itself and a busy core, and passed 60 s
+# once in CI beside the slow tier's other worker.
+REPLACED_BOUND = 2 * BOUND
 
 
 def _left(deadline):
@@ -614,7 +619,7 @@ def test_a_lost_worker_is_replaced_while_the_survivor_waits(
               f"cat {hosts}"], tmp_path, tf_mode_statement, log, KILL_AT="3")
   try:
     job_out = _Lines(job)
-    assert job.wait(timeout=BOUND) == 0, job_out.text()[-3000:]
+    assert job.wait(timeout=REPLACED_BOUND) == 0, job_out.text()[-3000:]
   finally:
     _stopped([job])
   out = job_out.text()
