@@ -141,6 +141,13 @@ OPTIONS = (
            "pipeline (a `tf.data` iterator's `get_next()`, a queue's "
            "dequeue) pulls the next wave's elements while its wave computes "
            "(False: when it asks)", _true_or_false),
+    Option("retain_memory", True, "whether the session sets the process's "
+           "C allocator (glibc) to keep the blocks of up to 1 GiB it frees "
+           "for reuse rather than return them to the system at once, so "
+           "TensorFlow's copies of a large graph constant (arrays given to "
+           "`from_tensor_slices`) do not fault on every page; it lasts for "
+           "the process (allocator.py; `tensorbow-run --retain-memory`, "
+           "its default, sets it before the script starts)", _true_or_false),
     Option("timeline", None, "a path for a Chrome trace of the training "
            "runs (observe.py)", _path_or_none),
     Option("logdir", None, "a directory for TensorBoard scalars of the "

@@ -11,6 +11,7 @@ replicas' fetches merged.
 """
 import time
 
+from tensorbow import allocator
 from tensorbow import autotune
 from tensorbow import observe
 from tensorbow import options
@@ -84,6 +85,8 @@ class TensorBowSession(session_base.SessionBase):
     self._unused = chosen.without_effect_alone(options_)
     self._settings = self._runtime = self._planner = self._trainer = None
     self.retune(1 if self._tuning is not None else chosen.replicas)
+    if chosen.retain_memory:  # last: a session that fails changes nothing
+      allocator.retain()
 
   def retune(self, replicas, stream_groups=None, inline=False, anew=False):
     """Trains `replicas` replicas on `stream_groups` (None: the default),

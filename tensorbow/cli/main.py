@@ -48,6 +48,7 @@ import signal
 import sys
 
 from tensorbow.scaleout import cluster as tb_cluster
+from tensorbow import allocator
 from tensorbow import observe
 from tensorbow import preemption
 from tensorbow.cli import discovery as tb_discovery
@@ -206,6 +207,8 @@ def _run_script(args, options):
   # SIGTERM saves at a wave and exits preemption.EXIT_CODE (preemption.py).
   previous = signal.getsignal(signal.SIGTERM)
   preemption.install()
+  if options.retain_memory:  # before the script builds its graph
+    allocator.retain()
   try:
     with patches.patch_session(options, report), \
         _tuner_log(options.replicas == "auto"):
