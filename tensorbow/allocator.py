@@ -19,9 +19,9 @@ import platform
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 
-# Blocks up to this size come from the heap, and up to this much free
-# memory at its top stays with the process: the most it keeps beyond what
-# a malloc-only process of the same allocations would.
+# Blocks up to this size come from the heap (freed, they stay there for
+# the next ones), and up to this much free memory at its top stays with
+# the process instead of going back to the system.
 RETAINED_BYTES = 1 << 30
 
 
