@@ -1,7 +1,6 @@
 """What the `tensorbow-run` tests (test_cli_*.py) share: the least-squares
 data and model their TF1 scripts train, and running a script under the
 command in a child process."""
-import os
 import subprocess
 import sys
 
@@ -9,9 +8,8 @@ import numpy as np
 
 import tensorbow
 
+from children import child_env
 import references
-
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 
 LR, STEPS = 0.1, 4
 RNG = np.random.RandomState(7)
@@ -41,12 +39,11 @@ def run_child(tmp_path, script_text, *args, status=0, flags=("--replicas",
   `status`; returns the command's stderr."""
   script = tmp_path / "script.py"
   script.write_text(script_text)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
   done = subprocess.run(
       [sys.executable, "-m", "tensorbow.run", *flags, str(script)] +
       [str(a) for a in args],
-      env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+      env=child_env(), cwd=tmp_path, capture_output=True, text=True,
+      timeout=600)
   assert done.returncode == status, done.stderr[-3000:]
   return done.stderr
 

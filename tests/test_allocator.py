@@ -7,7 +7,6 @@ glibc's defaults, and not at all once the allocator keeps such blocks. The
 sessions are made in child processes, since the setting lasts for the
 process.
 """
-import os
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ import pytest
 
 from tensorbow import allocator
 
+from children import child_env
 import cli_scripts
 
 # Measures the minor page faults of taking a 100 MiB block (NumPy's array),
@@ -41,10 +41,7 @@ _FRESH, _REUSED = 40, 2
 def _child(script_text):
   """Runs `script_text` in a child Python; its stdout's last line split
   into ints."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = (cli_scripts.PACKAGE_ROOT + os.pathsep +
-                       env.get("PYTHONPATH", ""))
-  done = subprocess.run([sys.executable, "-c", script_text], env=env,
+  done = subprocess.run([sys.executable, "-c", script_text], env=child_env(),
                         capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
   return [int(n) for n in done.stdout.split("\n")[-2].split()]

@@ -2,7 +2,6 @@
 constants TensorFlow folded from a fixed batch size, and the refusal
 where the user's own code fixes it (issue #62; DESIGN.md, "Batch
 feeds are split")."""
-import os
 import subprocess
 import sys
 
@@ -13,6 +12,8 @@ import tensorflow as tf
 import tensorbow as tb
 from tensorbow.rewrite import graph_util
 from tensorbow.rewrite import batch_sizes
+
+from children import CHECKOUT, child_env
 
 ROWS = 10
 
@@ -202,12 +203,11 @@ with tb.TensorBowSession(replicas=2) as sess:
 
 @pytest.mark.slow  # a child process of its own
 def test_a_graph_built_before_the_import_is_refused_by_name(request):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   done = subprocess.run(
       [sys.executable, "-c", _BUILT_FIRST,
        request.config.getoption("--tf-mode")],
-      capture_output=True, text=True, timeout=120, env=env,
-      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+      capture_output=True, text=True, timeout=120, env=child_env(),
+      cwd=CHECKOUT)
   assert done.returncode == 0, done.stderr[-2000:]
   assert ("placeholders 'x' (8, 3), 'y' (8,)" in done.stdout and
           "before tensorbow was imported" in done.stdout), done.stdout

@@ -6,7 +6,6 @@ reference below (DESIGN.md, "Synchronous model averaging").
 """
 import json
 import logging
-import os
 import subprocess
 import sys
 
@@ -20,8 +19,9 @@ from tensorbow.cli import main
 from tensorbow.cli import options as cli_options
 from tensorbow.cli import patches
 
+from children import child_env
 import references
-from cli_scripts import (B0, LR, MODEL, PACKAGE_ROOT, STEPS, W0, X, X16, Y,
+from cli_scripts import (B0, LR, MODEL, STEPS, W0, X, X16, Y,
                          Y16, run_child)
 
 
@@ -113,9 +113,7 @@ def write_script(tmp_path, mode, spelling="tf.compat.v1.Session"):
 
 
 def run_python(args, cwd):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  result = subprocess.run([sys.executable] + args, env=env, cwd=cwd,
+  result = subprocess.run([sys.executable] + args, env=child_env(), cwd=cwd,
                           capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   return result

@@ -31,10 +31,10 @@ from tensorbow.scaleout import job as tb_job
 from tensorbow.scaleout import membership
 from tensorbow.scaleout import recovery as tb_recovery
 
+from children import child_env
 import references
 from tf_logs import OP_MUTATION, WARNINGS_LOGGED
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 LR = 0.1
 RNG = np.random.RandomState(5)
 W0 = RNG.randn(3, 1).astype(np.float32)
@@ -352,14 +352,6 @@ with tf.compat.v1.Session() as sess:
 """
 
 
-def _environ(**extra):
-  env = dict(os.environ, **dict({"TF_CPP_MIN_LOG_LEVEL": "2"}, **extra))
-  env["PYTHONPATH"] = os.pathsep.join(
-      [PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                        if p])
-  return env
-
-
 @pytest.mark.slow
 def test_fewer_survivors_than_min_workers_fail_naming_the_bound(
     tmp_path, tf_mode_statement):
@@ -375,7 +367,7 @@ def test_fewer_survivors_than_min_workers_fail_naming_the_bound(
   try:
     for k in range(3):
       env = launch.worker_environ(tb_cluster.Cluster(addresses, k), 1,
-                                  _environ(KILL="1", KILL_AT="3"))
+                                  child_env(KILL="1", KILL_AT="3"))
       children.append(subprocess.Popen(
           [sys.executable, str(script), str(data), str(tmp_path / "c")],
           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -404,7 +396,7 @@ def _job(tmp_path, tf_mode_statement, body, flags, **environ):
       [sys.executable, "-m", "tensorbow.run", "--workers", "3",
        "--replicas", "2", *flags, str(script), str(data),
        str(tmp_path / "central"), str(tmp_path / "ckpt")],
-      env=_environ(**dict(WARNINGS_LOGGED, **environ)), capture_output=True,
+      env=child_env(**dict(WARNINGS_LOGGED, **environ)), capture_output=True,
       text=True, timeout=60)
 
 

@@ -5,7 +5,6 @@ execution graph: a finalized graph trains and evaluates, sessions leave
 nothing behind in the graph, and `graph_def`, savers and collections see
 the user's ops only. Checked against NumPy's SMA and tf.compat.v1.Session.
 """
-import os
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import tensorflow as tf
 import tensorbow as tb
 from tensorbow import compat
 
+from children import child_env
 import graphs
 import references
 
@@ -287,10 +287,8 @@ def test_no_op_is_changed_after_a_session_ran_it(tmp_path, tf_mode_statement):
   # TensorFlow warns that such a change has no effect and will be an error.
   script = tmp_path / "mutation.py"
   script.write_text(_MUTATION_SCRIPT.format(mode=tf_mode_statement))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
-  env["PYTHONPATH"] = (os.path.dirname(os.path.dirname(tb.__file__)) +
-                       os.pathsep + env.get("PYTHONPATH", ""))
-  done = subprocess.run([sys.executable, str(script)], env=env,
+  done = subprocess.run([sys.executable, str(script)],
+                        env=child_env(TF_CPP_MIN_LOG_LEVEL="0"),
                         capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "done" in done.stdout

@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tensorbow
 from tensorbow import options
 from tensorbow import scaleout
 from tensorbow.cli import discovery as tb_discovery
@@ -30,10 +29,10 @@ from tensorbow.scaleout import heartbeat as tb_heartbeat
 from tensorbow.scaleout import joining
 from tensorbow.scaleout import membership
 
+from children import child_env
 import references
 from tf_logs import OP_MUTATION, WARNINGS_LOGGED
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 LR = 0.1
 WAVES = 30
 RNG = np.random.RandomState(11)
@@ -416,15 +415,6 @@ print("steps", steps, flush=True)
 """
 
 
-def _environ():
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env.pop("TF_CONFIG", None)
-  env["PYTHONPATH"] = os.pathsep.join(
-      [PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                        if p])
-  return env
-
-
 def _run(args, tmp_path, mode, log, **environ):
   """`tensorbow-run ARGS job.py data central log`, started."""
   data = tmp_path / "data.npz"
@@ -436,7 +426,7 @@ def _run(args, tmp_path, mode, log, **environ):
       [sys.executable, "-m", "tensorbow.run", "--replicas", "2",
        "--min-workers", "2", *args, str(script), str(data),
        str(tmp_path / "central"), str(log)],
-      env=dict(_environ(), **dict(WARNINGS_LOGGED, **environ)),
+      env=child_env(unset=("TF_CONFIG",), **dict(WARNINGS_LOGGED, **environ)),
       stdout=subprocess.PIPE,
       stderr=subprocess.STDOUT, text=True, start_new_session=True)
 

@@ -27,6 +27,8 @@ from models import data as tb_data
 from models import script
 from models import training
 
+from children import CHECKOUT, child_env
+
 # End-to-end: the fast tier (-m "not slow") leaves these out.
 pytestmark = pytest.mark.slow
 
@@ -288,16 +290,13 @@ def test_the_script_trains_with_local_sgd(tmp_path):
 def test_lenet_script(tmp_path):
   # The subprocess imports the same TensorBow as this test (installed or
   # source tree), and `models` from this checkout (the wheel has none).
-  checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=os.pathsep.join(
-                 [os.path.dirname(os.path.dirname(tb.__file__)), checkout]))
   completed = subprocess.run(
       [sys.executable, "-m", "models.lenet",
        "--data=synthetic", "--train_size=256", "--test_size=128",
        "--epochs=1", "--session=tensorbow", "--replicas=2", "--batch_size=8",
        f"--log_dir={tmp_path}"],
-      capture_output=True, text=True, timeout=120, env=env, check=False)
+      capture_output=True, text=True, timeout=120, env=child_env(CHECKOUT),
+      check=False)
   assert completed.returncode == 0, completed.stderr[-3000:]
   logs = glob.glob(os.path.join(str(tmp_path), "*.jsonl"))
   assert len(logs) == 1, os.listdir(str(tmp_path))

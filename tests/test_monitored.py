@@ -20,9 +20,9 @@ from tensorbow import monitored
 from tensorbow.cli import options as cli_options
 from tensorbow.cli import patches
 
+from children import child_env
 import references
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 
 LR, STEPS, REPLICAS = 0.1, 5, 4
 RNG = np.random.RandomState(11)
@@ -85,12 +85,11 @@ def run_script(tmp_path, mode, argv_prefix):
   data = tmp_path / "data.npz"
   np.savez(data, x=X, y=Y, w0=W0, b0=B0)
   checkpoints, out = tmp_path / "ckpt", tmp_path / "result.json"
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
   done = subprocess.run(
       [sys.executable] + argv_prefix + [str(script), str(data),
                                         str(checkpoints), str(out)],
-      env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+      env=child_env(), cwd=tmp_path, capture_output=True, text=True,
+      timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
   with open(out) as f:
     return json.load(f), str(checkpoints), done.stderr

@@ -10,26 +10,24 @@ import tempfile
 import pytest
 import setuptools
 
-import tensorbow
 from tensorbow import options as tb_options
 from tensorbow import ops as tb_ops
+
+from children import CHECKOUT, child_env
 
 # The README and the import-time checks, in child processes that choose
 # their own TF1 mode (the README's example switches to graph mode itself):
 # this run's mode cannot change them (conftest.py).
 pytestmark = pytest.mark.mode_independent
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(CHECKOUT, "README.md")
 # Packages of the checkout that are its tools, not the product.
 TOOLS = ("models", "benchmarks", "examples")
 
 
 def run_python(source, **environ):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **environ)
-  env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  return subprocess.run([sys.executable, "-c", source], env=env,
+  return subprocess.run([sys.executable, "-c", source],
+                        env=child_env(**environ),
                         cwd=tempfile.gettempdir(), capture_output=True,
                         text=True, timeout=300)
 

@@ -21,6 +21,8 @@ import tensorflow as tf
 import tensorbow as tb
 from tensorbow.cli import launch
 
+from children import child_env
+
 tf1 = tf.compat.v1
 RNG = np.random.RandomState(13)
 XS = RNG.randn(4, 12, 3).astype(np.float32)
@@ -219,12 +221,9 @@ def test_a_partial_restore_on_two_workers(tmp_path, tf_mode_statement):
   script = tmp_path / "worker.py"
   script.write_text(WORKER.format(mode=tf_mode_statement))
   # The workers import this module and the package from this checkout.
-  paths = [os.path.dirname(os.path.dirname(tb.__file__)),
-           os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]
-  environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-                 PYTHONPATH=os.pathsep.join(paths))
-  status = launch.run_workers([sys.executable, str(script), str(tmp_path)],
-                              2, threads=1, environ=environ)
+  status = launch.run_workers(
+      [sys.executable, str(script), str(tmp_path)], 2, threads=1,
+      environ=child_env(os.path.dirname(os.path.abspath(__file__))))
   assert status == 0
   for worker in range(2):
     saved, before, after = (

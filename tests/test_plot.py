@@ -7,16 +7,14 @@ import sys
 
 import pytest
 
-import tensorbow
 from models import plot
+
+from children import CHECKOUT, child_env
 
 # JSON logs in, PNGs out, here and in a child process that imports no
 # TensorFlow: the TF1 mode cannot change them (conftest.py).
 pytestmark = pytest.mark.mode_independent
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
-# `models` is the checkout's, not the wheel's (which has only tensorbow).
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -102,14 +100,11 @@ def test_labels_fall_back_to_file_name_and_stay_unique(tmp_path, logs):
 @pytest.mark.slow
 def test_runs_as_a_module_without_a_display(tmp_path, logs):
   out = tmp_path / "module.png"
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", MPLBACKEND="TkAgg")
-  env.pop("DISPLAY", None)
-  env["PYTHONPATH"] = os.pathsep.join(
-      [PACKAGE_ROOT, CHECKOUT, env.get("PYTHONPATH", "")])
   result = subprocess.run(
       [sys.executable, "-m", "models.plot", logs[0], logs[1], "-o",
-       str(out)], env=env, cwd=tmp_path, capture_output=True, text=True,
-      timeout=300)
+       str(out)],
+      env=child_env(CHECKOUT, unset=("DISPLAY",), MPLBACKEND="TkAgg"),
+      cwd=tmp_path, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   assert png_size(out) == (1100, 420)
   assert "tensorbow L=4 b=4 sma, tf b=16" in result.stderr

@@ -9,7 +9,6 @@ and a checkpoint. Each record carries its row id; the hook also fetches
 the ids each replica trained on (merged in replica order), so the NumPy
 reference replays SMA on exactly the rows of every wave.
 """
-import os
 import subprocess
 import sys
 
@@ -17,11 +16,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tensorbow
 
+from children import child_env
 import references
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 LR, BATCH, REPLICAS = 0.05, 8, 4
 RNG = np.random.RandomState(11)
 ROWS = 96
@@ -97,13 +95,12 @@ def run_script(tmp_path, mode, replicas, steps, threads=4, timeout=600):
   script = tmp_path / "train_queue.py"
   script.write_text(SCRIPT.format(mode=mode, batch=BATCH, lr=LR))
   checkpoints, out = tmp_path / "ckpt", tmp_path / "out.npz"
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
   done = subprocess.run(
       [sys.executable, "-m", "tensorbow.run", "--replicas", str(replicas),
        str(script), str(steps), str(threads), str(data), str(checkpoints),
        str(out), str(tmp_path / "w0.npy")],
-      env=env, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+      env=child_env(), cwd=tmp_path, capture_output=True, text=True,
+      timeout=timeout)
   assert done.returncode == 0, done.stderr[-3000:]
   result = np.load(out)
   rows = np.split(result["rows"], np.cumsum(result["sizes"])[:-1])
@@ -219,12 +216,11 @@ def test_queue_runners_never_wait_for_a_wave(tmp_path, tf_mode_statement):
   records.tofile(tmp_path / "images.bin")
   script = tmp_path / "train_conv.py"
   script.write_text(CONV_SCRIPT.format(mode=tf_mode_statement))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
   done = subprocess.run(
       [sys.executable, "-m", "tensorbow.run", "--replicas", str(REPLICAS),
        str(script), "500", str(tmp_path / "images.bin")],
-      env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+      env=child_env(), cwd=tmp_path, capture_output=True, text=True,
+      timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
   _, step, loss = done.stdout.split()[-3:]
   assert int(step) == 500 and np.isfinite(float(loss))

@@ -27,7 +27,6 @@ inferred: its wrapper takes `dtype`.
 """
 import functools
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ import tensorflow as tf
 import tensorbow  # noqa: F401  (loads the op library)
 from tensorbow import ops as tb_ops
 
+from children import child_env
 import graphs
 
 tf1 = tf.compat.v1
@@ -766,13 +766,9 @@ def children():
   they run alongside the other tests; their tests collect the results."""
   # The children import the tensorbow this process imported (installed or
   # in the source tree), from a directory that holds no other copy.
-  env = dict(os.environ)
-  package_root = os.path.dirname(os.path.dirname(tensorbow.__file__))
-  env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
-  env["TF_CPP_MIN_LOG_LEVEL"] = "2"
   procs = {
       name: subprocess.Popen([sys.executable, "-c", src],
-                             cwd=tempfile.gettempdir(), env=env,
+                             cwd=tempfile.gettempdir(), env=child_env(),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
       for name, src in [("deadlock", _DEADLOCK_CHILD),

@@ -17,13 +17,13 @@ process ("terminate called without an active exception") nor hang it:
 every child must exit with status 0 and never print that.
 """
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from children import child_env
 import waiting_runs_scripts as scripts
 
 # Each scenario is a child process of its own (end to end, seconds each):
@@ -36,11 +36,10 @@ _SCRIPT = scripts.__file__
 
 def _run(tf_mode, scenario, replicas):
   """The scenario's {"values": ...} or {"error": ..., "message": ...}."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   try:
     done = subprocess.run(
         [sys.executable, _SCRIPT, tf_mode, scenario, str(replicas)],
-        capture_output=True, text=True, timeout=TIMEOUT, env=env,
+        capture_output=True, text=True, timeout=TIMEOUT, env=child_env(),
         check=False)
   except subprocess.TimeoutExpired:
     pytest.fail(f"{scenario} at L = {replicas} did not finish within "

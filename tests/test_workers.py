@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tensorbow
 from tensorbow.scaleout import cluster as tb_cluster
 from tensorbow import checkpoint
 from tensorbow import feeds
@@ -32,9 +31,9 @@ from tensorbow import scaling
 from tensorbow.cli import chief
 from tensorbow.cli import launch
 
+from children import CHECKOUT, child_env
 import references
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 LR = 0.1
 RNG = np.random.RandomState(11)
 W0 = RNG.randn(3, 1).astype(np.float32)
@@ -130,14 +129,6 @@ def _worker_script(tmp_path, tf_mode_statement, waves=4):
   script.write_text("import time\n" + WORKER.format(mode=tf_mode_statement,
                                                     lr=LR))
   return script, data
-
-
-def _environ():
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env["PYTHONPATH"] = os.pathsep.join(
-      [PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                        if p])
-  return env
 
 
 # ---- The cluster a process is in -----------------------------------------
@@ -397,7 +388,7 @@ def _run_job(tmp_path, script, data, optimizer, resource, algorithm,
   status = launch.run_workers(
       [sys.executable, str(script), str(data), str(tmp_path / "central"),
        optimizer, "1" if resource else "0", algorithm, str(timeout)],
-      2, threads=1, out=out, environ=dict(_environ(), **environ))
+      2, threads=1, out=out, environ=child_env(**environ))
   assert status == 0, out.getvalue()[-3000:]
   return out.getvalue(), [np.load(tmp_path / f"central{k}.npz")
                           for k in range(2)]
@@ -645,7 +636,7 @@ def test_ssgd_over_two_workers_is_tensorflow_on_the_whole_batch(
 def _start_worker(tmp_path, script, data, addresses, k, bound=60.0,
                   **environ):
   env = launch.worker_environ(tb_cluster.Cluster(addresses, k), 1,
-                              dict(_environ(), **environ))
+                              child_env(**environ))
   return subprocess.Popen(
       [sys.executable, str(script), str(data), str(tmp_path / "c"), "sgd",
        "0", "sma", str(bound)],
@@ -712,17 +703,16 @@ def test_a_lost_worker_fails_the_other_in_seconds_and_the_job_resumes(
   _assert_centrals(centrals, expected)
 
 
-SCRIPTS = os.path.join(PACKAGE_ROOT, "benchmarks", "real_scripts")
+SCRIPTS = os.path.join(CHECKOUT, "benchmarks", "real_scripts")
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
 
 def _script_result(command, cwd):
   """Per worker (None: one process), the RESULT accuracy and MODEL
   checksum lines a real script printed."""
-  env = _environ()
-  env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], SCRIPTS])
-  done = subprocess.run(command, env=env, cwd=cwd, capture_output=True,
-                        text=True, timeout=900, check=False)
+  done = subprocess.run(command, env=child_env(SCRIPTS), cwd=cwd,
+                        capture_output=True, text=True, timeout=900,
+                        check=False)
   assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
   found = {}
   for line in done.stdout.splitlines():
@@ -813,7 +803,7 @@ def _tensorbow_run(tmp_path, tf_mode_statement, template, flags, *args):
   return subprocess.run(
       [sys.executable, "-m", "tensorbow.run", *flags, str(script), str(data),
        *map(str, args)],
-      env=_environ(), capture_output=True, text=True, timeout=300)
+      env=child_env(), capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.slow
@@ -959,7 +949,7 @@ def test_workers_do_not_outlive_their_launcher(tmp_path, sig):
        "import sys; from tensorbow.cli import launch; "
        "launch.run_workers([sys.executable] + sys.argv[1:], 2)",
        str(script), str(tmp_path / "pid")],
-      env=_environ(), stdout=subprocess.DEVNULL, start_new_session=True)
+      env=child_env(), stdout=subprocess.DEVNULL, start_new_session=True)
   try:
     deadline = time.monotonic() + 60
     files = [tmp_path / f"pid{k}" for k in range(2)]
@@ -996,14 +986,14 @@ def test_tensorbow_run_takes_workers_and_hosts(tmp_path):
   done = subprocess.run(
       [sys.executable, "-m", "tensorbow.run", "--hosts",
        "127.0.0.1:1,127.0.0.1:2", "--worker-index", "1", str(script)],
-      env=_environ(), capture_output=True, timeout=120, check=True)
+      env=child_env(), capture_output=True, timeout=120, check=True)
   config = json.loads(done.stdout.decode().strip().splitlines()[-1])
   assert config == {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
                     "task": {"type": "worker", "index": 1}}
   bad = subprocess.run(
       [sys.executable, "-m", "tensorbow.run", "--hosts", "127.0.0.1:1",
        "--worker-index", "0", str(script)],
-      env=_environ(), capture_output=True, timeout=120)
+      env=child_env(), capture_output=True, timeout=120)
   assert bad.returncode == 2 and b"two or more workers" in bad.stderr
 
 
@@ -1034,7 +1024,7 @@ def test_two_workers_write_one_timeline_and_their_own_scalars(
       [sys.executable, "-m", "tensorbow.run", "--workers", "2",
        "--replicas", "2", "--timeline", str(timeline), "--logdir",
        str(logdir), str(script)],
-      env=_environ(), capture_output=True, text=True, timeout=240)
+      env=child_env(), capture_output=True, text=True, timeout=240)
   assert done.returncode == 0, done.stderr[-3000:]
   events = json.loads(timeline.read_text())
   for event in events:
@@ -1187,7 +1177,7 @@ def test_sigterm_saves_every_worker_at_one_wave_and_a_rerun_resumes(
     tmp_path, tf_mode_statement, whom):
   command, ckpt = _preempted_job(tmp_path, tf_mode_statement,
                                  ["--workers", "2", "--replicas", "2"])
-  launcher = subprocess.Popen(command, env=dict(_environ(), SLEEP="0.1"),
+  launcher = subprocess.Popen(command, env=child_env(SLEEP="0.1"),
                               stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
   try:
@@ -1229,7 +1219,7 @@ def test_sigterm_saves_every_worker_at_one_wave_and_a_rerun_resumes(
     return  # the resume is the same as the worker case's
   # The same command again resumes from it to the end, as if the job had
   # never stopped.
-  again = subprocess.run(command, env=_environ(), capture_output=True,
+  again = subprocess.run(command, env=child_env(), capture_output=True,
                          text=True, timeout=240)
   assert again.returncode == 0, again.stdout[-3000:]
   assert f"[0] wave {wave + 1} done" in again.stdout
@@ -1245,7 +1235,7 @@ def test_sigterm_to_one_process_saves_at_the_wave_and_a_rerun_resumes(
     tmp_path, tf_mode_statement):
   command, ckpt = _preempted_job(tmp_path, tf_mode_statement,
                                  ["--replicas", "2"])
-  child = subprocess.Popen(command, env=dict(_environ(), SLEEP="0.1"),
+  child = subprocess.Popen(command, env=child_env(SLEEP="0.1"),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
   try:
@@ -1260,7 +1250,7 @@ def test_sigterm_to_one_process_saves_at_the_wave_and_a_rerun_resumes(
   prefix, wave = re.search(r"preempted: saved (\S+) at wave (\d+)",
                            err).groups()
   assert tf.train.latest_checkpoint(str(ckpt)) == prefix
-  again = subprocess.run(command, env=_environ(), capture_output=True,
+  again = subprocess.run(command, env=child_env(), capture_output=True,
                          text=True, timeout=240)
   assert again.returncode == 0, again.stderr[-3000:]
   assert f"wave {int(wave) + 1} done" in again.stdout.splitlines()[1]

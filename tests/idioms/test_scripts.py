@@ -8,10 +8,8 @@ import sys
 
 import pytest
 
-import tensorbow
+from children import child_env
 
-
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(tensorbow.__file__))
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Trains idiom {module}.{name} on run 0's batch for {runs} runs with
@@ -61,14 +59,12 @@ def test_script_trains(module, name, replicas, tmp_path, tf_mode_statement):
   script.write_text(SCRIPT.format(mode=tf_mode_statement, module=module,
                                   name=name, runs=8))
   out = tmp_path / "losses.json"
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  # The package, and tests/ for the corpus's `idioms` package.
-  env["PYTHONPATH"] = os.pathsep.join(
-      [PACKAGE_ROOT, TESTS, env.get("PYTHONPATH", "")])
   done = subprocess.run(
       [sys.executable, "-m", "tensorbow.run", "--replicas", replicas,
        str(script), str(out)],
-      env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+      # The package, and tests/ for the corpus's `idioms` package.
+      env=child_env(TESTS), cwd=tmp_path, capture_output=True, text=True,
+      timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "TensorBowSession" in done.stderr, done.stderr[-2000:]
   with open(out) as f:
