@@ -13,6 +13,7 @@ import sys
 import pytest
 import tensorflow as tf
 
+from benchmarks import pairs
 from benchmarks import real_scripts
 from benchmarks import sma_op_time
 from benchmarks.suite import __main__ as bench_main
@@ -619,3 +620,34 @@ def test_lost_worker_times_the_survivors_and_checks_they_named_it():
   took, named = lost_worker.measure(2, "kill", 2, 3.0)
   assert len(took) == 1 and 0 < took[0] < 10, took
   assert named
+
+
+def test_pairs_ratios_are_taken_pair_by_pair():
+  """benchmarks/pairs.py: the A/B row is each pair's A over its B, not the
+  medians' ratio; every measure has its min, median and max."""
+  a = [dict.fromkeys(pairs.MEASURES, v) for v in (2.0, 6.0, 3.0)]
+  b = [dict.fromkeys(pairs.MEASURES, v) for v in (1.0, 2.0, 6.0)]
+  rows = pairs.summary(a, b)
+  assert list(rows) == list(pairs.MEASURES)
+  assert rows["wall s"]["A"] == (2.0, 3.0, 6.0)
+  assert rows["wall s"]["B"] == (1.0, 2.0, 6.0)
+  assert rows["peak MiB"]["A/B"] == (0.5, 2.0, 3.0)  # 2/1, 6/2, 3/6
+  text = pairs.report(["a"], ["b"], rows, 3)
+  assert "A/B wall s        0.5000    2.0000    3.0000" in text
+
+
+@pytest.mark.mode_independent
+def test_pairs_times_whole_processes_in_turn_and_names_a_failure():
+  sleeper = [sys.executable, "-c", "import time; time.sleep(0.3)"]
+  quick = [sys.executable, "-c", "pass"]
+  a_runs, b_runs = pairs.run_pairs(quick, sleeper, 2)
+  assert len(a_runs) == len(b_runs) == 2
+  assert all(run["wall s"] >= 0.3 for run in b_runs)
+  assert all(run["wall s"] < 0.3 + b["wall s"] for run, b in
+             zip(a_runs, b_runs))
+  assert all(run["peak MiB"] > 1 and run["cpu s"] > 0 for run in a_runs)
+  failing = [sys.executable, "-c", "import sys; print('bad'); "
+             "sys.stderr.write('why'); sys.exit(3)"]
+  with pytest.raises(RuntimeError, match=r"exited 3:\nwhy"):
+    pairs.measure(failing)
+
