@@ -5,14 +5,17 @@ noisy); what is checked is what the suites compute from them: ratios,
 medians, the cost of SMA, the best runs of time-to-accuracy, and that the
 JSON, Markdown and PNG outputs hold them.
 """
+import concurrent.futures
 import json
 import math
 import os
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
+from benchmarks import element_run
 from benchmarks import pairs
 from benchmarks import real_scripts
 from benchmarks import sma_op_time
@@ -651,3 +654,24 @@ def test_pairs_times_whole_processes_in_turn_and_names_a_failure():
   with pytest.raises(RuntimeError, match=r"exited 3:\nwhy"):
     pairs.measure(failing)
 
+
+def test_element_run_trains_on_the_elements_the_step_would_take():
+  """benchmarks/element_run.py: taking the element in a run of its own,
+  or a step ahead, feeds the step what get_next inside it would take, so
+  the three ways train the same model from the same start."""
+  tf1 = tf.compat.v1
+  trained = {}
+  with tf.Graph().as_default():
+    tf1.set_random_seed(0)
+    x, y, train = element_run.build(96)
+    weight = [v for v in tf1.global_variables() if v.op.name == "w1"][0]
+    for name, way in element_run.WAYS.items():
+      with tf1.Session() as sess, \
+          concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sess.run(tf1.global_variables_initializer())
+        way(sess, x, y, train, 3, pool)
+        trained[name] = sess.run(weight)
+  first = trained.pop("in the step")
+  assert np.abs(first).sum() > 0
+  for name, value in trained.items():
+    np.testing.assert_array_equal(value, first, err_msg=name)
