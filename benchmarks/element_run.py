@@ -34,13 +34,12 @@ from models.data import datasets
 tf1 = tf.compat.v1
 
 
-def build(images):
-  """(x, y, train) of dataset_mlp.py's graph over `images` images, in the
-  default graph."""
-  fashion = datasets.load_dataset("fashion_mnist", train_size=images,
-                                  test_size=0)
+def build(images, source="fashion_mnist"):
+  """(x, y, train) of dataset_mlp.py's graph over `images` images of
+  models.data's data set `source`, in the default graph."""
+  loaded = datasets.load_dataset(source, train_size=images, test_size=1)
   data = tf.data.Dataset.from_tensor_slices(
-      (fashion.train_images.reshape(images, 784), fashion.train_labels))
+      (loaded.train_images.reshape(images, 784), loaded.train_labels))
   x, y = tf1.data.make_one_shot_iterator(
       data.shuffle(5000, seed=0).repeat().batch(32)).get_next()
   w1 = tf1.get_variable("w1", [784, 256])
