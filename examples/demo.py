@@ -21,8 +21,11 @@ test accuracy is evaluated `--evals_per_epoch` times an epoch. With
 the order of the images), the seeds interleaved, and the table gives each
 run's medians; a median reached the target only if every seed did. Prints
 each run's time and epochs to the target, its training images/s and the
-L it ended at, which side wins and by how much, and the path of a PNG of
-accuracy against wall time and against epochs (the first seed's).
+L it ended at, which side wins and by how much, each seed's figures, and
+the path of a PNG of accuracy against wall time and against epochs (the
+first seed's). Each run trains in a Python process of its own, as a
+user's script does, so that nothing one run leaves in a process reaches
+the next (see `train_alone`).
 Without Fashion-MNIST (Debian's dataset-fashion-mnist) it warns and uses
 synthetic images, whose accuracies mean nothing.
 
@@ -35,6 +38,8 @@ synthetic images, whose accuracies mean nothing.
 from the checkout's root (`bash scripts/main.sh` runs it so).
 """
 import argparse
+from concurrent import futures
+import multiprocessing
 import os
 import sys
 
@@ -57,6 +62,10 @@ RUNS = (
      dict(session="tensorbow", replicas="auto", algorithm="sma",
           batch_size=32, learning_rate=0.005)),
 )
+
+# What `print_seeds` shows of a run, and how.
+SEED_COLUMNS = (("wall_time", "{:.1f}"), ("epochs", "{:.2f}"),
+                ("images_per_sec", "{:.0f}"), ("test_accuracy", "{:.4f}"))
 
 
 def load(train_size, test_size):
@@ -85,6 +94,30 @@ def fixed_runs(replicas):
       (f"TensorBow, fixed L = {l}, {l} x batch {rows // l}",
        dict(tensorflow, session="tensorbow", replicas=l,
             batch_size=rows // l)) for l in replicas)
+
+
+def train_alone(config, dataset, train=None):
+  """`train(config, dataset)` in a Python process of its own, started
+  afresh; returns what it returns and raises what it raises. `train` is a
+  module-level function (the child imports it); by default LeNet trained
+  as `config` says (`training.run`).
+
+  Runs in one process would not be alike: the first would pay the
+  process's start-up (oneDNN compiling its kernels, TensorFlow's thread
+  pools) that later ones skip, and a TensorBowSession sets the process's
+  allocator (`tensorbow/allocator.py`), which TensorFlow's later runs
+  would then share while its first did not."""
+  spawn = multiprocessing.get_context("spawn")
+  with futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
+    return pool.submit(train or _train, config, dataset).result()
+
+
+def _train(config, dataset):
+  """`train_alone`'s child: v1 behaviour as in `main`'s process, then the
+  run."""
+  tf.compat.v1.disable_v2_behavior()
+  return training.run(lenet.build, lenet.MODEL_NAME,
+                      lenet.SYNTHETIC_IMAGE_SHAPE, config, dataset)
 
 
 def verdict(label, result, baseline, target, first="TensorFlow"):
@@ -117,6 +150,27 @@ def medians(results):
   return summary
 
 
+def print_table(results):
+  """Each run's (label, medians) as a row."""
+  print(f"{'run':<44}{'reached':>8}{'wall s':>8}{'epochs':>8}"
+        f"{'images/s':>10}{'L':>5}{'accuracy':>10}")
+  for label, r in results:
+    print(f"{label:<44}{'yes' if _reached(r) else 'no':>8}"
+          f"{r['wall_time']:>8.1f}{r['epochs']:>8.2f}"
+          f"{r['images_per_sec']:>10.0f}{r['final_replicas']:>5g}"
+          f"{r['test_accuracy']:>10.4f}")
+
+
+def print_seeds(by_run):
+  """Each run's figures seed by seed, from `by_run` (label: a dict per
+  seed in seed order)."""
+  print("\nseed by seed (0, 1, ...): wall s; epochs; images/s; accuracy")
+  for label, results in by_run.items():
+    columns = [" ".join(form.format(r[key]) for r in results)
+               for key, form in SEED_COLUMNS]
+    print(f"{label}: " + "; ".join(columns))
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--train_size", type=int, default=None,
@@ -146,10 +200,8 @@ def main():
           data=data_name, log_dir=os.path.join(args.log_dir, f"seed{seed}"),
           seed=seed, train_size=args.train_size, test_size=args.test_size,
           evals_per_epoch=args.evals_per_epoch, **run)
-      print(f"== {label}, seed {seed}", file=sys.stderr)
-      by_run[label].append(training.run(
-          lenet.build, lenet.MODEL_NAME, lenet.SYNTHETIC_IMAGE_SHAPE, config,
-          dataset))
+      print(f"== {label}, seed {seed}", file=sys.stderr, flush=True)
+      by_run[label].append(train_alone(config, dataset))
   results = [(label, medians(by_run[label])) for label, _ in runs]
   png = os.path.join(args.log_dir, "lenet_" + data_name + ".png")
   plot.plot_logs([r["log_path"] for _, r in results], png,
@@ -157,13 +209,9 @@ def main():
   print()
   if args.seeds > 1:
     print(f"medians over seeds 0 to {args.seeds - 1}")
-  print(f"{'run':<44}{'reached':>8}{'wall s':>8}{'epochs':>8}"
-        f"{'images/s':>10}{'L':>5}{'accuracy':>10}")
-  for label, r in results:
-    print(f"{label:<44}{'yes' if _reached(r) else 'no':>8}"
-          f"{r['wall_time']:>8.1f}{r['epochs']:>8.2f}"
-          f"{r['images_per_sec']:>10.0f}{r['final_replicas']:>5g}"
-          f"{r['test_accuracy']:>10.4f}")
+  print_table(results)
+  if args.seeds > 1:
+    print_seeds(by_run)
   print()
   first, baseline = results[0]
   for label, r in results[1:]:

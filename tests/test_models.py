@@ -5,9 +5,10 @@ and under TensorBowSession(replicas=2), and its loss must fall; ResNet-32's
 size and batch norm are checked; `models.training.train` and a model
 script's command line (with replicas="auto" and with local SGD) are run in
 process and `python -m models.lenet` as a script, and their JSON-lines logs
-read back. The training sets are one step's worth of rows, so every step
-sees the same examples (in a new order) and a few steps suffice to show
-learning.
+read back; the main job's (examples/demo.py) medians, fixed runs, per-seed
+lines and runs in processes of their own are checked. The training sets are
+one step's worth of rows, so every step sees the same examples (in a new
+order) and a few steps suffice to show learning.
 """
 import functools
 import glob
@@ -24,6 +25,7 @@ import tensorflow as tf
 import tensorbow as tb
 from examples import demo
 from models import data as tb_data
+from models import lenet
 from models import script
 from models import training
 
@@ -347,3 +349,53 @@ def test_the_main_jobs_fixed_runs_split_tensorflows_32_rows():
   assert said == "L = 2: 1.19x L = 1's time to 0.9: L = 1 wins, 1.19x as fast"
   assert demo.verdict("L = 2", reached, slower, 0.9, first="L = 1") == (
       "L = 2: 0.84x L = 1's time to 0.9: L = 2 wins, 1.19x as fast")
+
+
+def _where(config, dataset):
+  """A stand-in for the demo's training, run by `demo.train_alone`: what
+  process it ran in and what reached it."""
+  if config.seed < 0:
+    raise ValueError(f"seed {config.seed}")
+  return {"pid": os.getpid(), "config": config,
+          "labels": dataset.train_labels.tolist()}
+
+
+def test_the_main_job_trains_each_run_in_a_process_of_its_own():
+  config = training.Config(session="tf", batch_size=8, seed=3)
+  dataset = tb_data.load_dataset("synthetic", train_size=16, test_size=8)
+  first = demo.train_alone(config, dataset, train=_where)
+  second = demo.train_alone(config, dataset, train=_where)
+  assert first["pid"] != os.getpid()
+  assert second["pid"] not in (first["pid"], os.getpid())
+  assert first["config"] == config
+  assert first["labels"] == dataset.train_labels.tolist()
+  with pytest.raises(ValueError, match="seed -1"):
+    demo.train_alone(config._replace(seed=-1), dataset, train=_where)
+
+
+def test_the_main_jobs_own_process_trains_lenet_as_in_process(tmp_path):
+  dataset = tb_data.load_dataset("synthetic", image_shape=(28, 28, 1),
+                                 train_size=64, test_size=32)
+  config = training.Config(session="tf", batch_size=32, epochs=1,
+                           evals_per_epoch=1, log_dir=str(tmp_path))
+  alone = demo.train_alone(config, dataset)
+  here = training.run(lenet.build, lenet.MODEL_NAME,
+                      lenet.SYNTHETIC_IMAGE_SHAPE, config, dataset)
+  assert (alone["steps"], alone["images_seen"], alone["stop_reason"]) == (
+      here["steps"], here["images_seen"], here["stop_reason"]) == (
+          2, 64, "epochs")
+  assert alone["log_path"] != here["log_path"]
+  assert os.path.exists(alone["log_path"])
+
+
+def test_the_main_job_prints_each_seeds_figures(capsys):
+  def result(wall, epochs):
+    return {"wall_time": wall, "epochs": epochs, "images_per_sec": 1900.4,
+            "test_accuracy": 0.90124}
+
+  demo.print_seeds({"TensorFlow": [result(167.24, 3.74), result(152.3, 3.6)],
+                    "auto": [result(164.2, 3.74), result(146.56, 3.49)]})
+  assert capsys.readouterr().out.splitlines() == [
+      "", "seed by seed (0, 1, ...): wall s; epochs; images/s; accuracy",
+      "TensorFlow: 167.2 152.3; 3.74 3.60; 1900 1900; 0.9012 0.9012",
+      "auto: 164.2 146.6; 3.74 3.49; 1900 1900; 0.9012 0.9012"]
