@@ -43,6 +43,7 @@ Then it settles. A run with a different batch size starts the search
 again from the current setting. Each decision is one log line and a
 record in `decisions`; a change of setting refreshes the central model
 from the replicas and seeds the new ones from it, so no update is lost.
+A trial that ends back at L = 1 is undone by the session (trial_undo.py).
 """
 import bisect
 import collections

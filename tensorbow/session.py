@@ -22,6 +22,7 @@ from tensorbow import scaleout
 from tensorbow import session_base
 from tensorbow import session_lock
 from tensorbow import setting as tb_setting
+from tensorbow import trial_undo
 from tensorbow.rewrite import batch_sizes
 
 
@@ -67,6 +68,8 @@ class TensorBowSession(session_base.SessionBase):
         self._session, self._exec, self._graph, chosen, self._processes,
         self._lock, self._check_open, self._tuning and self._tuning.noise)
     self._inputs = self._parts.inputs
+    self._undo = trial_undo.make(self._tuning, alone, self._session,
+                                 self._exec.graph)
     self._closed = False
     self.counts = {"training_runs": 0}  # completed; outlives the session
     workers, index = self._processes.place()
@@ -246,6 +249,8 @@ class TensorBowSession(session_base.SessionBase):
       self._follow(self._tuning.before_wave(route, self._setting()))
     start = time.monotonic()
     trained = self._split(route, fed_values, options, run_metadata)
+    if self._tuning is not None:
+      self._undo.trained(route, fed_values)
     self._after_wave(trained, start, time.monotonic() - start)
     return trained.results
 
@@ -290,9 +295,11 @@ class TensorBowSession(session_base.SessionBase):
             self._runtime.inline)
 
   def _follow(self, setting):
-    """Takes `setting` for the next training run, if it is another."""
-    if setting != self._setting():
-      self.retune(*setting)
+    """Takes `setting` for the next training run, if it is another; back
+    at L = 1, a trial that did not pay undone (trial_undo.py)."""
+    self._undo.follow(self._setting(), setting, self.retune,
+                      lambda r, v: self._trainer.train(r, v, None, None),
+                      self._tuning.tuner.settled)
 
   def _reset(self):
     """After a change of the workers: the setting made anew, training on
@@ -314,6 +321,8 @@ class TensorBowSession(session_base.SessionBase):
   def _plain_run(self, route, fed_values, options, run_metadata):
     """Runs as tf.compat.v1.Session does, on the execution graph
     (plain_runs.py): the results of `route`'s fetches."""
+    if self._tuning is not None:  # it may write what an undo puts back
+      self._undo.plain(route)
     return route.handler.build_results(self, self._plain.run(
         self._trainer, route, fed_values, options, run_metadata))
 
