@@ -20,8 +20,8 @@ cannot be trained again or the put-back could undo a write: a run took
 elements of an input pipeline (they are gone, and the tuner weighs such
 rows by their statistical efficiency instead); a plain run that may write
 a variable came between (an evaluation does not count); the trial's
-feeds outgrew
-`MAX_KEPT_BYTES`; or the tuner settled at L > 1, where the trial paid.
+feeds outgrew `MAX_KEPT_BYTES`; or the tuner settled at L > 1, where the
+trial paid.
 Only one process training alone has its whole state in its variables at
 L = 1 (setting._shares); a session of several processes makes no `Undo`.
 """

@@ -25,7 +25,8 @@ BATCHES = graphs.batches(seed=21, count=12, rows=16)
 
 @pytest.fixture
 def failing_trial(monkeypatch):
-  """Every AutoTuner tries L = 2 after one run and never keeps it."""
+  """Every AutoTuner tries L = 2 after three runs (one warm-up, two
+  measured) and never keeps it."""
   monkeypatch.setattr(autotune, "AutoTuner", functools.partial(
       autotune.AutoTuner, warmup=1, measure=2, min_seconds=0, patience=0,
       gain=1e9, cores=1))
@@ -142,5 +143,8 @@ def test_the_trials_feeds_are_copied(failing_trial):
         x_buffer[...], y_buffer[...] = x, y
         sess.run(model.train, {model.x: x_buffer, model.y: y_buffer})
       results.append(sess.run([model.w, model.b]))
+      if maker is _auto:
+        decisions = sess.tuning_decisions()
+  assert _tried_two_and_came_back(decisions), decisions
   for got, want in zip(*results):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
