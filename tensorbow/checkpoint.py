@@ -44,6 +44,12 @@ _WAVES = "__waves__"  # training runs completed when it was saved
 logger = logging.getLogger("tensorbow")
 
 
+def saves(ops):
+  """Whether a run of closure `ops` writes a checkpoint (a `Saver`'s
+  save, whatever it is fed)."""
+  return any(op.type in _SAVE_OPS for op in ops)
+
+
 def saver_call(ops, feed_dict, graph):
   """("save" | "restore", checkpoint prefix) of a plain run, or None.
 

@@ -16,10 +16,12 @@ dropped: the training is where one replica would have left it, and the
 trial costs what it measured plus its runs once more at L = 1.
 
 It gives up, keeping the trial's updates as before, where its runs
-cannot be trained again or the put-back could undo a write: a run took
-elements of an input pipeline (they are gone, and the tuner weighs such
-rows by their statistical efficiency instead); a plain run that may write
-a variable came between (an evaluation does not count); the trial's
+cannot be trained again or the put-back could undo a write or leave a
+checkpoint behind: a run took elements of an input pipeline (they are
+gone, and the tuner weighs such rows by their statistical efficiency
+instead); a plain run that may write a variable came between (an
+evaluation does not count), or one that saves a checkpoint (which would
+hold the trial's state, where the session no longer is); the trial's
 feeds outgrew `MAX_KEPT_BYTES`; or the tuner settled at L > 1, where the
 trial paid.
 Only one process training alone has its whole state in its variables at
@@ -29,6 +31,7 @@ import copy
 
 import numpy as np
 
+from tensorbow import checkpoint
 from tensorbow import rollback
 
 # The most a trial's copied feeds may hold before the undo gives up.
@@ -90,9 +93,11 @@ class Undo(object):
   def plain(self, route):
     """A plain run of `route` comes: one that may write a variable (or
     whose writes cannot be told) makes the undo give up, since a put-back
-    would undo its write."""
+    would undo its write; so does one that saves a checkpoint, which then
+    holds the trial's state, where the session goes on from."""
     written = route.closure.written
-    if written is None or written:
+    if (written is None or written or
+        checkpoint.saves(route.closure.ops)):
       self.give_up()
 
   def give_up(self):

@@ -100,17 +100,27 @@ def _assign_by_callable(sess, model):
                                      model.b.assign(model.b - 1.0)))
 
 
+def _save(sess, model, prefix):
+  # A Saver made in the trial, as a script's periodic checkpoint is.
+  del model
+  saver = tf1.train.Saver()
+  return lambda: saver.save(sess, prefix)
+
+
 def _evaluate(sess, model):
   x, y = BATCHES[0]
   return lambda: sess.run(model.loss, {model.x: x, model.y: y})
 
 
-@pytest.mark.parametrize("between", [_assign, _assign_by_callable],
-                         ids=["run", "callable"])
+@pytest.mark.parametrize("between", [_assign, _assign_by_callable, _save],
+                         ids=["run", "callable", "save"])
 def test_a_write_in_the_trial_keeps_its_updates(failing_trial, monkeypatch,
-                                               between):
-  # A plain run that writes a variable, which a put-back would undo: the
-  # undo gives up, and the training is what it was without the undo.
+                                               tmp_path, between):
+  # A plain run that writes a variable, which a put-back would undo, or a
+  # checkpoint, which would then hold the trial's state: the undo gives
+  # up, and the training is what it was without the undo.
+  if between is _save:
+    between = functools.partial(_save, prefix=str(tmp_path / "trial"))
   *got, decisions = _train(_auto, True, between)
   monkeypatch.setattr(trial_undo, "make", lambda *a: trial_undo.Never())
   *kept, _ = _train(_auto, True, between)
@@ -148,3 +158,65 @@ def test_the_trials_feeds_are_copied(failing_trial):
   assert _tried_two_and_came_back(decisions), decisions
   for got, want in zip(*results):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_feeds_past_the_cap_keep_the_trials_updates(failing_trial,
+                                                     monkeypatch):
+  # A trial whose copied feeds outgrow MAX_KEPT_BYTES (here, one batch's):
+  # the undo gives up, as without it.
+  monkeypatch.setattr(trial_undo, "MAX_KEPT_BYTES", BATCHES[0][0].nbytes)
+  *got, decisions = _train(_auto, True)
+  monkeypatch.setattr(trial_undo, "make", lambda *a: trial_undo.Never())
+  *kept, _ = _train(_auto, True)
+  assert _tried_two_and_came_back(decisions), decisions
+  for g, k in zip(got, kept):
+    np.testing.assert_array_equal(g, k)
+
+
+class _Backup(object):
+  """rollback.Backup's calls, counted."""
+
+  def __init__(self):
+    self.calls = []
+
+  def save(self):
+    self.calls.append("save")
+
+  def restore(self):
+    self.calls.append("restore")
+
+  def forget(self):
+    self.calls.append("forget")
+
+
+class _Route(object):
+  pulled = ()
+
+
+def test_a_replay_that_raises_reaches_the_caller_and_ends_the_trial():
+  # The run that brings the session back raises the replay's error (as
+  # the run would have at L = 1), and the trial's later runs are not
+  # trained; the next trial is kept and undone afresh.
+  backup, trained = _Backup(), []
+  undo = trial_undo.Undo(backup)
+  one, two = (1, None, False), (2, None, False)
+
+  def train(route, values):
+    del route
+    trained.append(float(values[0][0]))
+    if trained[-1] == 1.0:
+      raise tf.errors.InvalidArgumentError(None, None, "not finite")
+
+  def trial(values):
+    undo.follow(one, two, lambda *s: None, train, False)
+    for v in values:
+      undo.trained(_Route(), [np.full(2, v)])
+    undo.follow(two, one, lambda *s: None, train, False)
+
+  with pytest.raises(tf.errors.InvalidArgumentError, match="not finite"):
+    trial([0.0, 1.0, 2.0])
+  assert trained == [0.0, 1.0]
+  assert backup.calls[-2:] == ["save", "restore"]
+  trial([7.0])
+  assert trained == [0.0, 1.0, 7.0]
+  assert backup.calls[-2:] == ["save", "restore"]
