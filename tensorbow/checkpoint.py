@@ -63,9 +63,8 @@ def saver_call(ops, feed_dict, graph):
     feed_dict: {feed key: value} of the run.
     graph: the user's `tf.Graph` (its model variables).
   """
-  types = {op.type for op in ops}
-  kind = ("save" if types & set(_SAVE_OPS) else
-          "restore" if types & set(_RESTORE_OPS) else None)
+  kind = ("save" if saves(ops) else
+          "restore" if any(op.type in _RESTORE_OPS for op in ops) else None)
   if kind is None:
     return None
   paths = []

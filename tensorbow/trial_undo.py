@@ -83,8 +83,7 @@ class Undo(object):
       self.give_up()
       return
     kept = [copy.deepcopy(v) for v in values]
-    self._bytes += sum(np.asarray(v).nbytes for v in kept
-                       if isinstance(v, np.ndarray))
+    self._bytes += sum(v.nbytes for v in kept if isinstance(v, np.ndarray))
     if self._bytes > MAX_KEPT_BYTES:
       self.give_up()
       return
@@ -94,7 +93,10 @@ class Undo(object):
     """A plain run of `route` comes: one that may write a variable (or
     whose writes cannot be told) makes the undo give up, since a put-back
     would undo its write; so does one that saves a checkpoint, which then
-    holds the trial's state, where the session goes on from."""
+    holds the trial's state, where the session goes on from. Outside a
+    trial it returns at once."""
+    if self._runs is None:
+      return
     written = route.closure.written
     if (written is None or written or
         checkpoint.saves(route.closure.ops)):
